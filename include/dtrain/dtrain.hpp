@@ -1,0 +1,39 @@
+#pragma once
+/// \file
+/// The whole of dtrain in one include (optional backends such as ring_tcp and cuda are included on their own).
+
+#include "dtrain/version.hpp"
+
+#include "dtrain/core/backend.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/random.hpp"
+#include "dtrain/core/shape.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/core/threads.hpp"
+#include "dtrain/core/view.hpp"
+
+#include "dtrain/layers/activations.hpp"
+#include "dtrain/layers/concepts.hpp"
+#include "dtrain/layers/conv2d.hpp"
+#include "dtrain/layers/dense.hpp"
+#include "dtrain/layers/dropout.hpp"
+#include "dtrain/layers/input.hpp"
+#include "dtrain/layers/pooling.hpp"
+#include "dtrain/layers/regularizers.hpp"
+#include "dtrain/layers/reshape.hpp"
+
+#include "dtrain/losses/crossentropy.hpp"
+#include "dtrain/losses/loss.hpp"
+#include "dtrain/losses/mean_squared_error.hpp"
+
+#include "dtrain/metrics/accuracy.hpp"
+#include "dtrain/metrics/metric.hpp"
+
+#include "dtrain/optimizers/adam.hpp"
+#include "dtrain/optimizers/optimizer.hpp"
+#include "dtrain/optimizers/rmsprop.hpp"
+#include "dtrain/optimizers/schedules.hpp"
+#include "dtrain/optimizers/sgd.hpp"
+
+#include "dtrain/model/logs.hpp"
+#include "dtrain/model/sequential.hpp"

@@ -1,0 +1,122 @@
+#pragma once
+/// \file
+/// The loss seam, reductions, and the helpers the seeds use in custom training loops
+/// (`compute_average_loss`, `scale_regularization_loss`).
+///
+/// Loss contract (`loss_function`): `name()` is the Keras name; `per_example(y_true, y_pred, losses,
+/// d_pred, scale)` validates the shapes (throwing `shape_error` / `value_error` that name the loss and
+/// both shapes), writes one loss per row of `y_pred` (a row is one position of its last axis, so a
+/// batch of class scores (n, c) has n rows) into `losses`, and, when `d_pred` is not null, writes
+/// `scale` times the gradient of each row's loss with respect to `y_pred` into `d_pred`.
+
+#include <cmath>
+#include <concepts>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/core/view.hpp"
+
+namespace dtrain {
+
+/// How per-example losses become one number (Keras' `reduction=`).
+enum class reduction { none, sum, sum_over_batch_size };
+
+/// Keras' fuzz factor for losses on probabilities (`keras.backend.epsilon()`).
+inline constexpr float loss_epsilon = 1e-7f;
+
+template <class L>
+concept loss_function = requires(const L& l, batch_view v, float* p, float s) {
+  { l.name() } -> std::convertible_to<std::string>;
+  { l.get_reduction() } -> std::same_as<reduction>;
+  l.per_example(v, v, p, p, s);
+};
+
+namespace detail {
+/// Number of rows (loss values) a prediction batch yields.
+inline std::size_t loss_rows(batch_view y_pred) { return y_pred.size() / std::max<std::size_t>(1, y_pred.last()); }
+
+/// Shared `__call__` of every loss: reduces the per-row losses as `r` says.
+template <class L>
+tensor call_loss(const L& l, const tensor& y_true, const tensor& y_pred) {
+  const extents et = extents_of(y_true), ep = extents_of(y_pred);
+  const batch_view t{y_true.data(), et}, p{y_pred.data(), ep};
+  std::vector<float> per(loss_rows(p));
+  l.per_example(t, p, per.data(), nullptr, 1.0f);
+  if (l.get_reduction() == reduction::none) return from_span(per, {per.size()});
+  double s = 0.0;
+  for (float v : per) s += v;
+  if (l.get_reduction() == reduction::sum_over_batch_size && !per.empty()) s /= static_cast<double>(per.size());
+  tensor out = xt::zeros<float>(std::vector<std::size_t>{});
+  out() = static_cast<float>(s);
+  return out;
+}
+
+/// Checks that `y_true` holds one value per prediction value (categorical, binary, mse).
+inline void require_same_size(const char* loss, batch_view t, batch_view p) {
+  if (t.size() != p.size() || t.batch() != p.batch())
+    throw shape_error(std::string(loss) + ": y_true shape " + t.str() + " does not match y_pred shape " + p.str());
+}
+}  // namespace detail
+
+/// A loss of any type, held by value (what `compile` stores).
+class any_loss {
+ public:
+  any_loss() = default;
+  template <loss_function L>
+    requires(!std::same_as<std::remove_cvref_t<L>, any_loss>)
+  any_loss(L l) : self_(std::make_shared<model_t<L>>(std::move(l))) {}
+
+  explicit operator bool() const { return self_ != nullptr; }
+  std::string name() const { return self_->name(); }
+  reduction get_reduction() const { return self_->get_reduction(); }
+  void per_example(batch_view t, batch_view p, float* losses, float* d_pred, float scale) const {
+    self_->per_example(t, p, losses, d_pred, scale);
+  }
+  tensor operator()(const tensor& y_true, const tensor& y_pred) const { return detail::call_loss(*this, y_true, y_pred); }
+
+ private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual reduction get_reduction() const = 0;
+    virtual void per_example(batch_view, batch_view, float*, float*, float) const = 0;
+  };
+  template <class L>
+  struct model_t final : concept_t {
+    explicit model_t(L l) : l_(std::move(l)) {}
+    std::string name() const override { return l_.name(); }
+    reduction get_reduction() const override { return l_.get_reduction(); }
+    void per_example(batch_view t, batch_view p, float* o, float* d, float s) const override {
+      l_.per_example(t, p, o, d, s);
+    }
+    L l_;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+/// `tf.nn.compute_average_loss`: the sum of per-example losses divided by the GLOBAL batch size
+/// (default: the number of examples given, i.e. one replica's batch times one replica).
+inline float compute_average_loss(std::span<const float> per_example_loss, std::size_t global_batch_size = 0) {
+  if (global_batch_size == 0) global_batch_size = per_example_loss.size();
+  if (global_batch_size == 0) return 0.0f;
+  double s = 0.0;
+  for (float v : per_example_loss) s += v;
+  return static_cast<float>(s / static_cast<double>(global_batch_size));
+}
+inline float compute_average_loss(const tensor& per_example_loss, std::size_t global_batch_size = 0) {
+  return compute_average_loss(std::span<const float>(per_example_loss.data(), per_example_loss.size()),
+                              global_batch_size);
+}
+
+/// `tf.nn.scale_regularization_loss`: a regularization loss divided by the number of replicas, so that
+/// summing the replicas' gradients counts it once.
+inline float scale_regularization_loss(float regularization_loss, std::size_t num_replicas_in_sync = 1) {
+  if (num_replicas_in_sync == 0) throw value_error("scale_regularization_loss: num_replicas_in_sync must be positive");
+  return regularization_loss / static_cast<float>(num_replicas_in_sync);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,136 @@
+// Shapes, names, initialisers and behaviours of the layers (values worked out by hand).
+#include <numeric>
+
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+
+BOOST_AUTO_TEST_SUITE(layers)
+
+// TF's output-size rules: valid = floor((in - k) / s) + 1, same = ceil(in / s).
+static_assert(std::is_same_v<bind_t<conv2d<8, 3>, shape<28, 28, 1>>::output_shape, shape<26, 26, 8>>);
+static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, padding::same>, shape<28, 28, 1>>::output_shape, shape<28, 28, 8>>);
+static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, strides<2>>, shape<28, 27, 1>>::output_shape, shape<13, 13, 8>>);
+static_assert(std::is_same_v<bind_t<conv2d<8, 4, relu, strides<3>, padding::same>, shape<10, 9, 2>>::output_shape,
+                             shape<4, 3, 8>>);
+static_assert(std::is_same_v<bind_t<max_pooling2d<2>, shape<7, 7, 3>>::output_shape, shape<3, 3, 3>>);
+static_assert(std::is_same_v<bind_t<max_pooling2d<2, padding::same>, shape<7, 7, 3>>::output_shape, shape<4, 4, 3>>);
+static_assert(std::is_same_v<bind_t<average_pooling2d<3, strides<1>>, shape<5, 6, 1>>::output_shape, shape<3, 4, 1>>);
+static_assert(std::is_same_v<bind_t<flatten, shape<3, 4, 5>>::output_shape, shape<60>>);
+static_assert(std::is_same_v<bind_t<dense<7>, shape<3, 4>>::output_shape, shape<3, 7>>);
+static_assert(param_count_v<bind_t<dense<128>, shape<21632>>> == 21632 * 128 + 128);
+static_assert(param_count_v<bind_t<conv2d<32, 3>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32 + 32);
+static_assert(layer<bind_t<dense<3>, shape<4>>> && layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>>> &&
+              layer<bind_t<max_pooling2d<2>, shape<4, 4, 1>>> && layer<bind_t<dropout<0.5f>, shape<4>>> &&
+              layer<bind_t<relu, shape<4>>> && layer<bind_t<reshape<2, 2>, shape<4>>>);
+
+template <class L>
+std::vector<float> run_forward(L& l, const std::vector<float>& x, std::size_t n, std::span<const float> p,
+                               bool training = false, std::uint64_t seed = 1) {
+  cpu device;
+  rng r(seed);
+  layer_context<cpu> ctx{device, r, training};
+  std::vector<float> y(n * L::output_shape::size);
+  l.forward(ctx, x.data(), y.data(), n, p);
+  return y;
+}
+
+BOOST_AUTO_TEST_CASE(max_and_average_pooling_by_hand) {
+  // one 4x4 channel: 0..15 row-major; 2x2 windows
+  std::vector<float> x(16);
+  std::iota(x.begin(), x.end(), 0.0f);
+  bind_t<max_pooling2d<2>, shape<4, 4, 1>> mp;
+  BOOST_TEST(run_forward(mp, x, 1, {}) == (std::vector<float>{5, 7, 13, 15}), boost::test_tools::per_element());
+  bind_t<average_pooling2d<2>, shape<4, 4, 1>> ap;
+  BOOST_TEST(run_forward(ap, x, 1, {}) == (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}),
+             boost::test_tools::per_element());
+  // 3x3 'same' windows with stride 2 over 4x4: output 2x2, pad 0 top/left, 1 bottom/right (TF),
+  // and the average counts only cells inside the input.
+  bind_t<average_pooling2d<3, strides<2>, padding::same>, shape<4, 4, 1>> aps;
+  const float tl = (0 + 1 + 2 + 4 + 5 + 6 + 8 + 9 + 10) / 9.0f, br = (10 + 11 + 14 + 15) / 4.0f;
+  const auto out = run_forward(aps, x, 1, {});
+  BOOST_TEST(out[0] == tl, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(out[3] == br, boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_matches_a_direct_convolution) {
+  using L = bind_t<conv2d<2, 3, linear, strides<2>, padding::same>, shape<5, 4, 3>>;
+  rng r(3);
+  L l;
+  std::vector<float> p(param_count_v<L>);
+  l.initialize(p, r);
+  for (auto& v : p) v += 0.1f * r.normal();
+  const std::size_t n = 2;
+  const auto x = dtrain_test::random_vector(n * 5 * 4 * 3, r);
+  const auto y = run_forward(l, x, n, p);
+  // direct loops: out 3x2, total pad rows (3-1)*2+3-5 = 2 -> top 1; cols (2-1)*2+3-4 = 1 -> left 0
+  for (std::size_t s = 0; s < n; ++s)
+    for (std::size_t oy = 0; oy < 3; ++oy)
+      for (std::size_t ox = 0; ox < 2; ++ox)
+        for (std::size_t f = 0; f < 2; ++f) {
+          double acc = p[3 * 3 * 3 * 2 + f];
+          for (std::size_t ky = 0; ky < 3; ++ky)
+            for (std::size_t kx = 0; kx < 3; ++kx)
+              for (std::size_t c = 0; c < 3; ++c) {
+                const long iy = long(oy * 2 + ky) - 1, ix = long(ox * 2 + kx);
+                if (iy < 0 || iy >= 5 || ix >= 4) continue;
+                acc += double(x[((s * 5 + iy) * 4 + ix) * 3 + c]) * p[((ky * 3 + kx) * 3 + c) * 2 + f];
+              }
+          BOOST_TEST(y[((s * 3 + oy) * 2 + ox) * 2 + f] == acc, boost::test_tools::tolerance(1e-4));
+        }
+}
+
+BOOST_AUTO_TEST_CASE(glorot_uniform_bounds_and_zero_bias) {
+  using L = bind_t<dense<30, relu>, shape<50>>;
+  rng r(11);
+  L l;
+  std::vector<float> p(param_count_v<L>);
+  l.initialize(p, r);
+  const float limit = std::sqrt(6.0f / 80.0f);
+  float lo = 0, hi = 0;
+  double sum_sq = 0;
+  for (std::size_t i = 0; i < 50 * 30; ++i) lo = std::min(lo, p[i]), hi = std::max(hi, p[i]), sum_sq += p[i] * p[i];
+  BOOST_TEST(lo >= -limit);
+  BOOST_TEST(hi <= limit);
+  BOOST_TEST(hi > 0.9f * limit);  // it does fill the range
+  BOOST_TEST(sum_sq / 1500.0 == limit * limit / 3.0, boost::test_tools::tolerance(0.1));  // variance of U(-l, l)
+  for (std::size_t i = 50 * 30; i < p.size(); ++i) BOOST_TEST(p[i] == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(dropout_is_identity_at_inference_and_scaled_in_training) {
+  using L = bind_t<dropout<0.25f>, shape<1000>>;
+  L l;
+  std::vector<float> x(2000, 1.0f);
+  BOOST_TEST(run_forward(l, x, 2, {}, false) == x, boost::test_tools::per_element());
+  const auto y = run_forward(l, x, 2, {}, true, 5);
+  std::size_t zeros = 0;
+  for (float v : y) {
+    BOOST_TEST((v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6f));
+    zeros += v == 0.0f;
+  }
+  BOOST_TEST(zeros > 400u);  // expected 500 of 2000, sd ~19
+  BOOST_TEST(zeros < 600u);
+  BOOST_TEST(run_forward(l, x, 2, {}, true, 5) == y, boost::test_tools::per_element());  // same seed, same mask
+  BOOST_TEST(run_forward(l, x, 2, {}, true, 6) != y);
+}
+
+BOOST_AUTO_TEST_CASE(softmax_rows_sum_to_one_and_gelu_values) {
+  std::vector<float> v{1000.0f, 1001.0f, 1002.0f, -3.0f, 0.0f, 3.0f};
+  softmax::forward(v.data(), 2, 3);
+  BOOST_TEST(v[0] + v[1] + v[2] == 1.0f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(v[2] == std::exp(2.0f) / (1 + std::exp(1.0f) + std::exp(2.0f)), boost::test_tools::tolerance(1e-6f));
+  std::vector<float> g{-1.0f, 0.0f, 1.0f};
+  gelu::forward(g.data(), 1, 3);
+  // x * Phi(x): Phi(1) = 0.841344746
+  BOOST_TEST(g[2] == 0.841344746f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(g[0] == -(1.0f - 0.841344746f), boost::test_tools::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE(l2_regularizer_penalty_and_gradient) {
+  std::vector<float> w{1.0f, -2.0f, 0.5f}, g(3, 0.0f);
+  const float pen = l2<0.1f>::apply(w, g, 1.0f);
+  BOOST_TEST(pen == 0.1f * (1 + 4 + 0.25f), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(g[1] == 2 * 0.1f * -2.0f, boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,126 @@
+// Loss values worked out by hand, gradients against central differences, reductions and bad input.
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+
+namespace {
+tensor t2(std::vector<float> v, std::size_t r, std::size_t c) { return from_span(v, {r, c}); }
+tensor t1(std::vector<float> v) { return from_span(v, {v.size()}); }
+
+/// Checks per_example's d_pred against differences of sum(per_example) * scale.
+void check_loss_gradient(const std::string& what, const any_loss& l, const tensor& y_true, std::vector<float> pred,
+                         const extents& pe) {
+  const extents te = extents_of(y_true);
+  const batch_view tv{y_true.data(), te};
+  std::size_t rows = pred.size() / pe.back();
+  std::vector<float> per(rows), d(pred.size());
+  const float scale = 0.5f;
+  l.per_example(tv, {pred.data(), pe}, per.data(), d.data(), scale);
+  auto f = [&]() -> double {
+    std::vector<float> q(rows);
+    l.per_example(tv, {pred.data(), pe}, q.data(), nullptr, 1.0f);
+    double s = 0;
+    for (float v : q) s += v;
+    return s * scale;
+  };
+  dtrain_test::check_gradient(what, pred, d, f);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(losses)
+
+BOOST_AUTO_TEST_CASE(sparse_categorical_values) {
+  // logits (0, ln 2, ln 3)... softmax = (1, 2, 3) / 6; label 2 -> -ln(0.5)
+  const float l2v = std::log(2.0f), l3 = std::log(3.0f);
+  sparse_categorical_crossentropy logits{{.from_logits = true}};
+  tensor y = t1({2, 0});
+  tensor z = t2({0, l2v, l3, 0, l2v, l3}, 2, 3);
+  BOOST_TEST(logits(y, z)() == (std::log(2.0f) + std::log(6.0f)) / 2, boost::test_tools::tolerance(1e-5f));
+  sparse_categorical_crossentropy probs{};
+  tensor p = t2({1 / 6.f, 2 / 6.f, 3 / 6.f, 1 / 6.f, 2 / 6.f, 3 / 6.f}, 2, 3);
+  BOOST_TEST(probs(y, p)() == (std::log(2.0f) + std::log(6.0f)) / 2, boost::test_tools::tolerance(1e-5f));
+  sparse_categorical_crossentropy summed{{.from_logits = true, .reduction = reduction::sum}};
+  BOOST_TEST(summed(y, z)() == std::log(2.0f) + std::log(6.0f), boost::test_tools::tolerance(1e-5f));
+  sparse_categorical_crossentropy none{{.from_logits = true, .reduction = reduction::none}};
+  const tensor per = none(y, z);
+  BOOST_TEST(per.dimension() == 1u);
+  BOOST_TEST(per(1) == std::log(6.0f), boost::test_tools::tolerance(1e-5f));
+  // a probability of 0 is clipped to epsilon, not -inf
+  tensor hard = t2({1, 0, 0}, 1, 3);
+  BOOST_TEST(probs(t1({1}), hard)() == -std::log(loss_epsilon), boost::test_tools::tolerance(1e-4f));
+}
+
+BOOST_AUTO_TEST_CASE(categorical_binary_mse_values) {
+  tensor y = t2({0, 1, 0, 1, 0, 0}, 2, 3);
+  tensor p = t2({0.2f, 0.6f, 0.2f, 0.5f, 0.25f, 0.25f}, 2, 3);
+  BOOST_TEST(categorical_crossentropy{}(y, p)() == -(std::log(0.6f) + std::log(0.5f)) / 2,
+             boost::test_tools::tolerance(1e-5f));
+  // unnormalised scores are normalised first
+  tensor p2 = t2({0.4f, 1.2f, 0.4f, 1.0f, 0.5f, 0.5f}, 2, 3);
+  BOOST_TEST(categorical_crossentropy{}(y, p2)() == -(std::log(0.6f) + std::log(0.5f)) / 2,
+             boost::test_tools::tolerance(1e-5f));
+  // binary: mean over the last axis, then over the batch
+  tensor yb = t2({1, 0}, 1, 2), pb = t2({0.8f, 0.4f}, 1, 2);
+  BOOST_TEST(binary_crossentropy{}(yb, pb)() == -(std::log(0.8f) + std::log(0.6f)) / 2,
+             boost::test_tools::tolerance(1e-4f));
+  tensor zb = t2({std::log(4.0f), std::log(2.0f / 3.0f)}, 1, 2);  // sigmoid -> 0.8, 0.4
+  BOOST_TEST(binary_crossentropy{{.from_logits = true}}(yb, zb)() == -(std::log(0.8f) + std::log(0.6f)) / 2,
+             boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(mean_squared_error{}(t2({1, 2, 3, 4}, 2, 2), t2({1, 4, 3, 3}, 2, 2))() == (4.0f / 2 + 1.0f / 2) / 2,
+             boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(gradients_match_central_differences) {
+  rng r(5);
+  for (std::size_t n : {1, 5}) {
+    const std::size_t c = 7;
+    extents pe{n, c};
+    std::vector<float> logits = dtrain_test::random_vector(n * c, r, 2.0f);
+    std::vector<float> labels(n), onehot(n * c, 0.0f), probs(n * c), soft(n * c);
+    for (std::size_t i = 0; i < n; ++i) labels[i] = float(r.below(c)), onehot[i * c + std::size_t(labels[i])] = 1.0f;
+    for (auto& v : probs) v = 0.1f + 0.8f * r.uniform();
+    for (auto& v : soft) v = r.uniform();
+    const tensor y_sparse = from_span(labels, {n}), y_onehot = from_span(onehot, pe), y_soft = from_span(soft, pe);
+    check_loss_gradient("scce logits", sparse_categorical_crossentropy{{.from_logits = true}}, y_sparse, logits, pe);
+    check_loss_gradient("scce probs", sparse_categorical_crossentropy{}, y_sparse, probs, pe);
+    check_loss_gradient("cce logits", categorical_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
+    check_loss_gradient("cce probs", categorical_crossentropy{}, y_onehot, probs, pe);
+    check_loss_gradient("bce logits", binary_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
+    check_loss_gradient("bce probs", binary_crossentropy{}, y_soft, probs, pe);
+    check_loss_gradient("mse", mean_squared_error{}, y_soft, logits, pe);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_labels_and_shapes_name_the_loss_and_shapes) {
+  const tensor z = zeros({2, 3});
+  try {
+    sparse_categorical_crossentropy{{.from_logits = true}}(t1({1, 3}), z);
+    BOOST_FAIL("expected value_error");
+  } catch (const value_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("sparse_categorical_crossentropy") != std::string::npos);
+    BOOST_TEST(m.find("label 3") != std::string::npos);
+    BOOST_TEST(m.find("(2, 3)") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(sparse_categorical_crossentropy{}(t1({0.5f, 1}), z), value_error);
+  BOOST_CHECK_THROW(sparse_categorical_crossentropy{}(t1({-1, 1}), z), value_error);
+  BOOST_CHECK_THROW(sparse_categorical_crossentropy{}(t1({0, 1, 2}), z), shape_error);
+  try {
+    mean_squared_error{}(zeros({2, 4}), z);
+    BOOST_FAIL("expected shape_error");
+  } catch (const shape_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("mean_squared_error") != std::string::npos);
+    BOOST_TEST(m.find("(2, 4)") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_as_in_the_seeds) {
+  // 4 examples on this replica of a global batch of 8: the sum over 8
+  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}, 8) == 10.0f / 8);
+  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);
+  BOOST_TEST(scale_regularization_loss(3.0f, 2) == 1.5f);
+  BOOST_CHECK_THROW(scale_regularization_loss(3.0f, 0), value_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,192 @@
+// The model: layout, names, summary, compile/steps, training to near-zero loss, custom-loop
+// gradients, determinism and run-time errors.
+#include <sstream>
+
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+
+using cnn = sequential<input<28, 28>, reshape<28, 28, 1>, conv2d<32, 3, relu>, flatten, dense<128, relu>, dense<10>>;
+using small = sequential<input<6>, dense<8, dtrain::tanh, l2<0.01f>>, dropout<0.2f>, dense<8, gelu>, dense<3>>;
+using pooled = sequential<input<8, 8, 2>, conv2d<3, 3, relu, padding::same, l2<0.001f>>, max_pooling2d<2>,
+                          conv2d<4, 2, sigmoid, strides<2>>, average_pooling2d<2, padding::same>, flatten, dense<5>,
+                          softmax>;
+
+namespace {
+/// A separable problem: class = argmax of three fixed projections of x.
+std::pair<tensor, tensor> blobs(std::size_t n, std::uint64_t seed) {
+  rng r(seed);
+  tensor x = zeros({n, 6}), y = zeros({n});
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = r.below(3);
+    for (std::size_t j = 0; j < 6; ++j) x(i, j) = 0.3f * r.normal() + (j / 2 == c ? 1.5f : 0.0f);
+    y(i) = float(c);
+  }
+  return {x, y};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(model)
+
+BOOST_AUTO_TEST_CASE(layout_names_and_counts) {
+  static_assert(cnn::param_count == 320 + 21632 * 128 + 128 + 1290);
+  static_assert(std::is_same_v<cnn::output_shape, shape<10>>);
+  cnn m;
+  BOOST_TEST(m.count_params() == 2770634u);
+  const auto ls = m.layers();
+  BOOST_REQUIRE_EQUAL(ls.size(), 5u);
+  BOOST_TEST(ls[1].name == "conv2d");
+  BOOST_TEST(ls[3].name == "dense");
+  BOOST_TEST(ls[4].name == "dense_1");
+  BOOST_TEST(ls[4].output_shape == "(None, 10)");
+  BOOST_TEST(ls[3].variables[0].name == "kernel");
+  BOOST_TEST((ls[3].variables[0].shape == std::vector<std::size_t>{21632, 128}));
+  // one contiguous buffer, layer after layer, kernel then bias
+  BOOST_TEST(ls[3].offset == 320u);
+  BOOST_TEST(ls[3].variables[1].offset == 320u + 21632 * 128);
+  BOOST_TEST(ls[4].offset == ls[3].offset + ls[3].param_count);
+  BOOST_TEST(m.parameters().size() == m.count_params());
+  BOOST_TEST(m.layer_parameters<3>().data() == m.parameters().data() + 320);
+}
+
+BOOST_AUTO_TEST_CASE(summary_table) {
+  cnn m;
+  std::ostringstream os;
+  m.summary(os);
+  const std::string s = os.str();
+  BOOST_TEST(s.find("Model: \"sequential\"") == 0u);
+  BOOST_TEST(s.find(" conv2d (Conv2D)             (None, 26, 26, 32)        320") != std::string::npos);
+  BOOST_TEST(s.find(" dense_1 (Dense)             (None, 10)                1290") != std::string::npos);
+  BOOST_TEST(s.find("Total params: 2,770,634") != std::string::npos);
+  BOOST_TEST(s.find("Non-trainable params: 0") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(trains_to_near_zero_loss) {
+  small m(3);
+  m.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+             .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  auto [x, y] = blobs(64, 1);
+  logs first, last;
+  for (int s = 0; s < 300; ++s) {
+    m.reset_metrics();
+    last = m.train_step(x, y);
+    if (s == 0) first = last;
+  }
+  BOOST_TEST(first["loss"] > 0.5f);
+  BOOST_TEST(last["accuracy"] == 1.0f);
+  m.reset_metrics();
+  const logs eval = m.test_step(x, y);
+  // the data loss goes to ~0; what stays is the l2 penalty of the first layer
+  BOOST_TEST(eval["loss"] - m.regularization_loss() < 0.02f);
+  BOOST_TEST(eval["accuracy"] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(conv_pool_model_trains_and_predicts) {
+  pooled m(5);
+  m.compile({.optimizer = sgd{{.learning_rate = 0.5f, .momentum = 0.9f}}, .loss = sparse_categorical_crossentropy{},
+             .metrics = {sparse_categorical_accuracy{}}});
+  rng r(2);
+  tensor x = zeros({10, 8, 8, 2}), y = zeros({10});
+  for (std::size_t i = 0; i < 10; ++i) {
+    y(i) = float(i % 5);
+    for (std::size_t j = 0; j < 128; ++j) x.data()[i * 128 + j] = r.normal() + (j % 5 == i % 5 ? 1.0f : 0.0f);
+  }
+  float first = 0;
+  logs l;
+  for (int s = 0; s < 150; ++s) {
+    m.reset_metrics();
+    l = m.train_step(x, y);
+    if (s == 0) first = l["loss"];
+  }
+  BOOST_TEST(l["loss"] < 0.1f * first);
+  const tensor p = m.predict_on_batch(x);
+  BOOST_TEST((extents_of(p) == extents{10, 5}));
+  BOOST_TEST(xt::sum(xt::view(p, 0, xt::all()))() == 1.0f, tt::tolerance(1e-5f));  // softmax rows
+}
+
+BOOST_AUTO_TEST_CASE(value_and_gradients_matches_central_differences) {
+  // the custom-loop step: average over a global batch of 8 (this "replica" holds 4), l2 scaled by 2 replicas
+  pooled m(9);
+  rng r(4);
+  tensor x = zeros({4, 8, 8, 2}), y = zeros({4});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 4; ++i) y(i) = float(i);
+  const any_loss loss = sparse_categorical_crossentropy{};
+  m.value_and_gradients(x, y, loss, 8, 2);
+  const std::vector<float> analytic(m.gradients().begin(), m.gradients().end());
+  std::vector<float> params(m.parameters().begin(), m.parameters().end());
+  auto f = [&]() -> double {
+    m.set_weights(params);
+    const tensor per = sparse_categorical_crossentropy{{.reduction = reduction::none}}(y, m(x, true));
+    return compute_average_loss(per, 8) + scale_regularization_loss(m.regularization_loss(), 2);
+  };
+  dtrain_test::check_gradient("model", params, analytic, f, 400);
+}
+
+BOOST_AUTO_TEST_CASE(custom_loss_callable) {
+  small m(1);
+  tensor x = zeros({2, 6});
+  // loss = sum of outputs: d loss / d outputs = 1
+  const float l = m.value_and_gradients(x, [](const tensor& p, tensor& d) {
+    d = xt::ones_like(p);
+    return static_cast<float>(xt::sum(p)());
+  });
+  BOOST_TEST(std::isfinite(l));
+  float gnorm = 0;
+  for (float g : m.gradients()) gnorm += g * g;
+  BOOST_TEST(gnorm > 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(same_seed_same_weights_bitwise) {
+  auto train = [](std::uint64_t seed) {
+    small m(seed);
+    m.compile({.optimizer = rmsprop{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    auto [x, y] = blobs(16, 7);
+    for (int s = 0; s < 5; ++s) m.train_step(x, y);
+    return m.get_weights();
+  };
+  BOOST_TEST(train(1) == train(1), tt::per_element());
+  BOOST_TEST(train(1) != train(2));
+}
+
+BOOST_AUTO_TEST_CASE(run_time_errors_name_layer_loss_and_shapes) {
+  small m;
+  tensor x = zeros({4, 6}), y = zeros({4});
+  BOOST_CHECK_THROW(m.train_step(x, y), usage_error);
+  m.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  try {
+    m.train_step(zeros({4, 7}), y);
+    BOOST_FAIL("expected shape_error");
+  } catch (const shape_error& e) {
+    const std::string s = e.what();
+    BOOST_TEST(s.find("(4, 7)") != std::string::npos);
+    BOOST_TEST(s.find("(None, 6)") != std::string::npos);
+    BOOST_TEST(s.find("dense") != std::string::npos);
+  }
+  try {
+    m.train_step(x, zeros({3}));
+    BOOST_FAIL("expected shape_error");
+  } catch (const shape_error& e) {
+    const std::string s = e.what();
+    BOOST_TEST(s.find("(4, 6)") != std::string::npos);
+    BOOST_TEST(s.find("(3,)") != std::string::npos);
+  }
+  tensor bad = y;
+  bad(2) = 3.0f;
+  try {
+    m.train_step(x, bad);
+    BOOST_FAIL("expected value_error");
+  } catch (const value_error& e) {
+    const std::string s = e.what();
+    BOOST_TEST(s.find("sparse_categorical_crossentropy") != std::string::npos);
+    BOOST_TEST(s.find("label 3") != std::string::npos);
+    BOOST_TEST(s.find("(4, 3)") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(m.predict_on_batch(zeros({0, 6})), value_error);
+  BOOST_CHECK_THROW(m.set_weights(std::vector<float>(3)), shape_error);
+  BOOST_CHECK_THROW(m.compile({.optimizer = {}, .loss = mean_squared_error{}}), usage_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

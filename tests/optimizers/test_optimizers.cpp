@@ -1,0 +1,139 @@
+// Update rules worked out by hand for two steps, schedules, state save/restore, bad options.
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+
+namespace {
+/// Two steps on p = (1, -2) with gradients g1 then g2; returns p.
+template <class O>
+std::vector<float> two_steps(O o) {
+  std::vector<float> p{1.0f, -2.0f};
+  o.apply_gradients(std::vector<float>{0.5f, -1.0f}, p);
+  o.apply_gradients(std::vector<float>{0.25f, 2.0f}, p);
+  return p;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(optimizers)
+
+BOOST_AUTO_TEST_CASE(sgd_plain_momentum_nesterov) {
+  auto p = two_steps(sgd{{.learning_rate = 0.1f}});
+  BOOST_TEST(p[0] == 1.0f - 0.1f * 0.75f, tt::tolerance(1e-6f));
+  BOOST_TEST(p[1] == -2.0f - 0.1f * 1.0f, tt::tolerance(1e-6f));
+  // momentum 0.9: m1 = -0.05, p = 0.95; m2 = 0.9 * -0.05 - 0.025 = -0.07, p = 0.88
+  p = two_steps(sgd{{.learning_rate = 0.1f, .momentum = 0.9f}});
+  BOOST_TEST(p[0] == 0.88f, tt::tolerance(1e-6f));
+  // nesterov: p1 = 1 + 0.9 * -0.05 - 0.05 = 0.905; m2 = -0.07, p2 = 0.905 + 0.9 * -0.07 - 0.025 = 0.817
+  p = two_steps(sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}});
+  BOOST_TEST(p[0] == 0.817f, tt::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(adam_first_step_moves_by_learning_rate) {
+  // With bias correction Adam's first step is lr * g / (|g| + eps') = lr * sign(g)
+  adam a{{.learning_rate = 0.01f}};
+  std::vector<float> p{1.0f, -2.0f};
+  a.apply_gradients(std::vector<float>{0.5f, -1.0f}, p);
+  BOOST_TEST(p[0] == 0.99f, tt::tolerance(1e-5f));
+  BOOST_TEST(p[1] == -1.99f, tt::tolerance(1e-5f));
+  BOOST_TEST(a.iterations() == 1);
+  // second step on parameter 0: m = 0.9*0.05 + 0.1*0.25 = 0.07, v = 0.999*0.00025 + 0.001*0.0625
+  const double m = 0.07, v = 0.999 * 0.00025 + 0.001 * 0.0625;
+  const double alpha = 0.01 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9);
+  a.apply_gradients(std::vector<float>{0.25f, 2.0f}, p);
+  BOOST_TEST(p[0] == 0.99 - alpha * m / (std::sqrt(v) + 1e-7), tt::tolerance(1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(adamw_decays_weights_first) {
+  // zero gradient: Adam moves nothing, AdamW multiplies by 1 - lr * wd
+  adamw a{{.learning_rate = 0.1f, .weight_decay = 0.5f}};
+  std::vector<float> p{2.0f};
+  a.apply_gradients(std::vector<float>{0.0f}, p);
+  BOOST_TEST(p[0] == 2.0f * (1 - 0.05f), tt::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(rmsprop_plain_momentum_centered) {
+  // v1 = 0.1 * 0.25 = 0.025; step = 0.01 * 0.5 / sqrt(0.025 + 1e-7)
+  rmsprop r{{.learning_rate = 0.01f}};
+  std::vector<float> p{1.0f};
+  r.apply_gradients(std::vector<float>{0.5f}, p);
+  const double s1 = 0.01 * 0.5 / std::sqrt(0.025 + 1e-7);
+  BOOST_TEST(p[0] == 1.0 - s1, tt::tolerance(1e-5));
+  // centered: mean g = 0.05, denominator 0.025 - 0.0025
+  rmsprop c{{.learning_rate = 0.01f, .centered = true}};
+  p = {1.0f};
+  c.apply_gradients(std::vector<float>{0.5f}, p);
+  BOOST_TEST(p[0] == 1.0 - 0.01 * 0.5 / std::sqrt(0.0225 + 1e-7), tt::tolerance(1e-5));
+  // momentum 0.5: second step adds half of the first
+  rmsprop m{{.learning_rate = 0.01f, .momentum = 0.5f}};
+  p = {1.0f};
+  m.apply_gradients(std::vector<float>{0.5f}, p);
+  m.apply_gradients(std::vector<float>{0.5f}, p);
+  const double v2 = 0.9 * 0.025 + 0.1 * 0.25;
+  const double s2 = 0.01 * 0.5 / std::sqrt(v2 + 1e-7);
+  BOOST_TEST(p[0] == 1.0 - s1 - (0.5 * s1 + s2), tt::tolerance(1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(schedules) {
+  exponential_decay e{.initial_learning_rate = 0.1f, .decay_steps = 10, .decay_rate = 0.5f};
+  BOOST_TEST(e(0) == 0.1f);
+  BOOST_TEST(e(10) == 0.05f, tt::tolerance(1e-6f));
+  BOOST_TEST(e(5) == 0.1f * std::sqrt(0.5f), tt::tolerance(1e-6f));
+  e.staircase = true;
+  BOOST_TEST(e(19) == 0.05f, tt::tolerance(1e-6f));
+  piecewise_constant_decay pc{.boundaries = {100, 200}, .values = {1.0f, 0.5f, 0.1f}};
+  BOOST_TEST(pc(100) == 1.0f);
+  BOOST_TEST(pc(101) == 0.5f);
+  BOOST_TEST(pc(1000) == 0.1f);
+  // the optimizer asks the schedule at `iterations` (0 on the first step)
+  sgd s{{.learning_rate = piecewise_constant_decay{.boundaries = {0}, .values = {1.0f, 0.1f}}}};
+  std::vector<float> p{0.0f};
+  s.apply_gradients(std::vector<float>{1.0f}, p);
+  BOOST_TEST(p[0] == -1.0f);
+  s.apply_gradients(std::vector<float>{1.0f}, p);
+  BOOST_TEST(p[0] == -1.1f, tt::tolerance(1e-6f));
+  BOOST_CHECK_THROW((sgd{{.learning_rate = piecewise_constant_decay{.boundaries = {1}, .values = {1.0f}}}}), value_error);
+  BOOST_CHECK_THROW((sgd{{.learning_rate = exponential_decay{.decay_steps = 0}}}), value_error);
+  BOOST_CHECK_THROW((sgd{{.learning_rate = -1.0f}}), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(state_round_trip_resumes_bitwise) {
+  rng r(3);
+  const auto grads = dtrain_test::random_vector(4 * 50, r);
+  auto run = [&](any_optimizer o, std::size_t from, std::size_t to, std::vector<float>& p) {
+    for (std::size_t s = from; s < to; ++s) o.apply_gradients(std::span(grads).subspan(s * 50, 50), p);
+    return o;
+  };
+  for (any_optimizer proto : {any_optimizer(adam{}), any_optimizer(rmsprop{{.momentum = 0.9f, .centered = true}}),
+                              any_optimizer(sgd{{.momentum = 0.9f}}), any_optimizer(adamw{{.amsgrad = true}})}) {
+    std::vector<float> straight(50, 1.0f), resumed(50, 1.0f);
+    run(proto, 0, 4, straight);
+    const any_optimizer half = run(proto, 0, 2, resumed);
+    any_optimizer fresh = proto;
+    fresh.set_state(half.state());
+    run(fresh, 2, 4, resumed);
+    BOOST_TEST(straight == resumed, tt::per_element());
+    BOOST_TEST(half.iterations() == 2);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_state) {
+  BOOST_CHECK_THROW(sgd{{.momentum = 1.5f}}, value_error);
+  BOOST_CHECK_THROW(adam{{.beta_1 = 1.0f}}, value_error);
+  BOOST_CHECK_THROW(rmsprop{{.rho = -0.1f}}, value_error);
+  adam a;
+  std::vector<float> p(3);
+  BOOST_CHECK_THROW(a.apply_gradients(std::vector<float>(2), p), shape_error);
+  a.set_state({.iterations = 5, .slots = std::vector<float>(4)});
+  BOOST_CHECK_THROW(a.apply_gradients(std::vector<float>(3), p), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(set_learning_rate_replaces_the_schedule) {
+  any_optimizer o = sgd{{.learning_rate = exponential_decay{.initial_learning_rate = 1.0f, .decay_steps = 1, .decay_rate = 0.5f}}};
+  BOOST_TEST(o.learning_rate() == 1.0f);
+  o.set_learning_rate(0.25f);
+  BOOST_TEST(o.learning_rate() == 0.25f);
+  BOOST_TEST(o.name() == "SGD");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

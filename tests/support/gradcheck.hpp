@@ -1,0 +1,98 @@
+#pragma once
+// Numeric gradient checks by central differences.
+//
+// f(x, p) = sum(y * r) for a fixed random projection r, so d f / d y = r. Each checked entry is
+// differentiated with steps h = 2e-3 and h / 2; where the two estimates disagree by more than the
+// tolerance the entry sits on a kink (relu at 0, a max-pool tie) and is skipped, and at most 10% of
+// the entries may be skipped. Tolerance (float32 forward passes): |analytic - numeric| <= 5e-3 + 2e-2 * |numeric|.
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <dtrain/dtrain.hpp>
+
+namespace dtrain_test {
+
+inline constexpr double grad_atol = 5e-3;
+inline constexpr double grad_rtol = 2e-2;
+
+inline std::vector<float> random_vector(std::size_t n, dtrain::rng& r, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * r.normal();
+  return v;
+}
+
+/// Compares `analytic` with central differences of `f` over `values` (perturbed in place).
+/// Checks every entry when there are at most `max_checks`, else an evenly spread subset.
+inline void check_gradient(const std::string& what, std::vector<float>& values, std::span<const float> analytic,
+                           const std::function<double()>& f, std::size_t max_checks = 200) {
+  BOOST_REQUIRE_EQUAL(values.size(), analytic.size());
+  const std::size_t n = values.size();
+  const std::size_t stride = std::max<std::size_t>(1, n / max_checks);
+  std::size_t checked = 0, skipped = 0, failed = 0;
+  auto numeric = [&](std::size_t i, float h) {
+    const float keep = values[i];
+    values[i] = keep + h;
+    const double up = f();
+    values[i] = keep - h;
+    const double down = f();
+    values[i] = keep;
+    return (up - down) / (2.0 * h);
+  };
+  for (std::size_t i = 0; i < n; i += stride) {
+    const double n1 = numeric(i, 2e-3f), n2 = numeric(i, 1e-3f);
+    ++checked;
+    if (std::abs(n1 - n2) > grad_atol + grad_rtol * std::abs(n2)) {
+      ++skipped;
+      continue;
+    }
+    const double a = analytic[i];
+    if (std::abs(a - n2) > grad_atol + grad_rtol * std::abs(n2)) {
+      if (++failed <= 5)
+        BOOST_ERROR(what << "[" << i << "]: analytic " << a << " vs numeric " << n2);
+    }
+  }
+  BOOST_CHECK_MESSAGE(failed == 0, what << ": " << failed << " of " << checked << " entries differ");
+  BOOST_CHECK_MESSAGE(skipped * 10 <= checked, what << ": " << skipped << " of " << checked << " entries sat on kinks");
+}
+
+/// Checks d f / d x and d f / d params of bound layer L on a batch of `n` random samples.
+template <class L>
+void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t seed = 7) {
+  using In = typename L::input_shape;
+  using Out = typename L::output_shape;
+  dtrain::rng r(seed);
+  dtrain::cpu device;
+  L layer;
+  std::vector<float> params(dtrain::param_count_v<L>), grads(params.size());
+  layer.initialize(params, r);
+  for (auto& p : params) p += 0.1f * r.normal();  // non-zero biases too
+  std::vector<float> x = random_vector(n * In::size, r), proj = random_vector(n * Out::size, r);
+  std::vector<float> y(n * Out::size), dy, dx(n * In::size);
+
+  auto f = [&]() -> double {
+    dtrain::rng fixed(seed + 1);  // the same dropout mask on every pass
+    dtrain::layer_context<dtrain::cpu> ctx{device, fixed, true};
+    layer.forward(ctx, x.data(), y.data(), n, params);
+    double s = 0.0;
+    for (std::size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * proj[i];
+    return s;
+  };
+  f();
+  dy = proj;
+  {
+    dtrain::rng fixed(seed + 1);
+    dtrain::layer_context<dtrain::cpu> ctx{device, fixed, true};
+    layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, params, grads);
+  }
+  check_gradient(what + " d/dx", x, dx, f);
+  if (!params.empty()) check_gradient(what + " d/dparams", params, grads, f);
+}
+
+}  // namespace dtrain_test

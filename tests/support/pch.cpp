@@ -1,0 +1,1 @@
+// Builds the precompiled header (support/pch.hpp) that every test executable reuses.

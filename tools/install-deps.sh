@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Debian 12 packages dtrain builds, tests and runs its demo with. Idempotent: it calls
+# apt-get only when a package is missing. Runs as root, or through sudo when there is one.
+set -eu
+packages="cmake g++ ninja-build ccache libxtensor-dev libxtensor-blas-dev libopenblas-dev libboost-test-dev
+libasio-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
