@@ -1,0 +1,329 @@
+#!/usr/bin/python3
+"""Generates tests/golden/golden.json: reference values from PyTorch for tests/golden/test_golden.cpp.
+
+How to run (from the repository root; needs PyTorch >= 1.13 and NumPy; on Debian the system
+interpreter has them, a virtualenv's python3 may not):
+
+    /usr/bin/python3 tests/golden/make_golden.py
+
+It overwrites tests/golden/golden.json. CI does not run it; the JSON is committed.
+
+Everything is computed in float64. Every input (x, params, dy, y_true, y_pred, p0, g) is first rounded
+to float32, so the C++ side (float32) sees exactly the numbers the reference was computed from; the
+expected outputs are stored rounded to 9 significant digits.
+
+Layouts are dtrain's (= Keras'): activations NHWC (channels last), Dense kernel (in, units), Conv2D
+kernel (kh, kw, cin, cout); params are stored flattened as [kernel..., bias...], which is dtrain's
+parameter buffer order. Torch's NCHW / (cout, cin, kh, kw) layouts are converted here.
+
+Keras conventions reproduced in torch (not torch's own defaults):
+  - 'same' padding puts the extra pad at the bottom/right (pad_top = total // 2);
+  - average pooling with 'same' padding averages only the cells inside the input;
+  - categorical crossentropy on probabilities renormalises each row to sum 1, then clips to
+    [1e-7, 1 - 1e-7]; sparse categorical crossentropy on probabilities clips without renormalising
+    (tf.keras 2's backend, documented in docs/keras-names.md);
+  - binary crossentropy on probabilities is -(y log(p + 1e-7) + (1 - y) log(1 - p + 1e-7)) after
+    clipping p to [1e-7, 1 - 1e-7], averaged over the last axis;
+  - losses are reduced with sum_over_batch_size (the mean of the per-row losses).
+Optimizers use torch.optim as is; where Keras (and dtrain) place epsilon differently (Adam, RMSprop)
+the script prints how far the Keras form is from torch's, to justify the C++ test's tolerance.
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(20240607)
+DT = torch.float64
+EPS = 1e-7  # keras.backend.epsilon()
+
+
+def f32(t):
+    """Rounds to float32 and back, so the C++ side sees the exact same inputs."""
+    return t.to(torch.float32).to(DT)
+
+
+def flat(t):
+    """Float list of a tensor, rounded to 9 significant digits (more than float32 holds)."""
+    return [float(f"{v:.9g}") for v in t.detach().reshape(-1).tolist()]
+
+
+def randn(*shape, scale=1.0):
+    return f32(torch.randn(*shape, dtype=DT) * scale)
+
+
+def uniform(lo, hi, *shape):
+    return f32(lo + (hi - lo) * torch.rand(*shape, dtype=DT))
+
+
+# ---- activations ------------------------------------------------------------------------------------
+ACTIVATIONS = {
+    "linear": lambda z: z,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "softmax": lambda z: torch.softmax(z, dim=-1),
+    "gelu": lambda z: F.gelu(z, approximate="none"),  # exact erf form
+}
+
+
+def layer_case(name, fn, x, params):
+    """Runs fn(x, *params) -> y, backprops a random upstream gradient dy, records everything.
+
+    `params` are in dtrain (Keras) layout; fn converts as it needs."""
+    x = x.clone().requires_grad_(True)
+    ps = [p.clone().requires_grad_(True) for p in params]
+    y = fn(x, *ps)
+    dy = randn(*y.shape)
+    (y * dy).sum().backward()
+    case = {
+        "name": name,
+        "x_shape": list(x.shape),
+        "y_shape": list(y.shape),
+        "x": flat(x),
+        "params": flat(torch.cat([p.reshape(-1) for p in ps])) if ps else [],
+        "dy": flat(dy),
+        "y": flat(y),
+        "dx": flat(x.grad),
+        "dparams": flat(torch.cat([p.grad.reshape(-1) for p in ps])) if ps else [],
+    }
+    return case
+
+
+def same_pads(size, k, s):
+    """TF 'same': (before, after) padding along one axis; the extra one goes after."""
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def pad_nchw(x, k, s, value=0.0):
+    """Pads an NCHW tensor for a TF 'same' window of size k and stride s."""
+    top, bottom = same_pads(x.shape[2], k, s)
+    left, right = same_pads(x.shape[3], k, s)
+    return F.pad(x, (left, right, top, bottom), value=value)
+
+
+def nhwc_to_nchw(x):
+    return x.permute(0, 3, 1, 2)
+
+
+def nchw_to_nhwc(x):
+    return x.permute(0, 2, 3, 1)
+
+
+def make_layers():
+    cases = []
+
+    # Dense: in 5, units 4, batch 3
+    x = randn(3, 5)
+    w = randn(5, 4, scale=0.6)  # Keras layout (in, units)
+    b = randn(4, scale=0.3)
+    for act, fa in ACTIVATIONS.items():
+        cases.append(layer_case(f"dense_{act}", lambda x, w, b, fa=fa: fa(x @ w + b), x, [w, b]))
+
+    # Conv2D: input (2, 6, 5, 3) NHWC, 4 filters, kernel 3
+    x = randn(2, 6, 5, 3)
+    k = randn(3, 3, 3, 4, scale=0.3)  # Keras layout (kh, kw, cin, cout)
+    b = randn(4, scale=0.3)
+
+    def conv(x, k, b, stride, same):
+        xt = nhwc_to_nchw(x)
+        if same:
+            xt = pad_nchw(xt, 3, stride)
+        wt = k.permute(3, 2, 0, 1)  # (cout, cin, kh, kw)
+        return nchw_to_nhwc(F.conv2d(xt, wt, b, stride=stride))
+
+    for pad, stride in (("valid", 1), ("same", 1), ("same", 2), ("valid", 2)):
+        cases.append(layer_case(f"conv2d_{pad}_s{stride}",
+                                lambda x, k, b, s=stride, same=(pad == "same"): conv(x, k, b, s, same), x, [k, b]))
+
+    # Pooling on the same kind of input
+    x = randn(2, 6, 5, 3)
+
+    def max_pool(x, k, s, same):
+        xt = nhwc_to_nchw(x)
+        if same:
+            xt = pad_nchw(xt, k, s, value=-math.inf)
+        return nchw_to_nhwc(F.max_pool2d(xt, k, s))
+
+    def avg_pool(x, k, s, same):
+        xt = nhwc_to_nchw(x)
+        if not same:
+            return nchw_to_nhwc(F.avg_pool2d(xt, k, s))
+        ones = torch.ones_like(xt)
+        # TF rule: the mean over the cells inside the input (sum over window / count inside)
+        return nchw_to_nhwc(F.avg_pool2d(pad_nchw(xt, k, s), k, s) / F.avg_pool2d(pad_nchw(ones, k, s), k, s))
+
+    cases.append(layer_case("max_pooling2d_p2_valid", lambda x: max_pool(x, 2, 2, False), x, []))
+    cases.append(layer_case("max_pooling2d_p3_s2_same", lambda x: max_pool(x, 3, 2, True), x, []))
+    cases.append(layer_case("average_pooling2d_p2_valid", lambda x: avg_pool(x, 2, 2, False), x, []))
+    cases.append(layer_case("average_pooling2d_p3_s2_same", lambda x: avg_pool(x, 3, 2, True), x, []))
+
+    # Standalone activations on (3, 7)
+    x = randn(3, 7, scale=1.5)
+    for act in ("relu", "sigmoid", "tanh", "softmax", "gelu"):
+        cases.append(layer_case(f"activation_{act}", ACTIVATIONS[act], x, []))
+    return cases
+
+
+# ---- losses -----------------------------------------------------------------------------------------
+def loss_case(name, fn, y_true, y_pred):
+    p = y_pred.clone().requires_grad_(True)
+    per_row = fn(y_true, p)  # one loss per row (batch,)
+    value = per_row.mean()  # sum_over_batch_size
+    value.backward()
+    return {
+        "name": name,
+        "true_shape": list(y_true.shape),
+        "pred_shape": list(y_pred.shape),
+        "y_true": flat(y_true),
+        "y_pred": flat(y_pred),
+        "value": float(f"{value.item():.9g}"),
+        "grad": flat(p.grad),
+    }
+
+
+def make_losses():
+    n, c = 4, 5
+    cases = []
+    logits = randn(n, c, scale=1.5)
+    # probabilities: softmax of mild logits, every entry inside (0.05, 0.95), rows sum to 1 (up to float32)
+    probs = f32(torch.softmax(randn(n, c, scale=0.5), dim=-1))
+    assert probs.min() > 0.05 and probs.max() < 0.95
+    labels = torch.tensor([1.0, 0.0, 4.0, 2.0], dtype=DT)
+    onehot = F.one_hot(labels.long(), c).to(DT)
+    onehot[3] = torch.tensor([0.1, 0.0, 0.6, 0.3, 0.0], dtype=DT)  # one soft-target row
+    onehot = f32(onehot)
+    binary = f32((torch.rand(n, c, dtype=DT) > 0.5).to(DT))
+    bprobs = uniform(0.06, 0.94, n, c)
+
+    li = labels.long()
+
+    def scce_logits(t, z):
+        return -torch.log_softmax(z, -1).gather(1, li[:, None])[:, 0]
+
+    def scce_probs(t, p):  # clip, no renormalisation
+        return -torch.log(p.clamp(EPS, 1 - EPS).gather(1, li[:, None])[:, 0])
+
+    def cce_logits(t, z):
+        return -(t * torch.log_softmax(z, -1)).sum(-1)
+
+    def cce_probs(t, p):  # renormalise, clip
+        q = (p / p.sum(-1, keepdim=True)).clamp(EPS, 1 - EPS)
+        return -(t * torch.log(q)).sum(-1)
+
+    def bce_logits(t, z):
+        return F.binary_cross_entropy_with_logits(z, t, reduction="none").mean(-1)
+
+    def bce_probs(t, p):
+        q = p.clamp(EPS, 1 - EPS)
+        return -(t * torch.log(q + EPS) + (1 - t) * torch.log(1 - q + EPS)).mean(-1)
+
+    def mse(t, p):
+        return ((p - t) ** 2).mean(-1)
+
+    cases.append(loss_case("sparse_categorical_crossentropy_logits", scce_logits, labels, logits))
+    cases.append(loss_case("sparse_categorical_crossentropy_probs", scce_probs, labels, probs))
+    cases.append(loss_case("categorical_crossentropy_logits", cce_logits, onehot, logits))
+    cases.append(loss_case("categorical_crossentropy_probs", cce_probs, onehot, probs))
+    cases.append(loss_case("binary_crossentropy_logits", bce_logits, binary, logits))
+    cases.append(loss_case("binary_crossentropy_probs", bce_probs, binary, bprobs))
+    cases.append(loss_case("mean_squared_error", mse, randn(n, c), randn(n, c)))
+    return cases
+
+
+# ---- optimizers -------------------------------------------------------------------------------------
+def keras_form(name, p0, gs):
+    """The Keras/dtrain update rule (numpy, float64), only to report its distance from torch's."""
+    p = p0.numpy().copy()
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    vh = np.zeros_like(p)
+    a = np.zeros_like(p)
+    out = []
+    for t, g in enumerate(gs, start=1):
+        g = g.numpy()
+        if name.startswith("adam"):
+            lr = 0.01
+            if name == "adamw":
+                p = p * (1 - lr * 0.004)
+            alpha = lr * math.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+            m += (g - m) * 0.1
+            v += (g * g - v) * 0.001
+            vh = np.maximum(vh, v)
+            p = p - alpha * m / (np.sqrt(vh if name == "adam_amsgrad" else v) + EPS)
+        elif name.startswith("rmsprop"):
+            v = 0.9 * v + 0.1 * g * g
+            denom = v
+            if name == "rmsprop_centered":
+                a = 0.9 * a + 0.1 * g
+                denom = v - a * a
+            inc = 0.01 * g / np.sqrt(denom + EPS)
+            if name == "rmsprop_momentum":
+                m = 0.5 * m + inc
+                inc = m
+            p = p - inc
+        else:
+            return None
+        out.append(p.copy())
+    return out
+
+
+def make_optimizers():
+    n = 10
+    p0 = randn(n)
+    # gradients of magnitude 0.1 .. 1 with random signs (keeps the epsilon-placement difference tiny)
+    sign = lambda: torch.where(torch.rand(n, dtype=DT) < 0.5, -1.0, 1.0).to(DT)
+    g1 = f32(sign() * (0.1 + 0.9 * torch.rand(n, dtype=DT)))
+    g2 = f32(sign() * (0.1 + 0.9 * torch.rand(n, dtype=DT)))
+    configs = {
+        "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
+        "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+        "adam": lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-7),
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-7, amsgrad=True),
+        "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.9, eps=1e-7),
+        "rmsprop_momentum": lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.9, eps=1e-7, momentum=0.5),
+        "rmsprop_centered": lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.9, eps=1e-7, centered=True),
+        "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, betas=(0.9, 0.999), eps=1e-7, weight_decay=0.004),
+    }
+    cases = []
+    for name, make in configs.items():
+        p = p0.clone().requires_grad_(True)
+        opt = make([p])
+        steps = []
+        for g in (g1, g2):
+            p.grad = g.clone()
+            opt.step()
+            steps.append(p.detach().clone())
+        kf = keras_form(name, p0, [g1, g2])
+        if kf is not None:
+            d = max(float(np.max(np.abs(k - s.numpy()))) for k, s in zip(kf, steps))
+            print(f"  {name}: max |keras form - torch| over both steps = {d:.3g}")
+        cases.append({"name": name, "p0": flat(p0), "g1": flat(g1), "g2": flat(g2),
+                      "p1": flat(steps[0]), "p2": flat(steps[1])})
+    return cases
+
+
+def main():
+    golden = {
+        "generator": "tests/golden/make_golden.py (torch " + torch.__version__ + ", float64)",
+        "layers": make_layers(),
+        "losses": make_losses(),
+        "optimizers": make_optimizers(),
+    }
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden.json")
+    with open(path, "w") as f:
+        json.dump(golden, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {path} ({os.path.getsize(path)} bytes): {len(golden['layers'])} layer, "
+          f"{len(golden['losses'])} loss, {len(golden['optimizers'])} optimizer cases")
+
+
+if __name__ == "__main__":
+    main()

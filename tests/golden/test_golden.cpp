@@ -1,0 +1,222 @@
+// Golden values from PyTorch (float64) for layers (forward and backward), losses (value and gradient) and
+// optimizers (two steps). The reference is tests/golden/golden.json, written by tests/golden/make_golden.py
+// (run it with `/usr/bin/python3 tests/golden/make_golden.py`; see its header for the conventions).
+#include "support/gradcheck.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+
+using namespace dtrain;
+using json = nlohmann::json;
+
+namespace {
+
+// Tolerances: |got - expected| <= atol + rtol * |expected|, element by element.
+// Layers: dtrain computes in float32 (sums of up to 27 products, erf/exp/tanh in float), the reference in
+// float64 from the same float32 inputs; values are O(1), so float32 rounding stays well below these.
+constexpr double layer_rtol = 1e-4, layer_atol = 1e-5;
+// Losses: float32 logs/exps of O(1) values; gradients are scaled by 1 / batch (and 1 / classes), so O(0.1).
+constexpr double loss_rtol = 1e-4, loss_atol = 1e-6;
+// Optimizers: Keras (and dtrain) place epsilon differently from torch.optim -- Adam uses
+// lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) where torch adds eps to sqrt(v) / sqrt(1 - b2^t);
+// RMSprop divides by sqrt(v + eps) where torch divides by sqrt(v) + eps. With eps = 1e-7 and gradients of
+// magnitude 0.1 .. 1 the two forms differ by < 1e-6 absolute on these parameters (make_golden.py prints
+// the exact distance: at most 6.7e-7), plus float32 rounding of O(1) parameters (~1e-7). Hence:
+constexpr double opt_rtol = 1e-5, opt_atol = 5e-6;
+
+const json& golden() {
+  static const json j = [] {
+    std::ifstream f(DTRAIN_TEST_SOURCE_DIR "/golden/golden.json");
+    if (!f) throw std::runtime_error("cannot open " DTRAIN_TEST_SOURCE_DIR "/golden/golden.json");
+    return json::parse(f);
+  }();
+  return j;
+}
+
+std::vector<float> floats(const json& j) { return j.get<std::vector<float>>(); }
+std::vector<double> doubles(const json& j) { return j.get<std::vector<double>>(); }
+extents dims(const json& j) { return j.get<extents>(); }
+
+/// Element-wise comparison; reports up to 5 offending entries and one summary check.
+void expect_close(const std::string& what, std::span<const float> got, const std::vector<double>& want, double rtol,
+                  double atol) {
+  BOOST_REQUIRE_MESSAGE(got.size() == want.size(),
+                        what << ": " << got.size() << " values, the reference has " << want.size());
+  std::size_t bad = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double allowed = atol + rtol * std::abs(want[i]);
+    worst = std::max(worst, err / allowed);
+    if (!(err <= allowed) && ++bad <= 5)
+      BOOST_ERROR(what << "[" << i << "]: got " << got[i] << ", PyTorch " << want[i] << " (|diff| " << err << ")");
+  }
+  BOOST_TEST_MESSAGE(what << ": worst error / allowed = " << worst);
+  BOOST_CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << want.size()
+                                     << " values outside the tolerance (worst error / allowed = " << worst << ")");
+}
+
+// ---- layers --------------------------------------------------------------------------------------------
+
+/// Forward and backward of bound layer bind_t<Spec, In> on the case's x, params and dy.
+template <class Spec, class In>
+void check_layer(const json& c) {
+  using L = bind_t<Spec, In>;
+  using Out = typename L::output_shape;
+  const std::string name = c.at("name");
+  const extents xs = dims(c.at("x_shape")), ys = dims(c.at("y_shape"));
+  const std::size_t n = xs.at(0);
+  extents want_xs{n}, want_ys{n};
+  for (std::size_t i = 0; i < In::rank; ++i) want_xs.push_back(In::dims[i]);
+  for (std::size_t i = 0; i < Out::rank; ++i) want_ys.push_back(Out::dims[i]);
+  BOOST_REQUIRE_MESSAGE(xs == want_xs, name << ": the reference input shape does not match the bound layer");
+  BOOST_CHECK_MESSAGE(ys == want_ys, name << ": output shape differs from PyTorch's");
+
+  std::vector<float> x = floats(c.at("x")), params = floats(c.at("params")), dy = floats(c.at("dy"));
+  BOOST_REQUIRE_EQUAL(params.size(), param_count_v<L>);
+  std::vector<float> y(n * Out::size), dx(n * In::size), grads(params.size(), -1.0f);
+
+  cpu device;
+  rng r(1);
+  layer_context<cpu> ctx{device, r, true};
+  L layer;
+  layer.forward(ctx, x.data(), y.data(), n, params);
+  expect_close(name + " y", y, doubles(c.at("y")), layer_rtol, layer_atol);
+  layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, params, grads);  // dy is scratch
+  expect_close(name + " dx", dx, doubles(c.at("dx")), layer_rtol, layer_atol);
+  if (!params.empty()) expect_close(name + " d(kernel, bias)", grads, doubles(c.at("dparams")), layer_rtol, layer_atol);
+}
+
+using dense_in = shape<5>;
+using conv_in = shape<6, 5, 3>;
+using act_in = shape<7>;
+
+const std::map<std::string, std::function<void(const json&)>> layer_checks{
+    {"dense_linear", check_layer<dense<4, linear>, dense_in>},
+    {"dense_relu", check_layer<dense<4, relu>, dense_in>},
+    {"dense_sigmoid", check_layer<dense<4, sigmoid>, dense_in>},
+    {"dense_tanh", check_layer<dense<4, dtrain::tanh>, dense_in>},
+    {"dense_softmax", check_layer<dense<4, softmax>, dense_in>},
+    {"dense_gelu", check_layer<dense<4, gelu>, dense_in>},
+    {"conv2d_valid_s1", check_layer<conv2d<4, 3, linear, strides<1>, padding::valid>, conv_in>},
+    {"conv2d_same_s1", check_layer<conv2d<4, 3, linear, strides<1>, padding::same>, conv_in>},
+    {"conv2d_same_s2", check_layer<conv2d<4, 3, linear, strides<2>, padding::same>, conv_in>},
+    {"conv2d_valid_s2", check_layer<conv2d<4, 3, linear, strides<2>, padding::valid>, conv_in>},
+    {"max_pooling2d_p2_valid", check_layer<max_pooling2d<2>, conv_in>},
+    {"max_pooling2d_p3_s2_same", check_layer<max_pooling2d<3, strides<2>, padding::same>, conv_in>},
+    {"average_pooling2d_p2_valid", check_layer<average_pooling2d<2>, conv_in>},
+    {"average_pooling2d_p3_s2_same", check_layer<average_pooling2d<3, strides<2>, padding::same>, conv_in>},
+    {"activation_relu", check_layer<relu, act_in>},
+    {"activation_sigmoid", check_layer<sigmoid, act_in>},
+    {"activation_tanh", check_layer<dtrain::tanh, act_in>},
+    {"activation_softmax", check_layer<softmax, act_in>},
+    {"activation_gelu", check_layer<gelu, act_in>},
+};
+
+// ---- losses --------------------------------------------------------------------------------------------
+
+/// per_example with d_pred and scale 1 / batch: the mean of the rows is the sum_over_batch_size value and
+/// d_pred its gradient. Also checks the loss' call operator (its own reduction) against the same value.
+template <class Loss>
+void check_loss(const json& c, const Loss& loss) {
+  const std::string name = c.at("name");
+  const std::vector<float> t = floats(c.at("y_true")), p = floats(c.at("y_pred"));
+  const extents te = dims(c.at("true_shape")), pe = dims(c.at("pred_shape"));
+  const std::size_t rows = pe.at(0);
+  std::vector<float> per(rows), d(p.size());
+  loss.per_example({t.data(), te}, {p.data(), pe}, per.data(), d.data(), 1.0f / static_cast<float>(rows));
+  double mean = 0.0;
+  for (float v : per) mean += v;
+  mean /= static_cast<double>(rows);
+  const std::vector<double> want{c.at("value").get<double>()};
+  const float got = static_cast<float>(mean);
+  expect_close(name + " value", {&got, 1}, want, loss_rtol, loss_atol);
+  expect_close(name + " d value / d y_pred", d, doubles(c.at("grad")), loss_rtol, loss_atol);
+  const tensor called = loss(from_span(t, te), from_span(p, pe));
+  const float got_call = called();
+  expect_close(name + " value via operator()", {&got_call, 1}, want, loss_rtol, loss_atol);
+}
+
+const std::map<std::string, std::function<void(const json&)>> loss_checks{
+    {"sparse_categorical_crossentropy_logits",
+     [](const json& c) { check_loss(c, sparse_categorical_crossentropy{{.from_logits = true}}); }},
+    {"sparse_categorical_crossentropy_probs",
+     [](const json& c) { check_loss(c, sparse_categorical_crossentropy{{.from_logits = false}}); }},
+    {"categorical_crossentropy_logits",
+     [](const json& c) { check_loss(c, categorical_crossentropy{{.from_logits = true}}); }},
+    {"categorical_crossentropy_probs",
+     [](const json& c) { check_loss(c, categorical_crossentropy{{.from_logits = false}}); }},
+    {"binary_crossentropy_logits", [](const json& c) { check_loss(c, binary_crossentropy{{.from_logits = true}}); }},
+    {"binary_crossentropy_probs", [](const json& c) { check_loss(c, binary_crossentropy{{.from_logits = false}}); }},
+    {"mean_squared_error", [](const json& c) { check_loss(c, mean_squared_error{}); }},
+};
+
+// ---- optimizers ----------------------------------------------------------------------------------------
+
+/// Two apply_gradients steps from p0 (g1, then g2), compared after each.
+template <class Opt>
+void check_optimizer(const json& c, Opt opt) {
+  const std::string name = c.at("name");
+  std::vector<float> p = floats(c.at("p0"));
+  const std::vector<float> g1 = floats(c.at("g1")), g2 = floats(c.at("g2"));
+  opt.apply_gradients(g1, p);
+  expect_close(name + " after step 1", p, doubles(c.at("p1")), opt_rtol, opt_atol);
+  opt.apply_gradients(g2, p);
+  expect_close(name + " after step 2", p, doubles(c.at("p2")), opt_rtol, opt_atol);
+}
+
+const std::map<std::string, std::function<void(const json&)>> optimizer_checks{
+    {"sgd", [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f}}); }},
+    {"sgd_momentum", [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f}}); }},
+    {"sgd_nesterov",
+     [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}}); }},
+    {"adam", [](const json& c) { check_optimizer(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f}}); }},
+    {"adam_amsgrad",
+     [](const json& c) { check_optimizer(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f, .amsgrad = true}}); }},
+    {"rmsprop",
+     [](const json& c) { check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f}}); }},
+    {"rmsprop_momentum",
+     [](const json& c) {
+       check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .momentum = 0.5f, .epsilon = 1e-7f}});
+     }},
+    {"rmsprop_centered",
+     [](const json& c) {
+       check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f, .centered = true}});
+     }},
+    {"adamw",
+     [](const json& c) {
+       check_optimizer(c, adamw{{.learning_rate = 0.01f, .weight_decay = 0.004f, .epsilon = 1e-7f}});
+     }},
+};
+
+/// Runs every case of golden()[family] through its check; every case must have a check and vice versa.
+void run_family(const char* family, const std::map<std::string, std::function<void(const json&)>>& checks) {
+  std::set<std::string> seen;
+  for (const json& c : golden().at(family)) {
+    const std::string name = c.at("name");
+    BOOST_TEST_CONTEXT("golden " << family << " case " << name) {
+      const auto it = checks.find(name);
+      if (it == checks.end()) {
+        BOOST_ERROR("no C++ check for golden case " << name);
+        continue;
+      }
+      seen.insert(name);
+      it->second(c);
+    }
+  }
+  for (const auto& [name, check] : checks)
+    BOOST_CHECK_MESSAGE(seen.count(name), "golden.json has no " << family << " case " << name);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(golden_pytorch)
+
+BOOST_AUTO_TEST_CASE(layers_match_pytorch) { run_family("layers", layer_checks); }
+BOOST_AUTO_TEST_CASE(losses_match_pytorch) { run_family("losses", loss_checks); }
+BOOST_AUTO_TEST_CASE(optimizers_match_pytorch) { run_family("optimizers", optimizer_checks); }
+
+BOOST_AUTO_TEST_SUITE_END()
