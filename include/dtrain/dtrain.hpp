@@ -22,6 +22,12 @@
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/reshape.hpp"
 
+#include "dtrain/data/dataset.hpp"
+#include "dtrain/data/fashion_mnist.hpp"
+#include "dtrain/data/idx.hpp"
+#include "dtrain/data/sources.hpp"
+#include "dtrain/data/stages.hpp"
+
 #include "dtrain/losses/crossentropy.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/losses/mean_squared_error.hpp"
