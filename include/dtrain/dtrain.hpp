@@ -5,12 +5,18 @@
 #include "dtrain/version.hpp"
 
 #include "dtrain/core/backend.hpp"
+#include "dtrain/core/logs.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/shape.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/threads.hpp"
 #include "dtrain/core/view.hpp"
+
+#include "dtrain/callbacks/callback.hpp"
+#include "dtrain/callbacks/history.hpp"
+#include "dtrain/callbacks/monitors.hpp"
+#include "dtrain/callbacks/progbar_logger.hpp"
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/concepts.hpp"
@@ -22,6 +28,7 @@
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/reshape.hpp"
 
+#include "dtrain/data/any_dataset.hpp"
 #include "dtrain/data/dataset.hpp"
 #include "dtrain/data/fashion_mnist.hpp"
 #include "dtrain/data/idx.hpp"
@@ -41,5 +48,5 @@
 #include "dtrain/optimizers/schedules.hpp"
 #include "dtrain/optimizers/sgd.hpp"
 
-#include "dtrain/model/logs.hpp"
+#include "dtrain/model/fit.hpp"
 #include "dtrain/model/sequential.hpp"

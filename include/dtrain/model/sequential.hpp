@@ -30,15 +30,16 @@
 #include "dtrain/layers/input.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/metrics/metric.hpp"
-#include "dtrain/model/logs.hpp"
+#include "dtrain/model/fit.hpp"
+#include "dtrain/core/logs.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 
 namespace dtrain {
 
 /// What `compile` takes (Keras `model.compile(optimizer=, loss=, metrics=)`).
 struct compile_options {
-  any_optimizer optimizer;
-  any_loss loss;
+  any_optimizer optimizer{};
+  any_loss loss{};
   std::vector<any_metric> metrics{};
 };
 
@@ -258,6 +259,37 @@ class sequential {
     forward(x.data(), n, false);
     track(y, n, data_loss(y, n, false) + regularization_scale_ * regularization_loss());
     return metric_results();
+  }
+
+  // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
+
+  /// Keras `model.fit(dataset, ...)`: trains on batches of (x, y) and returns the history.
+  template <data::dataset D>
+  history fit(const D& ds, fit_options o = {}) {
+    if (o.validation_split > 0.0)
+      throw usage_error("fit: validation_split is only supported for in-memory arrays; pass validation_data");
+    return detail::run_fit(*this, ds, std::move(o));
+  }
+  /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays.
+  history fit(const tensor& x, const tensor& y, fit_options o = {}) { return detail::run_fit_arrays(*this, x, y, std::move(o)); }
+
+  /// Keras `model.evaluate(dataset, steps=)`: the loss and metrics over the dataset.
+  template <data::dataset D>
+  dtrain::logs evaluate(const D& ds, evaluate_options o = {}) {
+    require_compiled("evaluate");
+    return detail::run_evaluate(*this, ds, o);
+  }
+  dtrain::logs evaluate(const tensor& x, const tensor& y, evaluate_options o = {}) {
+    return evaluate(data::from_tensor_slices(x, y) | data::batch(o.batch_size), o);
+  }
+
+  /// Keras `model.predict(dataset)`: the outputs of every batch, concatenated.
+  template <data::dataset D>
+  tensor predict(const D& ds, predict_options o = {}) {
+    return detail::run_predict(*this, ds, o);
+  }
+  tensor predict(const tensor& x, predict_options o = {}) {
+    return predict(data::from_tensor_slices(x) | data::batch(o.batch_size), o);
   }
 
   /// The model's outputs for a batch, in inference mode (Keras `predict_on_batch`).

@@ -1,0 +1,100 @@
+// The tutorial's mnist_setup.py, on Fashion-MNIST: the dataset, the two models and the command line
+// shared by the single-worker and multi-worker examples.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <dtrain/dtrain.hpp>
+
+namespace mnist_setup {
+
+/// The tutorial's CNN.
+using cnn = dtrain::sequential<dtrain::input<28, 28>,
+                               dtrain::reshape<28, 28, 1>,
+                               dtrain::conv2d<32, 3, dtrain::relu>,
+                               dtrain::flatten,
+                               dtrain::dense<128, dtrain::relu>,
+                               dtrain::dense<10>>;
+
+/// The distributed-training guide's MLP.
+using mlp = dtrain::sequential<dtrain::input<28, 28>,
+                               dtrain::flatten,
+                               dtrain::dense<256, dtrain::relu>,
+                               dtrain::dense<256, dtrain::relu>,
+                               dtrain::dense<10>>;
+
+struct arguments {
+  std::string model = "cnn";
+  std::string optimizer = "sgd";
+  float learning_rate = 1e-3f;
+  std::size_t batch_size = 64;
+  int epochs = 3;
+  std::int64_t steps_per_epoch = 70;  // the tutorial's; 0 = full passes over the 60,000 images
+  std::uint64_t seed = 1;
+  int verbose = 1;
+};
+
+inline arguments parse(int argc, char** argv) {
+  arguments a;
+  auto usage = [&](const std::string& why) {
+    std::fprintf(stderr,
+                 "%s\nusage: %s [--model cnn|mlp] [--optimizer sgd|adam] [--learning-rate X] [--batch-size N]\n"
+                 "          [--epochs N] [--steps-per-epoch N (0: full epochs)] [--seed N] [--verbose 0|1|2]\n",
+                 why.c_str(), argv[0]);
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") usage("Trains the tutorial's model on Fashion-MNIST.");
+    if (i + 1 >= argc) usage("missing value after " + k);
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    auto num = [&](auto parsed) {
+      if (!end || *end != '\0' || v.empty()) usage("bad value '" + v + "' for " + k);
+      return parsed;
+    };
+    if (k == "--model") a.model = v;
+    else if (k == "--optimizer") a.optimizer = v;
+    else if (k == "--learning-rate") a.learning_rate = num(std::strtof(v.c_str(), &end));
+    else if (k == "--batch-size") a.batch_size = num(std::strtoull(v.c_str(), &end, 10));
+    else if (k == "--epochs") a.epochs = static_cast<int>(num(std::strtol(v.c_str(), &end, 10)));
+    else if (k == "--steps-per-epoch") a.steps_per_epoch = num(std::strtoll(v.c_str(), &end, 10));
+    else if (k == "--seed") a.seed = num(std::strtoull(v.c_str(), &end, 10));
+    else if (k == "--verbose") a.verbose = static_cast<int>(num(std::strtol(v.c_str(), &end, 10)));
+    else usage("unknown option " + k);
+  }
+  if (a.model != "cnn" && a.model != "mlp") usage("--model must be cnn or mlp");
+  if (a.optimizer != "sgd" && a.optimizer != "adam") usage("--optimizer must be sgd or adam");
+  if (a.batch_size == 0 || a.epochs < 1 || a.steps_per_epoch < 0 || !(a.learning_rate > 0.0f))
+    usage("--batch-size, --epochs and --learning-rate must be positive");
+  return a;
+}
+
+/// `mnist_dataset(batch_size)`: shuffled, repeated, batched training images.
+inline auto mnist_dataset(std::size_t batch_size, std::uint64_t seed) {
+  return dtrain::data::fashion_mnist_train() | dtrain::data::shuffle(60000, seed) | dtrain::data::repeat() |
+         dtrain::data::batch(batch_size);
+}
+
+/// `build_and_compile_model()`: the model with the tutorial's loss and the chosen optimizer.
+template <class Net>
+void compile(Net& model, const arguments& a) {
+  dtrain::any_optimizer opt;
+  if (a.optimizer == "adam") opt = dtrain::adam{{.learning_rate = a.learning_rate}};
+  else opt = dtrain::sgd{{.learning_rate = a.learning_rate}};
+  model.compile({.optimizer = opt,
+                 .loss = dtrain::sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {dtrain::accuracy{}}});
+}
+
+/// The closing lines every example prints: loss and accuracy on the 10,000 test images.
+template <class Net>
+void report_test(Net& model) {
+  const auto logs = model.evaluate(dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000), {.verbose = 0});
+  std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
+}
+
+}  // namespace mnist_setup

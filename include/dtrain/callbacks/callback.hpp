@@ -1,0 +1,136 @@
+#pragma once
+/// \file
+/// The callback seam: Keras' hooks, called by `fit` / `evaluate` / `predict` with the logs so far.
+/// Callbacks are called a few times per step at most, so they are type-erased (a virtual base);
+/// the training step itself never goes through them.
+///
+/// Contract: `set_params` and `set_model` come before `on_train_begin`; `logs` carry the running
+/// loss and metrics (training hooks) and, at epoch end, `val_*` results when validation ran.
+/// A callback stops training by setting `model().stop_training`, as in Keras.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "dtrain/core/logs.hpp"
+#include "dtrain/optimizers/optimizer.hpp"
+
+namespace dtrain {
+
+/// What `fit` tells its callbacks (Keras' `callback.params`).
+struct callback_params {
+  int epochs = 1;
+  std::int64_t steps = -1;  // steps per epoch, -1 when unknown
+  int verbose = 1;
+};
+
+/// What a callback sees of the model being trained (Keras' `callback.model`).
+class training_model {
+ public:
+  virtual ~training_model() = default;
+  virtual std::span<float> parameters() = 0;
+  virtual any_optimizer& optimizer() = 0;
+  /// Set to stop `fit` after the current batch (Keras' `model.stop_training`).
+  bool stop_training = false;
+};
+
+/// Keras `callbacks.Callback`: override the hooks you need.
+class callback {
+ public:
+  virtual ~callback() = default;
+
+  void set_params(const callback_params& p) { params_ = p; }
+  void set_model(training_model* m) { model_ = m; }
+  const callback_params& params() const { return params_; }
+  training_model& model() { return *model_; }
+  bool has_model() const { return model_ != nullptr; }
+
+  virtual void on_train_begin(const logs&) {}
+  virtual void on_train_end(const logs&) {}
+  virtual void on_epoch_begin(int /*epoch*/, const logs&) {}
+  virtual void on_epoch_end(int /*epoch*/, const logs&) {}
+  virtual void on_train_batch_begin(std::int64_t /*batch*/, const logs&) {}
+  virtual void on_train_batch_end(std::int64_t /*batch*/, const logs&) {}
+  virtual void on_test_begin(const logs&) {}
+  virtual void on_test_end(const logs&) {}
+  virtual void on_test_batch_begin(std::int64_t /*batch*/, const logs&) {}
+  virtual void on_test_batch_end(std::int64_t /*batch*/, const logs&) {}
+  virtual void on_predict_begin(const logs&) {}
+  virtual void on_predict_end(const logs&) {}
+  virtual void on_predict_batch_begin(std::int64_t /*batch*/, const logs&) {}
+  virtual void on_predict_batch_end(std::int64_t /*batch*/, const logs&) {}
+
+ private:
+  callback_params params_;
+  training_model* model_ = nullptr;
+};
+
+/// A callback given to `fit`: a value (copied) or a shared pointer (kept by the caller too, e.g. to
+/// read a `history` afterwards).
+class callback_ref {
+ public:
+  template <class C>
+    requires std::is_base_of_v<callback, std::remove_cvref_t<C>>
+  callback_ref(C&& c) : p_(std::make_shared<std::remove_cvref_t<C>>(std::forward<C>(c))) {}
+  template <class C>
+    requires std::is_base_of_v<callback, C>
+  callback_ref(std::shared_ptr<C> c) : p_(std::move(c)) {}
+  callback* operator->() const { return p_.get(); }
+  callback& operator*() const { return *p_; }
+  const std::shared_ptr<callback>& get() const { return p_; }
+
+ private:
+  std::shared_ptr<callback> p_;
+};
+
+/// Keras' CallbackList: calls every callback's hook in order.
+class callback_list {
+ public:
+  callback_list() = default;
+  callback_list(std::initializer_list<callback_ref> cs) : cs_(cs) {}
+  explicit callback_list(std::vector<callback_ref> cs) : cs_(std::move(cs)) {}
+
+  void push_back(callback_ref c) { cs_.push_back(std::move(c)); }
+  void push_front(callback_ref c) { cs_.insert(cs_.begin(), std::move(c)); }
+  std::size_t size() const { return cs_.size(); }
+  auto begin() const { return cs_.begin(); }
+  auto end() const { return cs_.end(); }
+
+  void set_params(const callback_params& p) const {
+    for (auto& c : cs_) c->set_params(p);
+  }
+  void set_model(training_model* m) const {
+    for (auto& c : cs_) c->set_model(m);
+  }
+  void on_train_begin(const logs& l) const { each([&](callback& c) { c.on_train_begin(l); }); }
+  void on_train_end(const logs& l) const { each([&](callback& c) { c.on_train_end(l); }); }
+  void on_epoch_begin(int e, const logs& l) const { each([&](callback& c) { c.on_epoch_begin(e, l); }); }
+  void on_epoch_end(int e, const logs& l) const { each([&](callback& c) { c.on_epoch_end(e, l); }); }
+  void on_train_batch_begin(std::int64_t b, const logs& l) const {
+    each([&](callback& c) { c.on_train_batch_begin(b, l); });
+  }
+  void on_train_batch_end(std::int64_t b, const logs& l) const { each([&](callback& c) { c.on_train_batch_end(b, l); }); }
+  void on_test_begin(const logs& l) const { each([&](callback& c) { c.on_test_begin(l); }); }
+  void on_test_end(const logs& l) const { each([&](callback& c) { c.on_test_end(l); }); }
+  void on_test_batch_begin(std::int64_t b, const logs& l) const { each([&](callback& c) { c.on_test_batch_begin(b, l); }); }
+  void on_test_batch_end(std::int64_t b, const logs& l) const { each([&](callback& c) { c.on_test_batch_end(b, l); }); }
+  void on_predict_begin(const logs& l) const { each([&](callback& c) { c.on_predict_begin(l); }); }
+  void on_predict_end(const logs& l) const { each([&](callback& c) { c.on_predict_end(l); }); }
+  void on_predict_batch_begin(std::int64_t b, const logs& l) const {
+    each([&](callback& c) { c.on_predict_batch_begin(b, l); });
+  }
+  void on_predict_batch_end(std::int64_t b, const logs& l) const {
+    each([&](callback& c) { c.on_predict_batch_end(b, l); });
+  }
+
+ private:
+  template <class F>
+  void each(F&& f) const {
+    for (auto& c : cs_) f(*c);
+  }
+  std::vector<callback_ref> cs_;
+};
+
+}  // namespace dtrain

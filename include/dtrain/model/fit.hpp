@@ -1,0 +1,223 @@
+#pragma once
+/// \file
+/// `fit`, `evaluate` and `predict` over datasets and in-memory arrays, with Keras' semantics:
+/// - without `steps_per_epoch`, an epoch is one full pass of the dataset (a new pass each epoch, so
+///   `shuffle` reshuffles); a dataset that repeats forever needs `steps_per_epoch`;
+/// - with `steps_per_epoch`, one iterator runs across epochs (so a repeated dataset continues where
+///   the last epoch stopped); if it runs out, training stops with Keras' warning;
+/// - validation runs every `validation_freq` epochs and adds `val_*` entries to the epoch's logs;
+/// - a progress bar (`progbar_logger`) is added when verbose > 0 and a `history` is returned.
+/// The loops are templates over the model type; `sequential` exposes them as members.
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "dtrain/callbacks/callback.hpp"
+#include "dtrain/callbacks/history.hpp"
+#include "dtrain/callbacks/progbar_logger.hpp"
+#include "dtrain/data/any_dataset.hpp"
+#include "dtrain/data/stages.hpp"
+
+namespace dtrain {
+
+struct fit_options {
+  int epochs = 1;
+  std::int64_t steps_per_epoch = 0;  // 0: one full pass of the dataset per epoch
+  int initial_epoch = 0;
+  data::any_dataset<data::example> validation_data{};
+  std::int64_t validation_steps = 0;  // 0: the whole validation dataset
+  int validation_freq = 1;
+  callback_list callbacks{};
+  int verbose = 1;  // 0 silent, 1 progress bar, 2 one line per epoch
+  // for fit(x, y, ...) on in-memory arrays only:
+  std::size_t batch_size = 32;
+  bool shuffle = true;
+  double validation_split = 0.0;  // the LAST fraction of the arrays, taken before shuffling (Keras)
+  std::uint64_t seed = default_seed;  // of the per-epoch shuffle
+};
+
+struct evaluate_options {
+  std::int64_t steps = 0;  // 0: the whole dataset
+  int verbose = 1;
+  callback_list callbacks{};
+  std::size_t batch_size = 32;  // for evaluate(x, y) only
+};
+
+struct predict_options {
+  std::int64_t steps = 0;
+  int verbose = 0;
+  std::size_t batch_size = 32;  // for predict(x) only
+};
+
+namespace detail {
+
+template <class Model>
+class model_handle final : public training_model {
+ public:
+  explicit model_handle(Model& m) : m_(m) {}
+  std::span<float> parameters() override { return m_.parameters(); }
+  any_optimizer& optimizer() override { return m_.optimizer(); }
+
+ private:
+  Model& m_;
+};
+
+inline void ran_out_warning(std::int64_t steps, int epochs) {
+  std::fprintf(stderr,
+               "WARNING: Your input ran out of data; interrupting training. Make sure that your dataset can generate "
+               "at least `steps_per_epoch * epochs` batches (in this case, %lld batches). You may need to use the "
+               "repeat() stage when building your dataset.\n",
+               static_cast<long long>(steps) * epochs);
+}
+
+template <class E>
+const tensor& features(const E& e) {
+  if constexpr (std::is_same_v<E, data::example>) return e.first;
+  else return e;
+}
+
+template <class Model, data::dataset D>
+logs run_evaluate(Model& m, const D& ds, const evaluate_options& o) {
+  static_assert(std::is_same_v<typename D::element_type, data::example>,
+                "evaluate: the dataset must yield (x, y) batches (data::example)");
+  m.reset_metrics();
+  const std::int64_t card = ds.cardinality();
+  if (o.steps <= 0 && card == data::infinite)
+    throw usage_error("evaluate: the dataset repeats forever; pass steps");
+  const std::int64_t target = o.steps > 0 ? o.steps : (card >= 0 ? card : -1);
+  progbar bar(target, o.verbose);
+  o.callbacks.on_test_begin({});
+  auto it = ds.iterate(0);
+  std::int64_t step = 0;
+  logs l = m.metric_results();
+  while (target < 0 || step < target) {
+    o.callbacks.on_test_batch_begin(step, l);
+    auto b = it.next();
+    if (!b) {
+      if (o.steps > 0)
+        std::fprintf(stderr, "WARNING: Your input ran out of data after %lld of %lld evaluation steps.\n",
+                     static_cast<long long>(step), static_cast<long long>(o.steps));
+      break;
+    }
+    l = m.test_step(b->first, b->second);
+    o.callbacks.on_test_batch_end(step, l);
+    bar.update(++step, l);
+  }
+  bar.update(step, l, true);
+  o.callbacks.on_test_end(l);
+  return l;
+}
+
+template <class Model, data::dataset D>
+tensor run_predict(Model& m, const D& ds, const predict_options& o) {
+  const std::int64_t card = ds.cardinality();
+  if (o.steps <= 0 && card == data::infinite) throw usage_error("predict: the dataset repeats forever; pass steps");
+  const std::int64_t target = o.steps > 0 ? o.steps : (card >= 0 ? card : -1);
+  progbar bar(target, o.verbose);
+  auto it = ds.iterate(0);
+  std::vector<float> out;
+  std::size_t rows = 0;
+  std::int64_t step = 0;
+  while (target < 0 || step < target) {
+    auto b = it.next();
+    if (!b) break;
+    const tensor p = m.predict_on_batch(features(*b));
+    out.insert(out.end(), p.data(), p.data() + p.size());
+    rows += p.shape()[0];
+    bar.update(++step, {});
+  }
+  bar.update(step, {}, true);
+  extents e{rows};
+  for (std::size_t i = 0; i < Model::output_shape::rank; ++i) e.push_back(Model::output_shape::dims[i]);
+  return from_span(out, e);
+}
+
+template <class Model, data::dataset D>
+history run_fit(Model& m, const D& ds, fit_options o) {
+  static_assert(std::is_same_v<typename D::element_type, data::example>,
+                "fit: the dataset must yield (x, y) batches (data::example)");
+  if (!m.compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
+  if (o.epochs < 0 || o.initial_epoch < 0 || o.validation_freq < 1)
+    throw value_error("fit: epochs and initial_epoch must not be negative, validation_freq must be positive");
+  const std::int64_t card = ds.cardinality();
+  if (o.steps_per_epoch <= 0 && card == data::infinite)
+    throw usage_error("fit: the dataset repeats forever (repeat() without a count), so an epoch never ends; "
+                      "pass steps_per_epoch");
+  const std::int64_t steps = o.steps_per_epoch > 0 ? o.steps_per_epoch : (card >= 0 ? card : -1);
+
+  auto hist = std::make_shared<history>();
+  callback_list cbs = o.callbacks;
+  if (o.verbose > 0) cbs.push_front(progbar_logger{});
+  cbs.push_back(hist);
+  model_handle<Model> handle(m);
+  cbs.set_model(&handle);
+  cbs.set_params({o.epochs, steps, o.verbose});
+
+  std::optional<data::iterator<D>> it;
+  if (o.steps_per_epoch > 0) it.emplace(ds, 0);
+  logs l;
+  cbs.on_train_begin(l);
+  bool ran_out = false;
+  for (int epoch = o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
+    m.reset_metrics();
+    cbs.on_epoch_begin(epoch, l);
+    if (o.steps_per_epoch <= 0) it.emplace(ds, static_cast<std::uint64_t>(epoch));
+    std::int64_t step = 0;
+    l = m.metric_results();
+    while (steps < 0 || step < steps) {
+      cbs.on_train_batch_begin(step, l);
+      auto b = it->next();
+      if (!b) {
+        if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
+        break;
+      }
+      l = m.train_step(b->first, b->second);
+      cbs.on_train_batch_end(step++, l);
+      if (handle.stop_training) break;
+    }
+    if (step == 0) break;  // nothing was trained this epoch: no logs to report
+    if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
+      const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+      for (const auto& [k, x] : v) l.set("val_" + k, x);
+    }
+    cbs.on_epoch_end(epoch, l);
+    if (handle.stop_training) break;
+  }
+  cbs.on_train_end(l);
+  cbs.set_model(nullptr);
+  return *hist;
+}
+
+/// The arrays' rows [from, to) as a new tensor.
+inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
+  extents e = extents_of(t);
+  const std::size_t per = t.size() / e[0];
+  e[0] = to - from;
+  return from_span({t.data() + from * per, (to - from) * per}, e);
+}
+
+template <class Model>
+history run_fit_arrays(Model& m, const tensor& x, const tensor& y, fit_options o) {
+  if (x.dimension() == 0 || y.dimension() == 0 || x.shape()[0] != y.shape()[0])
+    throw shape_error("fit: x of shape " + shape_str(x.shape()) + " and y of shape " + shape_str(y.shape()) +
+                      " do not hold the same number of samples");
+  if (!(o.validation_split >= 0.0 && o.validation_split < 1.0))
+    throw value_error("fit: validation_split must be in [0, 1)");
+  if (o.batch_size == 0) throw value_error("fit: batch_size must be positive");
+  const std::size_t n = x.shape()[0];
+  const auto split = static_cast<std::size_t>(static_cast<double>(n) * (1.0 - o.validation_split));
+  if (o.validation_split > 0.0) {
+    if (split == n || split == 0)
+      throw value_error("fit: validation_split " + std::to_string(o.validation_split) + " of " + std::to_string(n) +
+                        " samples leaves an empty training or validation set");
+    o.validation_data = data::from_tensor_slices(rows_of(x, split, n), rows_of(y, split, n)) | data::batch(o.batch_size);
+  }
+  auto train = data::from_tensor_slices(rows_of(x, 0, split), rows_of(y, 0, split));
+  o.validation_split = 0.0;
+  if (o.shuffle) return run_fit(m, train | data::shuffle(split, o.seed) | data::batch(o.batch_size), std::move(o));
+  return run_fit(m, train | data::batch(o.batch_size), std::move(o));
+}
+
+}  // namespace detail
+}  // namespace dtrain
