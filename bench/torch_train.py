@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/train_throughput: the same two Keras models trained the same way.
+
+train_throughput starts this script as a co-process (one per torch setting) and sends it one request
+per line; each answer is one JSON line. It can also be run by hand:
+
+  /usr/bin/python3 bench/torch_train.py serve            # then type: cnn 64 2 0.25 7
+  /usr/bin/python3 bench/torch_train.py rss cnn 64 2 50  # peak RSS of a training run, JSON
+
+Requests: `<model> <batch> <threads> <seconds per window> <windows>`; answers
+`{"ok": true, "ms_per_step": ..., "samples_per_s": ..., "windows": [...]}`.
+
+Settings (chosen by the parent through the environment, since glibc reads GLIBC_TUNABLES at start):
+  DTRAIN_TORCH_SETTING=shipped  torch.set_num_threads(threads)
+  DTRAIN_TORCH_SETTING=best     torch.set_num_threads(1); OpenBLAS keeps its own pool (the parent also
+                                sets GLIBC_TUNABLES so glibc stops returning big blocks to the kernel)
+In both, OpenBLAS gets `threads` threads (openblas_set_num_threads), so a row's thread budget is the
+same for dtrain and for PyTorch.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
+    print(json.dumps({"ok": False, "error": f"no torch: {e}"}), flush=True)
+    sys.exit(0)
+
+SETTING = os.environ.get("DTRAIN_TORCH_SETTING", "shipped")
+
+
+def _openblas():
+    for name in ("libopenblas.so.0", ctypes.util.find_library("openblas")):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_set_num_threads.argtypes = [ctypes.c_int]
+            return lib
+        except OSError:
+            pass
+    return None
+
+
+OPENBLAS = _openblas()
+
+
+def set_threads(threads):
+    torch.set_num_threads(threads if SETTING == "shipped" else 1)
+    if OPENBLAS is not None:
+        OPENBLAS.openblas_set_num_threads(threads)
+
+
+def make(model, batch):
+    """The Keras models of train_throughput.cpp (channels first for conv, as torch wants)."""
+    torch.manual_seed(0)
+    if model == "cnn":
+        net = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Flatten(),
+                            nn.Linear(26 * 26 * 32, 128), nn.ReLU(), nn.Linear(128, 10))
+        x = torch.rand(batch, 1, 28, 28)
+    elif model == "mlp":
+        net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        x = torch.rand(batch, 784)
+    else:
+        raise ValueError(f"unknown model {model!r}")
+    y = torch.randint(0, 10, (batch,))
+    # Keras' Adam defaults: lr 1e-3, betas (0.9, 0.999), epsilon 1e-7.
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        out = net(x)
+        loss = loss_fn(out, y)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            correct = (out.argmax(1) == y).sum()
+        return loss.item(), correct.item()
+
+    return step
+
+
+def measure(model, batch, threads, window_s, windows):
+    set_threads(threads)
+    step = make(model, batch)
+    # warm up: at least 5 steps and 0.5 s, and learn how many steps fill a window
+    t0 = time.perf_counter()
+    done = 0
+    while done < 5 or time.perf_counter() - t0 < 0.5:
+        step()
+        done += 1
+    per = (time.perf_counter() - t0) / done
+    steps = max(3, int(window_s / per + 0.5))
+    ms = []
+    for _ in range(windows):
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        ms.append((time.perf_counter() - t) * 1e3 / steps)
+    med = statistics.median(ms)
+    return {"ok": True, "ms_per_step": med, "samples_per_s": batch * 1e3 / med, "windows": ms,
+            "steps_per_window": steps}
+
+
+def vm_hwm_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
+def main(argv):
+    mode = argv[1] if len(argv) > 1 else "serve"
+    if mode == "rss":
+        model, batch, threads, steps = argv[2], int(argv[3]), int(argv[4]), int(argv[5])
+        set_threads(threads)
+        step = make(model, batch)
+        for _ in range(steps):
+            step()
+        print(json.dumps({"ok": True, "vm_hwm_kib": vm_hwm_kib()}), flush=True)
+        return
+    print(json.dumps({"ok": True, "torch": torch.__version__, "setting": SETTING,
+                      "openblas": OPENBLAS is not None}), flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "quit":
+            break
+        try:
+            r = measure(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints n/a
+            r = {"ok": False, "error": str(e)}
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

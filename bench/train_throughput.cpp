@@ -1,0 +1,417 @@
+// train_throughput: samples/s of full training steps (forward, backward, optimizer) of two Keras models,
+// dtrain against PyTorch in the same invocation. See bench/README.md for the columns.
+//
+//   cmake --build build --target train_throughput && build/bench/train_throughput [--quick] [--no-torch]
+#include <dtrain/dtrain.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" char* openblas_get_corename(void);
+extern char** environ;
+
+namespace {
+
+using cnn = dtrain::sequential<dtrain::input<28, 28>, dtrain::reshape<28, 28, 1>, dtrain::conv2d<32, 3, dtrain::relu>,
+                               dtrain::flatten, dtrain::dense<128, dtrain::relu>, dtrain::dense<10>>;
+using mlp = dtrain::sequential<dtrain::input<784>, dtrain::dense<256, dtrain::relu>, dtrain::dense<256, dtrain::relu>,
+                               dtrain::dense<10>>;
+
+constexpr const char* python = "/usr/bin/python3";
+constexpr const char* malloc_tunables =
+    "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296";
+
+struct timing {
+  double window_s = 0.25;  // seconds per timed window
+  int windows = 7;         // timed windows; the median is reported
+  double warmup_s = 0.5;
+};
+
+struct result {
+  double ms_per_step = 0, samples_per_s = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Generated data: uniform [0, 1) pixels, uniform labels (throughput does not depend on the values).
+template <class Net>
+std::pair<dtrain::tensor, dtrain::tensor> make_batch(std::size_t batch) {
+  dtrain::extents ex{batch};
+  for (auto d : Net::input_shape::dims) ex.push_back(d);
+  dtrain::tensor x = dtrain::zeros(ex), y = dtrain::zeros({batch});
+  dtrain::rng gen(7);
+  for (auto& v : x) v = gen.uniform();
+  for (auto& v : y) v = static_cast<float>(gen.below(10));
+  return {std::move(x), std::move(y)};
+}
+
+template <class Net>
+void compile(Net& model) {
+  model.compile({.optimizer = dtrain::adam{{.learning_rate = 1e-3f}},
+                 .loss = dtrain::sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {dtrain::accuracy{}}});
+}
+
+template <class Net>
+result run_dtrain(std::size_t batch, int threads, const timing& t) {
+  dtrain::set_num_threads(threads);
+  Net model(42);
+  compile(model);
+  auto [x, y] = make_batch<Net>(batch);
+  const double t0 = now_s();
+  int done = 0;
+  while (done < 5 || now_s() - t0 < t.warmup_s) model.train_step(x, y), ++done;
+  const double per = (now_s() - t0) / done;
+  const int steps = std::max(3, static_cast<int>(t.window_s / per + 0.5));
+  std::vector<double> ms;
+  for (int w = 0; w < t.windows; ++w) {
+    const double s = now_s();
+    for (int i = 0; i < steps; ++i) model.train_step(x, y);
+    ms.push_back((now_s() - s) * 1e3 / steps);
+  }
+  const double m = median(ms);
+  return {m, static_cast<double>(batch) * 1e3 / m};
+}
+
+result run_dtrain(const std::string& model, std::size_t batch, int threads, const timing& t) {
+  return model == "cnn" ? run_dtrain<cnn>(batch, threads, t) : run_dtrain<mlp>(batch, threads, t);
+}
+
+/// Peak resident memory of this process, KiB (VmHWM).
+long vm_hwm_kib() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  struct rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/// A child process with its stdin and stdout on pipes, spoken to line by line.
+class child {
+ public:
+  child(std::vector<std::string> argv, std::vector<std::string> extra_env) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) return;
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) {
+      bool replaced = false;
+      for (const auto& x : extra_env)
+        if (std::strncmp(*e, x.c_str(), x.find('=') + 1) == 0) replaced = true;
+      if (!replaced) env_s.emplace_back(*e);
+    }
+    env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> av, ev;
+    for (auto& a : argv) av.push_back(a.data());
+    for (auto& e : env_s) ev.push_back(e.data());
+    av.push_back(nullptr), ev.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0), dup2(out[1], 1);
+      close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+      const int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, 2);
+      execve(av[0], av.data(), ev.data());
+      _exit(127);
+    }
+    close(in[0]), close(out[1]);
+    if (pid_ < 0) {
+      close(in[1]), close(out[0]);
+      return;
+    }
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child() {
+    if (to_) std::fclose(to_);
+    if (from_) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  bool send(const std::string& line) {
+    if (!to_) return false;
+    return std::fputs((line + "\n").c_str(), to_) >= 0 && std::fflush(to_) == 0;
+  }
+  std::optional<nlohmann::json> receive() {
+    if (!from_) return std::nullopt;
+    std::string line;
+    for (int c; (c = std::fgetc(from_)) != EOF && c != '\n';) line.push_back(static_cast<char>(c));
+    if (line.empty()) return std::nullopt;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    return j;
+  }
+  void close_input() {
+    if (to_) std::fclose(to_), to_ = nullptr;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+/// One PyTorch setting, a co-process that answers measurement requests.
+class torch_peer {
+ public:
+  torch_peer(const std::string& script, const std::string& setting) {
+    std::vector<std::string> env{"DTRAIN_TORCH_SETTING=" + setting};
+    if (setting == "best") env.emplace_back(malloc_tunables);
+    proc_.emplace(std::vector<std::string>{python, script, "serve"}, env);
+    if (auto hello = proc_->receive(); hello && hello->value("ok", false)) {
+      ok_ = true;
+      version_ = hello->value("torch", "?");
+    } else {
+      why_ = hello ? hello->value("error", "no answer") : std::string("could not start ") + python;
+      proc_->close_input();
+    }
+  }
+  ~torch_peer() {
+    if (proc_) proc_->send("quit");
+  }
+  bool ok() const { return ok_; }
+  const std::string& version() const { return version_; }
+  const std::string& why() const { return why_; }
+
+  std::optional<result> run(const std::string& model, std::size_t batch, int threads, const timing& t) {
+    if (!ok_) return std::nullopt;
+    std::ostringstream req;
+    req << model << ' ' << batch << ' ' << threads << ' ' << t.window_s << ' ' << t.windows;
+    if (!proc_->send(req.str())) return ok_ = false, std::nullopt;
+    auto r = proc_->receive();
+    if (!r) return ok_ = false, std::nullopt;
+    if (!r->value("ok", false)) return std::nullopt;
+    return result{r->value("ms_per_step", 0.0), r->value("samples_per_s", 0.0)};
+  }
+
+ private:
+  std::optional<child> proc_;
+  bool ok_ = false;
+  std::string version_, why_;
+};
+
+std::string script_path() {
+  if (const char* s = std::getenv("DTRAIN_TORCH_SCRIPT")) return s;
+  return DTRAIN_BENCH_DIR "/torch_train.py";
+}
+
+bool has_avx512() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("flags", 0) == 0) return line.find(" avx512f") != std::string::npos;
+  return false;
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "?";
+}
+
+/// FLOPs of one CNN training step per sample, counted from the GEMMs (2 m n k each):
+/// conv: forward + kernel gradient (no input gradient: nothing before it has parameters);
+/// dense 21632x128 and dense 128x10: forward, kernel gradient, input gradient.
+constexpr double cnn_flop_per_sample() {
+  const double conv = 2.0 * 26 * 26 * (3 * 3 * 1) * 32;
+  const double d1 = 2.0 * (26 * 26 * 32) * 128;
+  const double d2 = 2.0 * 128 * 10;
+  return 2 * conv + 3 * d1 + 3 * d2;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+std::string opt_fmt(const char* f, const std::optional<result>& r, bool sps = true) {
+  return r ? fmt(f, sps ? r->samples_per_s : r->ms_per_step) : "n/a";
+}
+std::string ratio(double a, const std::optional<result>& b) {
+  return b && b->samples_per_s > 0 ? fmt("%.2fx", a / b->samples_per_s) : "n/a";
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
+  return out;
+}
+
+/// `--rss-child`: one CNN training run in a fresh process; prints its peak RSS in KiB.
+int rss_child(std::size_t batch, int threads, int steps) {
+  dtrain::set_num_threads(threads);
+  cnn model(42);
+  compile(model);
+  auto [x, y] = make_batch<cnn>(batch);
+  for (int i = 0; i < steps; ++i) model.train_step(x, y);
+  std::printf("{\"ok\": true, \"vm_hwm_kib\": %ld}\n", vm_hwm_kib());
+  return 0;
+}
+
+std::optional<long> rss_of(std::vector<std::string> argv, std::vector<std::string> env) {
+  child c(std::move(argv), std::move(env));
+  c.close_input();
+  auto j = c.receive();
+  if (!j || !j->value("ok", false)) return std::nullopt;
+  return j->value("vm_hwm_kib", 0L);
+}
+
+void usage() {
+  std::puts(
+      "usage: train_throughput [--quick] [--no-torch] [--models cnn,mlp] [--batches 32,64,256] [--threads 1,2]\n"
+      "                        [--window SECONDS] [--windows N]\n"
+      "Trains each model at each batch size and thread count with dtrain, then PyTorch (as shipped, and in\n"
+      "its best setting), interleaved, and prints one table. Env DTRAIN_TORCH_SCRIPT overrides the peer script.");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  timing t;
+  bool use_torch = true;
+  std::vector<std::string> models{"cnn", "mlp"};
+  std::vector<std::size_t> batches{32, 64, 256};
+  std::vector<int> thread_counts{1, 2};
+  const int rss_steps = 30;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(), std::exit(2);
+      return argv[++i];
+    };
+    if (a == "--rss-child") {
+      const auto b = std::stoul(next());
+      const int th = std::stoi(next());
+      return rss_child(b, th, std::stoi(next()));
+    } else if (a == "--quick") {
+      t = {.window_s = 0.1, .windows = 3, .warmup_s = 0.2};
+    } else if (a == "--no-torch") {
+      use_torch = false;
+    } else if (a == "--models") {
+      models = split(next());
+    } else if (a == "--batches") {
+      batches.clear();
+      for (auto& s : split(next())) batches.push_back(std::stoul(s));
+    } else if (a == "--threads") {
+      thread_counts.clear();
+      for (auto& s : split(next())) thread_counts.push_back(std::stoi(s));
+    } else if (a == "--window") {
+      t.window_s = std::stod(next());
+    } else if (a == "--windows") {
+      t.windows = std::stoi(next());
+    } else {
+      usage();
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  for (auto& m : models)
+    if (m != "cnn" && m != "mlp") return std::fprintf(stderr, "unknown model %s (cnn, mlp)\n", m.c_str()), 2;
+
+  const bool avx512 = has_avx512();
+  const double peak_core = avx512 ? 226.0 : 113.0;  // GFLOP/s per core, FP32 FMA
+  std::printf("# train_throughput: dtrain %s vs PyTorch, full training steps (forward, backward, adam)\n",
+              dtrain::version);
+  std::printf("# cpu: %s, %ld cores online, %s, OpenBLAS core %s; dtrain built with: %s\n", cpu_name().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN), avx512 ? "avx512f" : "avx2", openblas_get_corename(),
+              DTRAIN_BENCH_FLAGS);
+  std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each\n", t.warmup_s, t.windows,
+              t.window_s);
+
+  std::optional<torch_peer> shipped, best;
+  if (use_torch) {
+    shipped.emplace(script_path(), "shipped");
+    best.emplace(script_path(), "best");
+    if (shipped->ok())
+      std::printf("# torch %s (%s): shipped = torch.set_num_threads(threads); best = %s, torch.set_num_threads(1);"
+                  " OpenBLAS gets `threads` threads in both\n",
+                  shipped->version().c_str(), python, malloc_tunables);
+    else
+      std::printf("# torch columns n/a: %s\n", shipped->why().c_str());
+  } else {
+    std::printf("# torch columns n/a: --no-torch\n");
+  }
+
+  std::printf("\n%-5s %6s %8s %14s %14s %14s %14s %14s %15s\n", "model", "batch", "threads", "dtrain smp/s",
+              "dtrain ms/step", "torch shipped", "torch best", "dtrain/best", "dtrain/shipped");
+  struct cnn_row {
+    std::size_t batch;
+    int threads;
+    result d;
+    std::optional<result> b;
+  };
+  std::vector<cnn_row> cnn_rows;
+  for (const auto& m : models)
+    for (auto b : batches)
+      for (int th : thread_counts) {
+        const result d = run_dtrain(m, b, th, t);
+        std::optional<result> s = shipped ? shipped->run(m, b, th, t) : std::nullopt;
+        std::optional<result> be = best ? best->run(m, b, th, t) : std::nullopt;
+        std::printf("%-5s %6zu %8d %14.0f %14.2f %14s %14s %14s %15s\n", m.c_str(), b, th, d.samples_per_s,
+                    d.ms_per_step, opt_fmt("%.0f", s).c_str(), opt_fmt("%.0f", be).c_str(),
+                    ratio(d.samples_per_s, be).c_str(), ratio(d.samples_per_s, s).c_str());
+        std::fflush(stdout);
+        if (m == "cnn") cnn_rows.push_back({b, th, d, be});
+      }
+  shipped.reset(), best.reset();
+  dtrain::set_num_threads(2);
+
+  if (!cnn_rows.empty()) {
+    const double f = cnn_flop_per_sample();
+    std::printf("\n# CNN FLOPs: %.2f MFLOP per sample per step (forward + backward GEMMs); peak %.0f GFLOP/s per core"
+                " (%s FMA) x threads\n",
+                f / 1e6, peak_core, avx512 ? "AVX-512" : "AVX2");
+    std::printf("%-6s %8s %16s %12s %18s %12s\n", "batch", "threads", "dtrain GFLOP/s", "% of peak",
+                "torch best GFLOP/s", "% of peak");
+    for (const auto& r : cnn_rows) {
+      const double peak = peak_core * r.threads;
+      const double dg = f * r.d.samples_per_s / 1e9;
+      const std::optional<double> tg = r.b ? std::optional(f * r.b->samples_per_s / 1e9) : std::nullopt;
+      std::printf("%-6zu %8d %16.1f %11.1f%% %18s %12s\n", r.batch, r.threads, dg, 100 * dg / peak,
+                  tg ? fmt("%.1f", *tg).c_str() : "n/a", tg ? fmt("%.1f%%", 100 * *tg / peak).c_str() : "n/a");
+    }
+  }
+
+  // Peak memory of a CNN training run (batch 64, 2 threads), each in its own process.
+  const std::size_t rb = 64;
+  const int rt = 2;
+  auto d_rss = rss_of({"/proc/self/exe", "--rss-child", std::to_string(rb), std::to_string(rt),
+                       std::to_string(rss_steps)},
+                      {});
+  std::optional<long> ts, tb;
+  if (use_torch) {
+    const std::vector<std::string> args{python, script_path(), "rss", "cnn", std::to_string(rb), std::to_string(rt),
+                                        std::to_string(rss_steps)};
+    ts = rss_of(args, {"DTRAIN_TORCH_SETTING=shipped"});
+    tb = rss_of(args, {"DTRAIN_TORCH_SETTING=best", malloc_tunables});
+  }
+  auto mib = [](const std::optional<long>& k) { return k ? fmt("%.1f MiB", *k / 1024.0) : std::string("n/a"); };
+  std::printf("\n# peak RSS (VmHWM) of a CNN training run, batch %zu, %d threads, %d steps, own process each:\n", rb,
+              rt, rss_steps);
+  std::printf("dtrain %s   torch shipped %s   torch best %s\n", mib(d_rss).c_str(), mib(ts).c_str(), mib(tb).c_str());
+  return 0;
+}
