@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// The communicator seam: collective operations on spans of floats (and bytes) among the replicas of
+/// a synchronous job. Strategies and models only ever talk to a communicator through this concept.
+///
+/// Contract (`communicator`): `rank()` in [0, size()); every rank calls the same collectives in the same
+/// order with the same sizes (a mismatch is a protocol error, never silent garbage). `all_reduce(data, op)`
+/// leaves every rank with the element-wise reduction, bitwise identical on all ranks;
+/// `all_reduce_async` starts one and returns a handle whose `wait()` completes it (operations complete
+/// in the order they were started; the span must stay alive until then); `broadcast(data, root)` copies
+/// root's data everywhere; `all_gather(in, out)` concatenates every rank's `in` (all the same size) into
+/// `out` in rank order; `barrier()` returns once every rank has entered it. The first failure latches:
+/// pending operations fail with it and every later call rethrows it.
+
+#include <concepts>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+/// The reduction of an all-reduce (`tf.distribute.ReduceOp` plus max and min).
+enum class reduce_op { sum, mean, max, min };
+
+/// A failure of communication: a dead, hung or misbehaving peer (named in the message).
+struct comm_error : error {
+  using error::error;
+};
+
+/// The exit code of a process that ends because a peer failed: Kubeflow and TF treat it as retryable.
+inline constexpr int peer_failure_exit_code = 138;
+
+template <class H>
+concept collective_handle = requires(H& h) { h.wait(); };
+
+template <class C>
+concept communicator = requires(C& c, std::span<float> f, std::span<const float> cf, std::span<std::byte> b, int root) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.all_reduce(f, reduce_op::sum);
+  { c.all_reduce_async(f, reduce_op::sum) } -> collective_handle;
+  c.broadcast(f, root);
+  c.broadcast(b, root);
+  c.all_gather(cf, f);
+  c.barrier();
+};
+
+namespace comm {
+
+/// One replica, no network: every collective is the identity.
+class local {
+ public:
+  struct handle {
+    void wait() {}
+  };
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  void all_reduce(std::span<float>, reduce_op) {}
+  handle all_reduce_async(std::span<float>, reduce_op) { return {}; }
+  void broadcast(std::span<float>, int root) { check_root(root); }
+  void broadcast(std::span<std::byte>, int root) { check_root(root); }
+  void all_gather(std::span<const float> in, std::span<float> out) {
+    if (out.size() != in.size()) throw value_error("all_gather: output must hold size() * input elements");
+    std::memcpy(out.data(), in.data(), in.size_bytes());
+  }
+  void barrier() {}
+
+ private:
+  static void check_root(int root) {
+    if (root != 0) throw value_error("broadcast: root " + std::to_string(root) + " is not a rank of a world of 1");
+  }
+};
+
+}  // namespace comm
+
+static_assert(communicator<comm::local>);
+
+}  // namespace dtrain

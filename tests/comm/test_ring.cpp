@@ -1,0 +1,393 @@
+// The ring all-reduce over real loopback sockets: every world size from 1 to 8 as threads of this
+// process (each rank with its own sockets), sizes that exercise empty and uneven segments and 64 MiB,
+// and the failure paths: a dead peer, a hung peer, strangers, garbage frames, latched errors.
+#include <atomic>
+#include <thread>
+
+#include "support/gradcheck.hpp"
+
+#include <dtrain/distribute/comm/ring_tcp.hpp>
+
+using namespace dtrain;
+using comm::ring_tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// n free loopback ports, as "127.0.0.1:port".
+std::vector<std::string> free_addresses(int n) {
+  asio::io_context io;
+  std::vector<asio::ip::tcp::acceptor> hold;
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    hold.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    out.push_back("127.0.0.1:" + std::to_string(hold.back().local_endpoint().port()));
+  }
+  return out;
+}
+
+struct log_sink {
+  std::mutex m;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> fn() {
+    return [this](const std::string& s) {
+      std::lock_guard lk(m);
+      lines.push_back(s);
+    };
+  }
+  bool contains(const std::string& needle) {
+    std::lock_guard lk(m);
+    for (auto& l : lines)
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+};
+
+comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& addrs, log_sink* log = nullptr) {
+  comm::ring_tcp_options o{.rank = rank, .world_size = p, .addresses = addrs, .fingerprint = 0xfeed,
+                           .operation_timeout = 20s, .connect_timeout = 20s, .chunk_bytes = 4096};
+  o.log = log ? log->fn() : [](const std::string&) {};
+  return o;
+}
+
+/// Runs f(rank, communicator) on p threads; returns each rank's exception (or null).
+template <class F>
+std::vector<std::exception_ptr> run_ranks(int p, F f, std::function<comm::ring_tcp_options(int)> make = {}) {
+  const auto addrs = free_addresses(p);
+  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < p; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        ring_tcp c(make ? make(r) : options(r, p, addrs));
+        f(r, c);
+      } catch (...) {
+        errs[std::size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errs;
+}
+std::string message(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+void require_ok(const std::vector<std::exception_ptr>& errs) {
+  for (std::size_t r = 0; r < errs.size(); ++r) BOOST_REQUIRE_MESSAGE(!errs[r], "rank " << r << ": " << message(errs[r]));
+}
+
+/// A check inside a rank's thread (Boost.Test's macros are not thread-safe): throws, and run_ranks reports it.
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("check failed: " + what);
+}
+
+/// Small integers, so every summation order gives the same float.
+float value(int rank, std::size_t i) { return float(int((i * 7 + std::size_t(rank) * 13) % 17) - 8); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ring)
+
+BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
+  for (int p = 1; p <= 8; ++p) {
+    const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4099};
+    std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(p));  // [rank][case]
+    const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
+      expect(c.size() == p, "size");
+      for (auto n : counts)
+        for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min}) {
+          std::vector<float> v(n);
+          for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
+          c.all_reduce(v, op);
+          results[std::size_t(r)].push_back(std::move(v));
+        }
+    });
+    require_ok(errs);
+    std::size_t k = 0;
+    for (auto n : counts)
+      for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min}) {
+        std::vector<float> expect(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          float acc = value(0, i);
+          for (int r = 1; r < p; ++r)
+            acc = op == reduce_op::max   ? std::max(acc, value(r, i))
+                  : op == reduce_op::min ? std::min(acc, value(r, i))
+                                         : acc + value(r, i);
+          expect[i] = op == reduce_op::mean ? acc * (1.0f / float(p)) : acc;
+        }
+        for (int r = 0; r < p; ++r)
+          BOOST_TEST_CONTEXT("p=" << p << " n=" << n << " op=" << int(op) << " rank " << r) {
+            BOOST_TEST(results[std::size_t(r)][k] == expect, boost::test_tools::per_element());
+          }
+        ++k;
+      }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
+  const std::size_t n = std::size_t{16} << 20;  // 64 MiB of floats
+  for (int p : {2, 3, 5, 8}) {
+    std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
+    const auto addrs = free_addresses(p);
+    const auto errs = run_ranks(
+        p,
+        [&](int r, ring_tcp& c) {
+          rng g(std::uint64_t(r) + 1);
+          std::vector<float> v(n);
+          for (auto& x : v) x = g.uniform(-1.0f, 1.0f);
+          c.all_reduce(v, reduce_op::sum);
+          out[std::size_t(r)] = std::move(v);
+        },
+        [&](int r) {
+          auto o = options(r, p, addrs);
+          o.chunk_bytes = std::size_t{4} << 20;
+          return o;
+        });
+    require_ok(errs);
+    // serial reduction in double: the ring's float sums agree to rounding
+    std::vector<rng> gens;
+    for (int r = 0; r < p; ++r) gens.emplace_back(std::uint64_t(r) + 1);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (auto& g : gens) s += g.uniform(-1.0f, 1.0f);
+      if (std::abs(out[0][i] - s) > 1e-5 * p) ++bad;
+    }
+    BOOST_TEST(bad == 0u);
+    for (int r = 1; r < p; ++r) BOOST_TEST(std::memcmp(out[0].data(), out[std::size_t(r)].data(), n * 4) == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_all_gather_barrier_async) {
+  for (int p : {1, 2, 3, 4, 7}) {
+    const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
+      for (int root = 0; root < p; ++root) {
+        std::vector<float> v(5000, float(r));
+        c.broadcast(std::span<float>(v), root);
+        for (float x : v) expect(x == float(root), "broadcast from " + std::to_string(root));
+      }
+      std::string text = r == 1 % p ? "the chief's bytes" : std::string(17, '?');
+      c.broadcast(std::as_writable_bytes(std::span<char>(text.data(), text.size())), 1 % p);
+      expect(text == "the chief's bytes", "byte broadcast");
+      std::vector<float> in{float(r), float(r * 10)}, all(2 * std::size_t(p));
+      c.all_gather(in, all);
+      for (int q = 0; q < p; ++q) expect(all[2 * std::size_t(q) + 1] == float(q * 10), "all_gather");
+      c.barrier();
+      // async: two all-reduces in flight, completed in order
+      std::vector<float> a(100, 1.0f), b(300, 2.0f);
+      auto ha = c.all_reduce_async(a, reduce_op::sum);
+      auto hb = c.all_reduce_async(b, reduce_op::sum);
+      hb.wait();
+      ha.wait();
+      expect(a[99] == float(p) && b[0] == float(2 * p), "async all_reduce");
+      bool threw = false;
+      try {
+        c.broadcast(std::span<float>(a), p);
+      } catch (const value_error&) {
+        threw = true;
+      }
+      expect(threw, "a root outside the world is refused");
+    });
+    require_ok(errs);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(master_address_only_like_torchrun) {
+  const int p = 4;
+  const auto master = free_addresses(1);
+  log_sink log;
+  const auto errs = run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        std::vector<float> v{float(r)};
+        c.all_reduce(v, reduce_op::sum);
+        expect(v[0] == 6.0f, "sum");
+        expect(!c.address_of((r + 1) % p).empty(), "address table");
+      },
+      [&](int r) { return options(r, p, master, r == 0 ? &log : nullptr); });
+  require_ok(errs);
+  BOOST_TEST(log.contains("waiting for workers (4/4)"));
+}
+
+BOOST_AUTO_TEST_CASE(dead_peer_is_named_by_every_other_rank) {
+  const int p = 4;
+  std::atomic<int> started{0};
+  const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
+    std::vector<float> v(10000, 1.0f);
+    c.all_reduce(v, reduce_op::sum);
+    ++started;
+    if (r == 2) return;  // rank 2 "dies": its communicator closes its sockets
+    while (started < p) std::this_thread::yield();
+    std::this_thread::sleep_for(50ms);
+    c.all_reduce(v, reduce_op::sum);
+  });
+  BOOST_TEST(!errs[2]);
+  for (int r : {0, 1, 3}) {
+    const std::string m = message(errs[std::size_t(r)]);
+    BOOST_TEST_CONTEXT("rank " << r << ": " << m) { BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(hung_peer_times_out_and_the_error_latches) {
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  std::atomic<bool> done{false};
+  const auto errs = run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        std::vector<float> v(100, 1.0f);
+        if (r == 1) {  // hangs: never joins the collective, but keeps its sockets open
+          while (!done) std::this_thread::sleep_for(10ms);
+          return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          c.all_reduce(v, reduce_op::sum);
+        } catch (const comm_error&) {
+          expect(std::chrono::steady_clock::now() - t0 < 5s, "stopped within the timeout");
+          try {
+            c.all_reduce(v, reduce_op::sum);  // latched: fails at once, same story
+          } catch (const comm_error&) {
+            if (r == 0) done = true;
+            throw;
+          }
+        }
+        if (r == 0) done = true;
+      },
+      [&](int r) {
+        auto o = options(r, p, addrs);
+        o.operation_timeout = 1s;
+        return o;
+      });
+  // the rank after the hung one names it; the others time out waiting for their own predecessor
+  const std::string m2 = message(errs[2]), m0 = message(errs[0]);
+  BOOST_TEST(m2.find("waiting for rank 1 (127.0.0.1:") != std::string::npos, m2);
+  BOOST_TEST(m0.find("timed out after 1 s") != std::string::npos, m0);
+}
+
+BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on) {
+  const int p = 2;
+  const auto addrs = free_addresses(p);
+  log_sink log;
+  std::atomic<bool> ring_up{false};
+  std::thread stranger([&] {
+    // During the rendezvous: garbage, then a worker of another job (other fingerprint).
+    asio::io_context io;
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      asio::ip::tcp::socket s(io);
+      std::error_code ec;
+      s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                        std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
+      if (ec) {
+        std::this_thread::sleep_for(5ms);
+        continue;
+      }
+      const char garbage[32] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+      asio::write(s, asio::buffer(garbage), ec);
+      asio::ip::tcp::socket s2(io);
+      s2.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                         std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
+      comm::detail::hello h;
+      h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xbad;
+      asio::write(s2, asio::buffer(&h, sizeof h), ec);
+      break;
+    }
+  });
+  const auto errs = run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        std::vector<float> v(1000, 1.0f);
+        c.all_reduce(v, reduce_op::sum);
+        if (r == 0) {
+          ring_up = true;
+          // after the rendezvous: a client claiming an absurd length, then silence
+          asio::io_context io;
+          asio::ip::tcp::socket s(io);
+          std::error_code ec;
+          s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                            std::uint16_t(std::stoi(addrs[1].substr(10)))), ec);
+          comm::detail::frame_header fh;
+          fh.length = 0xffffffffu;
+          asio::write(s, asio::buffer(&fh, sizeof fh), ec);
+        }
+        for (int i = 0; i < 20; ++i) c.all_reduce(v, reduce_op::sum);
+        expect(v[0] == float(1 << 21), "sums after the strangers");
+      },
+      [&](int r) {
+        if (r == 1) std::this_thread::sleep_for(300ms);  // the strangers come first
+        return options(r, p, addrs, &log);
+      });
+  stranger.join();
+  require_ok(errs);
+  BOOST_TEST(log.contains("rejected connection from 127.0.0.1"));
+  BOOST_TEST(log.contains("fingerprint differs"));
+}
+
+BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_allocation) {
+  // rank 1 is a fake that completes the handshakes, then sends a frame that claims 4 GiB
+  const auto addrs = free_addresses(2);
+  std::exception_ptr err;
+  std::thread real([&] {
+    try {
+      ring_tcp c(options(0, 2, addrs));
+      std::vector<float> v(100, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  asio::io_context io;
+  asio::ip::tcp::acceptor own(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                                          std::uint16_t(std::stoi(addrs[1].substr(10)))));
+  asio::ip::tcp::socket join(io);
+  for (int i = 0; i < 200; ++i) {
+    std::error_code ec;
+    join.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
+    if (!ec) break;
+    join = asio::ip::tcp::socket(io);
+    std::this_thread::sleep_for(5ms);
+  }
+  comm::detail::hello h;
+  h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
+  asio::write(join, asio::buffer(&h, sizeof h));
+  comm::detail::hello reply;
+  asio::read(join, asio::buffer(&reply, sizeof reply));
+  BOOST_REQUIRE(reply.accepted);
+  std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
+  asio::read(join, asio::buffer(table));
+  asio::ip::tcp::socket to_next(io);
+  to_next.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))));
+  h.kind = 2;
+  asio::write(to_next, asio::buffer(&h, sizeof h));
+  asio::ip::tcp::socket from_prev(io);
+  own.accept(from_prev);
+  comm::detail::frame_header bad;
+  bad.seq = 1, bad.length = 0xfffffff0u;
+  asio::write(to_next, asio::buffer(&bad, sizeof bad));
+  real.join();
+  const std::string m = message(err);
+  BOOST_TEST(m.find("protocol error") != std::string::npos, m);
+  BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_cluster) {
+  BOOST_CHECK_THROW(ring_tcp(options(2, 2, free_addresses(2))), config_error);
+  BOOST_CHECK_THROW(ring_tcp(options(0, 3, free_addresses(2))), config_error);
+  auto o = options(1, 2, {"127.0.0.1:1", "127.0.0.1:not-a-port"});
+  BOOST_CHECK_THROW(ring_tcp{o}, config_error);
+  // nobody at rank 0's address: a clear timeout, not a hang
+  auto lonely = options(1, 2, free_addresses(2));
+  lonely.connect_timeout = 300ms;
+  try {
+    ring_tcp c(lonely);
+    BOOST_FAIL("expected comm_error");
+  } catch (const comm_error& e) {
+    BOOST_TEST(std::string(e.what()).find("could not reach rank 0") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
