@@ -2,7 +2,17 @@
 // dtrain against PyTorch in the same invocation. See bench/README.md for the columns.
 //
 //   cmake --build build --target train_throughput && build/bench/train_throughput [--quick] [--no-torch]
-#include <dtrain/dtrain.hpp>
+#include <dtrain/core/threads.hpp>
+#include <dtrain/layers/activations.hpp>
+#include <dtrain/layers/conv2d.hpp>
+#include <dtrain/layers/dense.hpp>
+#include <dtrain/layers/input.hpp>
+#include <dtrain/layers/reshape.hpp>
+#include <dtrain/losses/crossentropy.hpp>
+#include <dtrain/metrics/accuracy.hpp>
+#include <dtrain/model/sequential.hpp>
+#include <dtrain/optimizers/adam.hpp>
+#include <dtrain/version.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -283,7 +293,7 @@ std::optional<long> rss_of(std::vector<std::string> argv, std::vector<std::strin
 
 void usage() {
   std::puts(
-      "usage: train_throughput [--quick] [--no-torch] [--models cnn,mlp] [--batches 32,64,256] [--threads 1,2]\n"
+      "usage: train_throughput [--quick] [--no-torch] [--no-rss] [--models cnn,mlp] [--batches 32,64,256] [--threads 1,2]\n"
       "                        [--window SECONDS] [--windows N]\n"
       "Trains each model at each batch size and thread count with dtrain, then PyTorch (as shipped, and in\n"
       "its best setting), interleaved, and prints one table. Env DTRAIN_TORCH_SCRIPT overrides the peer script.");
@@ -293,7 +303,7 @@ void usage() {
 
 int main(int argc, char** argv) {
   timing t;
-  bool use_torch = true;
+  bool use_torch = true, rss = true;
   std::vector<std::string> models{"cnn", "mlp"};
   std::vector<std::size_t> batches{32, 64, 256};
   std::vector<int> thread_counts{1, 2};
@@ -312,6 +322,8 @@ int main(int argc, char** argv) {
       t = {.window_s = 0.1, .windows = 3, .warmup_s = 0.2};
     } else if (a == "--no-torch") {
       use_torch = false;
+    } else if (a == "--no-rss") {
+      rss = false;
     } else if (a == "--models") {
       models = split(next());
     } else if (a == "--batches") {
@@ -396,6 +408,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!rss) return 0;
   // Peak memory of a CNN training run (batch 64, 2 threads), each in its own process.
   const std::size_t rb = 64;
   const int rt = 2;
