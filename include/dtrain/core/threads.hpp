@@ -2,10 +2,19 @@
 /// \file
 /// One thread budget for the whole process. OpenBLAS keeps its own pool; dtrain's own threads
 /// (prefetch, communication) are counted against the same budget so the pools never fight.
+///
+/// `detail::parallel_for` splits an element-wise loop (the optimizers' updates) over that budget with a
+/// small persistent pool: `num_threads() - 1` workers that sleep on a futex between jobs and never spin,
+/// so they cost nothing while OpenBLAS runs. The caller runs the first chunk itself.
 
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <thread>
+#include <vector>
 
 // OpenBLAS' own controls (its cblas.h clashes with the CBLAS prototypes xtensor-blas declares).
 extern "C" {
@@ -33,6 +42,99 @@ inline void apply_thread_env() {
   }();
   (void)done;
 }
+
+/// The process' pool of helper threads (created on first use, grown up to `num_threads() - 1`).
+class thread_pool {
+ public:
+  static thread_pool& instance() {
+    static thread_pool pool;
+    return pool;
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  ~thread_pool() {
+    stop_.store(true, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  /// Calls `f(begin, end)` on `parts` contiguous chunks covering [0, n), each but the last a multiple of
+  /// `align` long; chunk 0 on the calling thread, the others on workers. Returns when all are done.
+  /// Not reentrant: one job at a time (the callers are the single-threaded training step).
+  template <class F>
+  void run(std::size_t n, std::size_t parts, std::size_t align, F& f) {
+    parts = std::min<std::size_t>(parts, max_parts);
+    if (parts <= 1 || n == 0) {
+      f(std::size_t{0}, n);
+      return;
+    }
+    grow(parts - 1);
+    std::size_t chunk = (n + parts - 1) / parts;
+    chunk = (chunk + align - 1) / align * align;
+    fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<F*>(ctx))(b, e); };
+    ctx_ = &f;
+    n_ = n;
+    chunk_ = chunk;
+    parts_ = parts;
+    // every worker acknowledges every job (those without a chunk too), so none still reads this job's
+    // fields when the next job writes them
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    f(std::size_t{0}, std::min(chunk, n));
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0;)
+      if (++spins > 64) {
+        const int p = pending_.load(std::memory_order_acquire);
+        if (p != 0) pending_.wait(p, std::memory_order_acquire);
+      }
+  }
+
+  static constexpr std::size_t max_parts = 64;
+
+ private:
+  thread_pool() = default;
+
+  void grow(std::size_t want) {
+    while (workers_.size() < want) {
+      const std::size_t index = workers_.size() + 1;  // the chunk this worker runs
+      const std::uint64_t seen = generation_.load(std::memory_order_relaxed);
+      workers_.emplace_back([this, index, seen] { loop(index, seen); });
+    }
+  }
+
+  void loop(std::size_t index, std::uint64_t seen) {
+    for (;;) {
+      generation_.wait(seen, std::memory_order_acquire);
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_relaxed)) return;
+      if (index < parts_) {
+        const std::size_t b = std::min(index * chunk_, n_), e = std::min(b + chunk_, n_);
+        if (b < e) fn_(ctx_, b, e);
+      }
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  void (*fn_)(void*, std::size_t, std::size_t) = nullptr;
+  void* ctx_ = nullptr;
+  std::size_t n_ = 0, chunk_ = 0, parts_ = 0;
+};
+
+/// Runs `f(begin, end)` over [0, n) split across the thread budget (`num_threads()`), in chunks of at
+/// least `grain` elements (so small loops stay on the calling thread), chunk boundaries multiples of 16.
+/// `f` must not throw.
+template <class F>
+void parallel_for(std::size_t n, std::size_t grain, F&& f) {
+  const std::size_t budget = static_cast<std::size_t>(std::max(1, num_threads()));
+  const std::size_t parts = std::min(budget, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
+  thread_pool::instance().run(n, parts, 16, f);
+}
+
 }  // namespace detail
 
 }  // namespace dtrain

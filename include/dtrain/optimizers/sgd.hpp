@@ -3,6 +3,7 @@
 /// Keras `optimizers.SGD`: plain, with momentum, or Nesterov momentum (Keras' update rule:
 /// m = momentum * m - lr * g; p += m, or p += momentum * m - lr * g with Nesterov).
 
+#include "dtrain/core/threads.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 
 namespace dtrain {
@@ -22,18 +23,27 @@ class sgd : public basic_optimizer<sgd, sgd_options> {
   std::string name() const { return "SGD"; }
   std::size_t slots() const { return options.momentum > 0.0f ? 1 : 0; }
 
+  /// Split over the thread budget; the loops vectorize as they are.
   void update(std::span<float> p, std::span<const float> g, std::span<float> s, float lr, std::int64_t) const {
-    const std::size_t n = p.size();
     const float mu = options.momentum;
+    float* pp = p.data();
+    const float* gg = g.data();
+    float* ss = s.data();
     if (mu == 0.0f) {
-      for (std::size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+      detail::parallel_for(p.size(), detail::update_grain, [=](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) pp[i] -= lr * gg[i];
+      });
     } else if (options.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float m = s[i] = mu * s[i] - lr * g[i];
-        p[i] += mu * m - lr * g[i];
-      }
+      detail::parallel_for(p.size(), detail::update_grain, [=](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+          const float m = ss[i] = mu * ss[i] - lr * gg[i];
+          pp[i] += mu * m - lr * gg[i];
+        }
+      });
     } else {
-      for (std::size_t i = 0; i < n; ++i) p[i] += (s[i] = mu * s[i] - lr * g[i]);
+      detail::parallel_for(p.size(), detail::update_grain, [=](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) pp[i] += (ss[i] = mu * ss[i] - lr * gg[i]);
+      });
     }
   }
 };
