@@ -18,6 +18,10 @@
 ///   `scale` times its gradient to `grads`.
 /// Buffers a layer keeps between forward and backward grow to the largest batch seen and are reused:
 /// no allocation happens on a training step once the batch size is stable.
+///
+/// Optional: `static constexpr bool relabels = true` says the output holds the input's values in the same
+/// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output
+/// alias its input, and its input gradient alias its output gradient (`detail::relabels_v`).
 
 #include <array>
 #include <cmath>
@@ -83,6 +87,15 @@ concept layer = requires(B& l, const B& cl, layer_context<cpu>& ctx, rng& r, con
 };
 
 namespace detail {
+
+/// True for a bound layer whose output is its input relabelled (see the contract above).
+template <class B>
+inline constexpr bool relabels_v = [] {
+  if constexpr (requires { B::relabels; })
+    return static_cast<bool>(B::relabels);
+  else
+    return false;
+}();
 
 /// Grows a reusable buffer to at least `n` floats and returns its data.
 inline float* ensure(std::vector<float>& v, std::size_t n) {

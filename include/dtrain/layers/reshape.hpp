@@ -1,6 +1,8 @@
 #pragma once
 /// \file
 /// `reshape<D...>` and `flatten`: new per-sample shape, same values in the same (row-major) order.
+/// They declare `relabels`, so `sequential` lets their output alias their input (no copy either way);
+/// `forward` and `backward` copy for callers that use the layer on its own.
 
 #include <cstring>
 
@@ -15,6 +17,7 @@ struct relabel_layer : no_params {
   using output_shape = Out;
   static constexpr const char* keras_name = Name;
   static constexpr const char* class_name = Class;
+  static constexpr bool relabels = true;
   template <class Ctx>
   void forward(Ctx&, const float* x, float* y, std::size_t n, std::span<const float>) {
     std::memcpy(y, x, n * In::size * sizeof(float));

@@ -358,10 +358,14 @@ class sequential {
     float* other = detail::ensure(delta_b_, n * max_width);
     layer_context<cpu> ctx{device_, rng_, true};
     each_reversed([&]<std::size_t I>() {
-      const float* x = I == 0 ? input_ : outputs_[I - 1].data();
+      if constexpr (detail::relabels_v<layer_type<I>>) {  // its input gradient is dy itself
+        on_ready(I, param_offsets[I], param_sizes[I]);
+        return;
+      }
+      const float* x = I == 0 ? input_ : out_[I - 1];
       float* dx = needs_input_grad[I] ? other : nullptr;
       auto& l = std::get<I>(layers_);
-      l.backward(ctx, x, outputs_[I].data(), dy, dx, n, param_span<I>(), grad_span<I>());
+      l.backward(ctx, x, out_[I], dy, dx, n, param_span<I>(), grad_span<I>());
       reg += l.regularization(param_span<I>(), grad_span<I>(), regularization_scale_);
       on_ready(I, param_offsets[I], param_sizes[I]);
       if (dx) std::swap(dy, other);
@@ -416,9 +420,14 @@ class sequential {
     layer_context<cpu> ctx{device_, rng_, training};
     const float* in = x;
     each([&]<std::size_t I>() {
-      float* out = detail::ensure(outputs_[I], n * output_sizes[I]);
-      std::get<I>(layers_).forward(ctx, in, out, n, param_span<I>());
-      in = out;
+      if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
+        out_[I] = in;
+      } else {
+        float* out = detail::ensure(outputs_[I], n * output_sizes[I]);
+        std::get<I>(layers_).forward(ctx, in, out, n, param_span<I>());
+        out_[I] = out;
+      }
+      in = out_[I];
     });
     last_batch_ = n;
   }
@@ -429,7 +438,7 @@ class sequential {
   batch_view output_view(std::size_t n) {
     out_extents_[0] = n;
     for (std::size_t i = 0; i < output_shape::rank; ++i) out_extents_[i + 1] = output_shape::dims[i];
-    return {outputs_[depth - 1].data(), out_extents_};
+    return {out_[depth - 1], out_extents_};
   }
   tensor output_tensor(std::size_t n) {
     const batch_view v = output_view(n);
@@ -464,7 +473,8 @@ class sequential {
   layer_types layers_;
   std::array<std::string, depth> names_;
   std::vector<float> params_, grads_;
-  std::array<std::vector<float>, depth> outputs_;
+  std::array<std::vector<float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
+  std::array<const float*, depth> out_{};           // where each layer's output of the last forward is
   std::vector<float> delta_a_, delta_b_, per_example_;
   std::array<std::size_t, output_shape::rank + 1> out_extents_{};
   const float* input_ = nullptr;
