@@ -90,11 +90,31 @@ void compile(Net& model, const arguments& a) {
                  .metrics = {dtrain::accuracy{}}});
 }
 
-/// The closing lines every example prints: loss and accuracy on the 10,000 test images.
+/// Steps per epoch: the tutorial's 70, or (0) one full pass over the 60,000 training images.
+inline std::int64_t steps(const arguments& a, std::size_t global_batch_size) {
+  return a.steps_per_epoch > 0 ? a.steps_per_epoch : std::int64_t((60000 + global_batch_size - 1) / global_batch_size);
+}
+
+/// The closing lines: loss and accuracy on the 10,000 test images (every worker evaluates its share;
+/// the results are aggregated, and the chief prints them).
 template <class Net>
-void report_test(Net& model) {
+void report_test(Net& model, bool chief) {
   const auto logs = model.evaluate(dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000), {.verbose = 0});
-  std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
+  if (chief) std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
+}
+
+/// Parses the command line and runs the chosen model; errors become messages and exit codes
+/// (138, retryable, when a peer failed).
+template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&)>
+int main(int argc, char** argv) try {
+  const auto args = parse(argc, argv);
+  return args.model == "cnn" ? Cnn(args) : Mlp(args);
+} catch (const dtrain::comm_error& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return dtrain::peer_failure_exit_code;
+} catch (const dtrain::error& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
 }
 
 }  // namespace mnist_setup

@@ -35,6 +35,12 @@
 #include "dtrain/data/sources.hpp"
 #include "dtrain/data/stages.hpp"
 
+#include "dtrain/distribute/cluster.hpp"
+#include "dtrain/distribute/comm/communicator.hpp"
+#include "dtrain/distribute/input.hpp"
+#include "dtrain/distribute/replica_context.hpp"
+#include "dtrain/distribute/strategy.hpp"
+
 #include "dtrain/losses/crossentropy.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/losses/mean_squared_error.hpp"

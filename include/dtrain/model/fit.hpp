@@ -18,6 +18,8 @@
 #include "dtrain/callbacks/progbar_logger.hpp"
 #include "dtrain/data/any_dataset.hpp"
 #include "dtrain/data/stages.hpp"
+#include "dtrain/distribute/input.hpp"
+#include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
 
@@ -71,6 +73,33 @@ inline void ran_out_warning(std::int64_t steps, int epochs) {
                static_cast<long long>(steps) * epochs);
 }
 
+/// Under a strategy: sums the loss and metric states of all replicas, so every worker reports the same.
+template <class Model>
+void aggregate_metrics(Model& m) {
+  replica_context* rc = m.replica();
+  if (!rc || rc->num_replicas_in_sync() == 1) return;
+  std::vector<float> v(m.loss_tracker().state().values.begin(), m.loss_tracker().state().values.end());
+  for (auto& x : m.metrics()) v.insert(v.end(), x.state().values.begin(), x.state().values.end());
+  rc->all_reduce(v, reduce_op::sum);
+  m.loss_tracker().state().values = {v[0], v[1]};
+  for (std::size_t i = 0; i < m.metrics().size(); ++i) m.metrics()[i].state().values = {v[2 + 2 * i], v[3 + 2 * i]};
+}
+
+/// Under a strategy: stop when any replica's callbacks asked to (all replicas must run the same steps).
+template <class Model>
+bool agree_to_stop(Model& m, bool stop) {
+  replica_context* rc = m.replica();
+  if (!rc || rc->num_replicas_in_sync() == 1) return stop;
+  float flag = stop ? 1.0f : 0.0f;
+  rc->all_reduce(std::span<float>(&flag, 1), reduce_op::max);
+  return flag > 0.0f;
+}
+
+template <class Model>
+bool replicated(const Model& m) {
+  return m.replica() && m.replica()->num_replicas_in_sync() > 1;
+}
+
 template <class E>
 const tensor& features(const E& e) {
   if constexpr (std::is_same_v<E, data::example>) return e.first;
@@ -78,9 +107,14 @@ const tensor& features(const E& e) {
 }
 
 template <class Model, data::dataset D>
-logs run_evaluate(Model& m, const D& ds, const evaluate_options& o) {
+logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
   static_assert(std::is_same_v<typename D::element_type, data::example>,
                 "evaluate: the dataset must yield (x, y) batches (data::example)");
+  if constexpr (!is_distributed<D>::value)
+    if (replicated(m))
+      return run_evaluate(
+          m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), false), o);
+  if (m.replica() && !m.replica()->is_chief()) o.verbose = 0;  // the chief reports
   m.reset_metrics();
   const std::int64_t card = ds.cardinality();
   if (o.steps <= 0 && card == data::infinite)
@@ -100,10 +134,12 @@ logs run_evaluate(Model& m, const D& ds, const evaluate_options& o) {
                      static_cast<long long>(step), static_cast<long long>(o.steps));
       break;
     }
-    l = m.test_step(b->first, b->second);
+    if (b->first.shape()[0] > 0) l = m.test_step(b->first, b->second);  // a replica's share may be empty
     o.callbacks.on_test_batch_end(step, l);
     bar.update(++step, l);
   }
+  aggregate_metrics(m);
+  l = m.metric_results();
   bar.update(step, l, true);
   o.callbacks.on_test_end(l);
   return l;
@@ -137,6 +173,10 @@ template <class Model, data::dataset D>
 history run_fit(Model& m, const D& ds, fit_options o) {
   static_assert(std::is_same_v<typename D::element_type, data::example>,
                 "fit: the dataset must yield (x, y) batches (data::example)");
+  if constexpr (!is_distributed<D>::value)
+    if (replicated(m))  // Keras distributes the dataset of a model made in a strategy's scope
+      return run_fit(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id()),
+                     std::move(o));
   if (!m.compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
   if (o.epochs < 0 || o.initial_epoch < 0 || o.validation_freq < 1)
     throw value_error("fit: epochs and initial_epoch must not be negative, validation_freq must be positive");
@@ -148,6 +188,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
 
   auto hist = std::make_shared<history>();
   callback_list cbs = o.callbacks;
+  if (m.replica() && !m.replica()->is_chief()) o.verbose = 0;  // progress is printed by the chief only
   if (o.verbose > 0) cbs.push_front(progbar_logger{});
   cbs.push_back(hist);
   model_handle<Model> handle(m);
@@ -174,9 +215,12 @@ history run_fit(Model& m, const D& ds, fit_options o) {
       }
       l = m.train_step(b->first, b->second);
       cbs.on_train_batch_end(step++, l);
+      handle.stop_training = agree_to_stop(m, handle.stop_training);
       if (handle.stop_training) break;
     }
     if (step == 0) break;  // nothing was trained this epoch: no logs to report
+    aggregate_metrics(m);
+    l = m.metric_results();
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
       const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
       for (const auto& [k, x] : v) l.set("val_" + k, x);

@@ -26,6 +26,7 @@
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/threads.hpp"
+#include "dtrain/distribute/replica_context.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/input.hpp"
 #include "dtrain/losses/loss.hpp"
@@ -246,9 +247,10 @@ class sequential {
     require_compiled("train_step");
     const std::size_t n = check_batch(x, &y);
     forward(x.data(), n, true);
-    const float loss = data_loss(y, n, true) + backward(n);
+    const float loss = data_loss(y, n, true);
+    const float reg = synced_backward(n) * static_cast<float>(replicas());  // the whole penalty, for the logs
     opt_.apply_gradients(grads_, params_);
-    track(y, n, loss);
+    track(y, n, loss + reg);
     return metric_results();
   }
 
@@ -257,7 +259,7 @@ class sequential {
     require_compiled("test_step");
     const std::size_t n = check_batch(x, &y);
     forward(x.data(), n, false);
-    track(y, n, data_loss(y, n, false) + regularization_scale_ * regularization_loss());
+    track(y, n, data_loss(y, n, false) + regularization_loss());
     return metric_results();
   }
 
@@ -319,7 +321,7 @@ class sequential {
     loss_object.per_example(tv, pv, per_example_.data(), d, 1.0f / static_cast<float>(global_batch_size));
     const float avg = compute_average_loss(per_example_, global_batch_size);
     const float saved = std::exchange(regularization_scale_, 1.0f / static_cast<float>(num_replicas));
-    const float reg = backward(n);
+    const float reg = synced_backward(n);
     regularization_scale_ = saved;
     return avg + reg;
   }
@@ -338,7 +340,7 @@ class sequential {
       throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
                         shape_str(dpred.shape()) + " (predictions are " + shape_str(pred.shape()) + ")");
     std::copy(dpred.begin(), dpred.end(), detail::ensure(delta_a_, n * max_width));
-    return l + backward(n);
+    return l + synced_backward(n);
   }
 
   /// Sum of the layers' regularization penalties (Keras `sum(model.losses)`).
@@ -374,8 +376,15 @@ class sequential {
     return regularization_scale_ * reg;
   }
 
-  /// Divides the regularization penalty (and its gradient) by the number of replicas; set by strategies.
-  void set_regularization_scale(float s) { regularization_scale_ = s; }
+  /// Attaches the model to a strategy (what `strategy.make_model()` does): gradients are then summed over
+  /// the replicas in buckets during backward, the loss is averaged over the GLOBAL batch and the
+  /// regularization penalty divided by the number of replicas (the seeds' scale_regularization_loss).
+  void set_replica_context(replica_context* r) {
+    replica_ = r;
+    regularization_scale_ = 1.0f / static_cast<float>(replicas());
+  }
+  replica_context* replica() const { return replica_; }
+  int replicas() const { return replica_ ? replica_->num_replicas_in_sync() : 1; }
 
  private:
   template <class F>
@@ -431,8 +440,15 @@ class sequential {
     });
     last_batch_ = n;
   }
-  float backward(std::size_t n) {
-    return backward(n, [](std::size_t, std::size_t, std::size_t) {});
+  /// Backward, with the replicas' gradients summed when under a strategy.
+  float synced_backward(std::size_t n) {
+    if (!replica_) return backward(n, [](std::size_t, std::size_t, std::size_t) {});
+    replica_->begin_gradients(grads_);
+    const float reg = backward(n, [&](std::size_t, std::size_t offset, std::size_t count) {
+      replica_->gradients_ready(offset, count);
+    });
+    replica_->finish_gradients();
+    return reg;
   }
 
   batch_view output_view(std::size_t n) {
@@ -445,14 +461,17 @@ class sequential {
     return from_span({v.data, v.size()}, extents(out_extents_.begin(), out_extents_.end()));
   }
 
-  /// The compiled loss of the last forward; with `grad`, its gradient goes to the delta buffer.
+  /// The compiled loss of the last forward on this replica's rows. With `grad`, its gradient goes to the
+  /// delta buffer, divided by the number of replicas: summed over them it is the gradient of the loss
+  /// averaged over the global batch.
   float data_loss(const tensor& y, std::size_t n, bool grad) {
     const auto ey = extents_of(y);
     const batch_view pv = output_view(n), tv{y.data(), ey};
     const std::size_t rows = detail::loss_rows(pv);
     per_example_.resize(rows);
     const float scale = loss_.get_reduction() == reduction::sum ? 1.0f : 1.0f / static_cast<float>(rows);
-    loss_.per_example(tv, pv, per_example_.data(), grad ? detail::ensure(delta_a_, n * max_width) : nullptr, scale);
+    loss_.per_example(tv, pv, per_example_.data(), grad ? detail::ensure(delta_a_, n * max_width) : nullptr,
+                      scale / static_cast<float>(replicas()));
     double s = 0.0;
     for (float v : per_example_) s += v;
     return static_cast<float>(s) * scale;
@@ -485,6 +504,7 @@ class sequential {
   std::vector<any_metric> metrics_;
   mean loss_tracker_{"loss"};
   float regularization_scale_ = 1.0f;
+  replica_context* replica_ = nullptr;
   bool compiled_ = false;
 };
 

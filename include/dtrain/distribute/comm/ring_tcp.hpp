@@ -109,6 +109,7 @@ inline std::pair<std::string, std::uint16_t> split_address(const std::string& a)
 class ring_tcp {
  public:
   using clock = std::chrono::steady_clock;
+  using options_type = ring_tcp_options;
 
   /// Connects the ring (blocks until every rank is there, or the connect deadline passes).
   explicit ring_tcp(ring_tcp_options o) : o_(std::move(o)), listener_(io_), prev_(io_), next_(io_) {

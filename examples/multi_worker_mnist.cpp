@@ -1,0 +1,24 @@
+// The multi-worker tutorial: the same training, mirrored on every worker of a TF_CONFIG cluster.
+// It differs from single_worker_mnist.cpp only in the strategy type. Start it by hand with TF_CONFIG
+// set per worker, as in the tutorial, or with the launcher:
+//   dtrain-launch -n 2 -- multi_worker_mnist --model cnn --batch-size 64 --epochs 3 --steps-per-epoch 70
+#include "mnist_setup.hpp"
+
+#include <dtrain/distribute/comm/ring_tcp.hpp>
+
+using strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp>;
+
+template <class Net>
+int run(const mnist_setup::arguments& args) {
+  strategy_type strategy;
+  const std::size_t global_batch_size = args.batch_size * strategy.num_replicas_in_sync();
+  auto dataset = mnist_setup::mnist_dataset(global_batch_size, args.seed);
+  auto model = strategy.make_model<Net>(args.seed);
+  mnist_setup::compile(model, args);
+  model.fit(dataset, {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, global_batch_size),
+                      .verbose = args.verbose});
+  mnist_setup::report_test(model, strategy.is_chief());
+  return 0;
+}
+
+int main(int argc, char** argv) { return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>>(argc, argv); }

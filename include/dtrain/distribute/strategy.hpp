@@ -1,0 +1,216 @@
+#pragma once
+/// \file
+/// Strategies (`tf.distribute.Strategy`): how a model's replicas are laid out and kept in sync.
+/// - `default_strategy`: one replica, no communication (what `get_strategy()` returns);
+/// - `one_device_strategy`: one replica on a named device (the CPU until the CUDA backend exists);
+/// - `multi_worker_mirrored_strategy<Comm>`: one replica per worker of a cluster (TF_CONFIG, Slurm,
+///   torchrun or MPI variables, or an explicit cluster), gradients summed by `Comm` (ring_tcp).
+/// The user's program changes only in the strategy type: every strategy offers the same members, as
+/// in the seeds: num_replicas_in_sync, make_model (the "scope": every worker starts from the chief's
+/// weights), run, reduce, experimental_local_results, distribute_dataset,
+/// distribute_datasets_from_function, cluster_resolver(), is_chief().
+///
+/// A model made by a strategy keeps a pointer to it: the strategy must outlive its models.
+/// A process whose peer fails gets a `comm_error`; ending with `peer_failure_exit_code` (138) lets an
+/// orchestrator restart the job.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/random.hpp"
+#include "dtrain/distribute/cluster.hpp"
+#include "dtrain/distribute/comm/communicator.hpp"
+#include "dtrain/distribute/input.hpp"
+#include "dtrain/distribute/replica_context.hpp"
+
+namespace dtrain {
+
+/// `tf.distribute.experimental.CommunicationOptions` plus dtrain's knobs.
+struct communication_options {
+  /// ring: ring all-reduce over TCP; nccl: NVIDIA NCCL (needs the CUDA backend); auto: the best available.
+  enum class implementation_type { auto_, ring, nccl };
+  implementation_type implementation = implementation_type::auto_;
+  std::chrono::milliseconds timeout{60'000};           // per collective operation
+  std::chrono::milliseconds connect_timeout{300'000};  // for all workers to come up
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
+  std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
+};
+
+/// What `strategy.cluster_resolver()` tells (TF: `strategy.cluster_resolver.task_type`, `.task_id`).
+struct task_info {
+  std::string task_type = "worker";
+  int task_id = 0;
+};
+
+/// One replica, no communication: what a program without a strategy runs under.
+class default_strategy {
+ public:
+  int num_replicas_in_sync() const { return 1; }
+  bool is_chief() const { return true; }
+  task_info cluster_resolver() const { return {}; }
+  template <class Model>
+  Model make_model(std::uint64_t seed = default_seed) {
+    return Model(seed);
+  }
+  template <class F, class... A>
+  auto run(F&& f, A&&... args) {
+    return std::forward<F>(f)(std::forward<A>(args)...);
+  }
+  float reduce(reduce_op, float value) { return value; }
+  template <class T>
+  std::vector<T> experimental_local_results(T value) const {
+    return {std::move(value)};
+  }
+  template <data::dataset D>
+  D distribute_dataset(D d) const {
+    return d;
+  }
+  template <class F>
+  auto distribute_datasets_from_function(F&& f) const {
+    auto d = std::forward<F>(f)(input_context{});
+    return per_replica_dataset<decltype(d)>{std::move(d)};
+  }
+};
+
+/// `tf.distribute.get_strategy()` outside any scope: the default strategy.
+inline default_strategy& get_strategy() {
+  static default_strategy s;
+  return s;
+}
+
+/// `tf.distribute.OneDeviceStrategy(device)`: one replica placed on `device` ("/cpu:0").
+class one_device_strategy : public default_strategy {
+ public:
+  explicit one_device_strategy(std::string device = "/cpu:0") : device_(std::move(device)) {
+    if (device_ != "/cpu:0" && device_ != "/CPU:0" && device_ != "cpu")
+      throw config_error("one_device_strategy: device '" + device_ + "' is not available (this build runs on the CPU)");
+  }
+  const std::string& device() const { return device_; }
+
+ private:
+  std::string device_;
+};
+
+namespace detail {
+template <class Comm>
+Comm make_communicator(const cluster_info& c, const communication_options& o) {
+  if constexpr (std::is_same_v<Comm, comm::local>) {
+    if (c.world_size != 1)
+      throw config_error("multi_worker_mirrored_strategy<comm::local>: the cluster has " + std::to_string(c.world_size) +
+                         " workers; comm::local serves one");
+    return Comm{};
+  } else {
+    typename Comm::options_type r{.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
+                                  .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout};
+    for (const auto& e : c.ring) r.addresses.push_back(e.str());
+    if (r.addresses.empty() && c.master) r.addresses.push_back(c.master->str());
+    return Comm(std::move(r));
+  }
+}
+}  // namespace detail
+
+/// `tf.distribute.MultiWorkerMirroredStrategy`: synchronous data parallelism over the workers of a cluster.
+template <communicator Comm>
+class multi_worker_mirrored_strategy final : public replica_context {
+ public:
+  /// Resolves the cluster (explicit spec, else TF_CONFIG, Slurm, torchrun or MPI variables, else one
+  /// worker) and connects to the other workers (blocks until all are there).
+  explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {})
+      : o_(o), cluster_(cluster ? std::move(*cluster) : resolve_cluster()), comm_(connect(o_, cluster_)),
+        buckets_(o.first_bucket_bytes, o.bucket_bytes) {}
+  multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
+  multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
+
+  int num_replicas_in_sync() const override { return comm_.size(); }
+  int replica_id() const override { return comm_.rank(); }
+  bool is_chief() const override { return cluster_.is_chief(); }
+  task_info cluster_resolver() const { return {cluster_.task_type, cluster_.task_id}; }
+  const cluster_info& cluster() const { return cluster_; }
+  Comm& communicator() { return comm_; }
+
+  /// The strategy's "scope": builds the model on every worker and gives all of them the chief's weights.
+  template <class Model>
+  Model make_model(std::uint64_t seed = default_seed) {
+    Model m(seed);
+    comm_.broadcast(m.parameters(), 0);
+    m.set_replica_context(this);
+    return m;
+  }
+  /// `strategy.run(fn, args)`: runs the step on this worker's replica.
+  template <class F, class... A>
+  auto run(F&& f, A&&... args) {
+    return std::forward<F>(f)(std::forward<A>(args)...);
+  }
+  /// `strategy.reduce(op, per_replica_value, axis=None)`.
+  float reduce(reduce_op op, float value) {
+    comm_.all_reduce(std::span<float>(&value, 1), op);
+    return value;
+  }
+  template <class T>
+  std::vector<T> experimental_local_results(T value) const {
+    return {std::move(value)};
+  }
+  /// Splits a dataset of global batches among the replicas by its auto-shard policy (see input.hpp).
+  template <data::dataset D>
+  distributed_dataset<D> distribute_dataset(D d) const {
+    return distributed_dataset<D>(std::move(d), num_replicas_in_sync(), replica_id());
+  }
+  /// `strategy.distribute_datasets_from_function(fn)`: fn(input_context) builds this worker's pipeline,
+  /// already sharded and batched per replica.
+  template <class F>
+  auto distribute_datasets_from_function(F&& f) const {
+    const input_context ctx{num_replicas_in_sync(), replica_id(), num_replicas_in_sync()};
+    auto d = std::forward<F>(f)(ctx);
+    return per_replica_dataset<decltype(d)>{std::move(d)};
+  }
+
+  // ---- replica_context: what models made here call ---------------------------------------------------
+  void begin_gradients(std::span<float> g) override {
+    grads_ = g;
+    pending_.clear();
+    buckets_.begin(g.size());
+  }
+  void gradients_ready(std::size_t offset, std::size_t count) override {
+    launcher l{this};
+    buckets_.ready(offset, count, l);
+  }
+  void finish_gradients() override {
+    launcher l{this};
+    buckets_.flush(l);
+    for (auto& h : pending_) h.wait();
+    pending_.clear();
+  }
+  void all_reduce(std::span<float> data, reduce_op op) override { comm_.all_reduce(data, op); }
+  void broadcast(std::span<float> data, int root) override { comm_.broadcast(data, root); }
+
+ private:
+  struct launcher {
+    multi_worker_mirrored_strategy* s;
+    void operator()(std::size_t begin, std::size_t end) {
+      s->pending_.push_back(s->comm_.all_reduce_async(s->grads_.subspan(begin, end - begin), reduce_op::sum));
+    }
+  };
+  static Comm connect(const communication_options& o, const cluster_info& c) {
+    using impl = communication_options::implementation_type;
+    if (o.implementation == impl::nccl)
+      throw config_error("multi_worker_mirrored_strategy: implementation nccl needs the CUDA backend, which this "
+                         "build does not have; use implementation ring (or auto)");
+    if (!c.in_ring())
+      throw config_error("multi_worker_mirrored_strategy: this process is task " + c.task_type + ":" +
+                         std::to_string(c.task_id) + ", which takes no part in training (only chief and worker "
+                         "tasks do; an evaluator watches checkpoints instead)");
+    return detail::make_communicator<Comm>(c, o);
+  }
+
+  communication_options o_;
+  cluster_info cluster_;
+  Comm comm_;
+  gradient_buckets<launcher> buckets_;
+  std::span<float> grads_;
+  std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
+};
+
+}  // namespace dtrain

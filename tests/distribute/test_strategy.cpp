@@ -1,0 +1,216 @@
+// Strategies end to end over real loopback sockets: N workers (threads, each with its own strategy
+// and sockets) train like one worker with the global batch; runs are deterministic; metrics agree.
+#include <thread>
+
+#include "support/gradcheck.hpp"
+
+#include <dtrain/distribute/comm/ring_tcp.hpp>
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+using mwms = multi_worker_mirrored_strategy<comm::ring_tcp>;
+
+namespace {
+using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
+
+std::vector<std::string> free_addresses(int n) {
+  asio::io_context io;
+  std::vector<asio::ip::tcp::acceptor> hold;
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    hold.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    out.push_back("127.0.0.1:" + std::to_string(hold.back().local_endpoint().port()));
+  }
+  return out;
+}
+
+std::pair<tensor, tensor> problem(std::size_t n) {
+  rng r(5);
+  tensor x = zeros({n, 6}), y = zeros({n});
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x(i, j) = r.normal();
+    y(i) = float(r.below(3));
+  }
+  return {x, y};
+}
+
+struct outcome {
+  std::vector<float> weights;
+  history hist;
+};
+
+/// Trains `net` with global batch 12 on p workers (threads); returns each worker's outcome.
+std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2) {
+  const auto addrs = free_addresses(p);
+  std::vector<outcome> out(static_cast<std::size_t>(p));
+  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
+  std::vector<std::thread> ts;
+  auto [x, y] = problem(48);
+  for (int r = 0; r < p; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        mwms s({.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)},
+               make_cluster_info({{{"worker", addrs}}}, "worker", r));
+        auto model = s.make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
+        model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                       .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                       .metrics = {accuracy{}}});
+        auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
+        out[std::size_t(r)].hist = model.fit(ds, {.epochs = epochs, .validation_data = data::from_tensor_slices(x, y) | data::batch(10), .verbose = 0});
+        out[std::size_t(r)].weights = model.get_weights();
+      } catch (...) {
+        errs[std::size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(strategy)
+
+BOOST_AUTO_TEST_CASE(n_workers_train_like_one_worker_with_the_global_batch) {
+  // Tolerance: the replicas' gradients are summed in another order than one worker's GEMMs sum them,
+  // so weights agree to float rounding: |a - b| <= 1e-5 + 1e-4 |b| after 8 Adam steps.
+  const auto one = train(1);
+  for (int p : {2, 3}) {
+    const auto many = train(p);
+    BOOST_TEST_CONTEXT("p = " << p) {
+      BOOST_REQUIRE_EQUAL(many[0].weights.size(), one[0].weights.size());
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < one[0].weights.size(); ++i)
+        off += std::abs(many[0].weights[i] - one[0].weights[i]) > 1e-5f + 1e-4f * std::abs(one[0].weights[i]);
+      BOOST_TEST(off == 0u);
+      for (int r = 1; r < p; ++r) {
+        // every worker holds the same weights and reports the same (aggregated) metrics
+        BOOST_TEST(many[std::size_t(r)].weights == many[0].weights, tt::per_element());
+        BOOST_TEST(many[std::size_t(r)].hist.values == many[0].hist.values);
+      }
+      BOOST_TEST(many[0].hist["loss"][1] == one[0].hist["loss"][1], tt::tolerance(1e-4f));
+      BOOST_TEST(many[0].hist["val_accuracy"][1] == one[0].hist["val_accuracy"][1], tt::tolerance(1e-6f));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(same_seed_same_workers_bitwise_identical) {
+  const auto a = train(2, 11, 1), b = train(2, 11, 1);
+  BOOST_TEST(a[0].weights == b[0].weights, tt::per_element());
+  BOOST_TEST(train(2, 12, 1)[0].weights != a[0].weights);
+}
+
+BOOST_AUTO_TEST_CASE(distribute_dataset_policies) {
+  tensor x = zeros({8, 1}), y = zeros({8});
+  for (std::size_t i = 0; i < 8; ++i) x(i, 0) = float(i), y(i) = float(i);
+  auto global = data::from_tensor_slices(x, y) | data::batch(4);
+  // DATA / AUTO: replica 1 of 2 keeps rows 2..3 of each global batch
+  distributed_dataset<decltype(global)> data_1(global, 2, 1);
+  auto it = data_1.iterate(0);
+  BOOST_TEST(it.next()->second(0) == 2.0f);
+  BOOST_TEST(it.next()->second(1) == 7.0f);
+  BOOST_TEST(!it.next());
+  // OFF: every replica takes every piece
+  auto off = global | data::with_options({.auto_shard = data::auto_shard_policy::off});
+  distributed_dataset<decltype(off)> off_0(off, 2, 0);
+  BOOST_TEST(off_0.cardinality() == 4);
+  auto io = off_0.iterate(0);
+  std::vector<float> seen;
+  while (auto e = io.next()) seen.push_back(e->second(0));
+  BOOST_TEST(seen == (std::vector<float>{0, 2, 4, 6}), tt::per_element());
+  // a global batch that does not divide
+  distributed_dataset<decltype(global)> three(global, 3, 0);
+  auto i3 = three.iterate(0);
+  BOOST_CHECK_THROW(i3.next(), value_error);
+  auto file = global | data::with_options({.auto_shard = data::auto_shard_policy::file});
+  BOOST_CHECK_THROW((distributed_dataset<decltype(file)>(file, 2, 0)), config_error);
+  // per-replica batch size for distribute_datasets_from_function
+  BOOST_TEST((input_context{2, 1, 2}.get_per_replica_batch_size(64)) == 32u);
+  BOOST_CHECK_THROW((input_context{3, 0, 3}.get_per_replica_batch_size(64)), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(single_worker_strategies_and_bad_requests) {
+  default_strategy& d = get_strategy();
+  BOOST_TEST(d.num_replicas_in_sync() == 1);
+  BOOST_TEST(d.reduce(reduce_op::sum, 2.5f) == 2.5f);
+  BOOST_TEST(d.run([](int a) { return a + 1; }, 1) == 2);
+  BOOST_TEST(d.experimental_local_results(3).size() == 1u);
+  one_device_strategy od("/cpu:0");
+  auto m = od.make_model<net>(1);
+  BOOST_TEST(m.count_params() == 6u * 16 + 16 + 16 * 3 + 3);
+  BOOST_CHECK_THROW(one_device_strategy("/gpu:0"), config_error);
+  // no TF_CONFIG: one worker, no network
+  mwms solo({}, make_cluster_info({{{"worker", {"127.0.0.1:1"}}}}, "worker", 0));
+  BOOST_TEST(solo.num_replicas_in_sync() == 1);
+  BOOST_TEST(solo.is_chief());
+  BOOST_TEST(solo.reduce(reduce_op::mean, 4.0f) == 4.0f);
+  BOOST_CHECK_THROW(mwms({.implementation = communication_options::implementation_type::nccl},
+                         make_cluster_info({{{"worker", {"127.0.0.1:1"}}}}, "worker", 0)),
+                    config_error);
+  BOOST_CHECK_THROW(mwms({}, make_cluster_info({{{"worker", {"127.0.0.1:1"}}, {"evaluator", {"127.0.0.1:2"}}}},
+                                               "evaluator", 0)),
+                    config_error);
+}
+
+BOOST_AUTO_TEST_CASE(tf_config_cases) {
+  const std::string two = R"({"cluster": {"worker": ["host1:1111", "host2:2222"]}, "task": {"type": "worker", "index": 1}})";
+  auto c = tf_config_resolver{two}.resolve();
+  BOOST_TEST(c.rank == 1);
+  BOOST_TEST(c.world_size == 2);
+  BOOST_TEST(!c.is_chief());
+  BOOST_TEST(c.ring[0].str() == "host1:1111");
+  // a chief comes first; the evaluator is not in the ring
+  auto ch = tf_config_resolver{R"({"cluster": {"chief": ["c:1"], "worker": ["w0:2", "w1:3"], "evaluator": ["e:4"]},
+                                   "task": {"type": "worker", "index": 0}})"}.resolve();
+  BOOST_TEST(ch.rank == 1);
+  BOOST_TEST(ch.world_size == 3);
+  auto ev = tf_config_resolver{R"({"cluster": {"chief": ["c:1"], "evaluator": ["e:4"]}, "task": {"type": "evaluator", "index": 0}})"}.resolve();
+  BOOST_TEST(!ev.in_ring());
+  BOOST_TEST(ch.fingerprint() != c.fingerprint());
+  BOOST_TEST(tf_config_resolver{two}.resolve().fingerprint() == c.fingerprint());
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})", "not valid JSON"},
+      {R"({"task": {"type": "worker", "index": 0}})", "no \"cluster\""},
+      {R"({"cluster": {"worker": ["a:1"]}})", "no \"task\""},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}})", "task index 3 is out of range"},
+      {R"({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}})", "duplicate address \"a:1\""},
+      {R"({"cluster": {"worker": ["a:1"], "boss": ["b:2"]}, "task": {"type": "worker", "index": 0}})", "unknown job \"boss\""},
+      {R"({"cluster": {"worker": ["a:99999"]}, "task": {"type": "worker", "index": 0}})", "\"a:99999\""},
+      {R"({"cluster": {"worker": ["nohost"]}, "task": {"type": "worker", "index": 0}})", "\"nohost\""},
+      {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}})", "task type \"chief\""},
+      {R"({"cluster": {"worker": [7]}, "task": {"type": "worker", "index": 0}})", "non-string address 7"},
+  };
+  for (const auto& [text, expect] : bad) {
+    try {
+      tf_config_resolver{text}.resolve();
+      BOOST_ERROR("accepted: " << text);
+    } catch (const config_error& e) {
+      BOOST_TEST(std::string(e.what()).find(expect) != std::string::npos, e.what() << " lacks " << expect);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(slurm_torchrun_mpi_and_precedence) {
+  BOOST_TEST(expand_hostlist("node[01-03,07],gpu5") ==
+                 (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"}),
+             tt::per_element());
+  auto s = slurm_resolver{"3", "4", "n[1-2]", "2(x2)", "4000"}.resolve();
+  BOOST_TEST(s.rank == 3);
+  BOOST_TEST(s.ring[3].str() == "n2:4001");
+  BOOST_CHECK_THROW((slurm_resolver{"4", "4", "n[1-2]", "2(x2)", ""}.resolve()), config_error);
+  BOOST_CHECK_THROW((slurm_resolver{"0", "4", "n[1-2]", "2(x3)", ""}.resolve()), config_error);
+  auto t = master_resolver{"2", "4", "10.0.0.1", "1234", "torchrun"}.resolve();
+  BOOST_TEST(t.ring.empty());
+  BOOST_TEST(t.master->str() == "10.0.0.1:1234");
+  BOOST_CHECK_THROW((master_resolver{"0", "2", "", "", "torchrun"}.resolve()), config_error);
+  // precedence: TF_CONFIG over the others; nothing set: one worker
+  ::setenv("RANK", "1", 1), ::setenv("WORLD_SIZE", "2", 1), ::setenv("MASTER_ADDR", "m", 1);
+  BOOST_TEST(resolve_cluster().source == "torchrun");
+  ::setenv("TF_CONFIG", R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})", 1);
+  BOOST_TEST(resolve_cluster().source == "TF_CONFIG");
+  BOOST_TEST(resolve_cluster({{cluster_spec{{{"worker", {"x:1", "y:2"}}}}, {"worker", 1}}}).source == "explicit");
+  ::unsetenv("TF_CONFIG"), ::unsetenv("RANK"), ::unsetenv("WORLD_SIZE"), ::unsetenv("MASTER_ADDR");
+  BOOST_TEST(resolve_cluster().world_size == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
