@@ -42,7 +42,7 @@ int run(const mnist_setup::arguments& args) {
       std::printf("Epoch %d, Loss: %.4f\n", epoch + 1, total_loss / static_cast<float>(steps));
   }
   model.compile({.optimizer = optimizer, .loss = loss_object, .metrics = {dtrain::accuracy{}}});
-  mnist_setup::report_test(model, strategy.is_chief());
+  mnist_setup::report_test(model);
   return 0;
 }
 

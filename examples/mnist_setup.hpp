@@ -95,12 +95,12 @@ inline std::int64_t steps(const arguments& a, std::size_t global_batch_size) {
   return a.steps_per_epoch > 0 ? a.steps_per_epoch : std::int64_t((60000 + global_batch_size - 1) / global_batch_size);
 }
 
-/// The closing lines: loss and accuracy on the 10,000 test images (every worker evaluates its share;
-/// the results are aggregated, and the chief prints them).
+/// The closing lines: loss and accuracy on the 10,000 test images. Every worker evaluates its share and
+/// the results are aggregated, so every worker prints the same numbers.
 template <class Net>
-void report_test(Net& model, bool chief) {
+void report_test(Net& model) {
   const auto logs = model.evaluate(dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000), {.verbose = 0});
-  if (chief) std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
+  std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
 }
 
 /// Parses the command line and runs the chosen model; errors become messages and exit codes

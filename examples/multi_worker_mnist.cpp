@@ -17,7 +17,7 @@ int run(const mnist_setup::arguments& args) {
   mnist_setup::compile(model, args);
   model.fit(dataset, {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, global_batch_size),
                       .verbose = args.verbose});
-  mnist_setup::report_test(model, strategy.is_chief());
+  mnist_setup::report_test(model);
   return 0;
 }
 
