@@ -29,9 +29,12 @@
 #include "dtrain/layers/reshape.hpp"
 
 #include "dtrain/data/any_dataset.hpp"
+#include "dtrain/data/csv.hpp"
 #include "dtrain/data/dataset.hpp"
 #include "dtrain/data/fashion_mnist.hpp"
+#include "dtrain/data/files.hpp"
 #include "dtrain/data/idx.hpp"
+#include "dtrain/data/npy.hpp"
 #include "dtrain/data/sources.hpp"
 #include "dtrain/data/stages.hpp"
 

@@ -48,14 +48,15 @@ class distributed_dataset {
 
   class iterator {
    public:
-    iterator(const distributed_dataset& d, std::uint64_t pass) : d_(&d), up_(d.up_.iterate(pass)) {}
+    iterator(const distributed_dataset& d, std::uint64_t pass)
+        : p_(d.p_), r_(d.r_), policy_(d.policy_), even_(d.even_), up_(d.up_.iterate(pass)) {}
     std::optional<data::example> next() {
-      if (d_->policy_ != data::auto_shard_policy::off) {
+      if (policy_ != data::auto_shard_policy::off) {
         auto b = up_.next();
         if (!b) return std::nullopt;
-        return slice(*b, d_->r_);
+        return slice(*b, r_);
       }
-      if (piece_ == 0 || piece_ == d_->p_) {
+      if (piece_ == 0 || piece_ == p_) {
         held_ = up_.next();
         piece_ = 0;
       }
@@ -63,14 +64,14 @@ class distributed_dataset {
       return slice(*held_, piece_++);
     }
     std::int64_t skip(std::int64_t n) {
-      if (d_->policy_ != data::auto_shard_policy::off) return up_.skip(n);
+      if (policy_ != data::auto_shard_policy::off) return up_.skip(n);
       return data::detail::skip_by_next(*this, n);
     }
 
    private:
     data::example slice(const data::example& b, std::size_t part) const {
-      const std::size_t rows = b.first.shape()[0], p = d_->p_;
-      if ((d_->even_ && rows % p != 0) || b.second.shape()[0] != rows)
+      const std::size_t rows = b.first.shape()[0], p = p_;
+      if ((even_ && rows % p != 0) || b.second.shape()[0] != rows)
         throw value_error("distribute_dataset: a global batch of " + std::to_string(rows) + " rows does not split into " +
                           std::to_string(p) + " equal per-replica batches; make the global batch a multiple of " +
                           "num_replicas_in_sync (drop_remainder = true drops a short last batch)");
@@ -83,7 +84,9 @@ class distributed_dataset {
       e[0] = count;
       return from_span({t.data() + from * per, count * per}, e);
     }
-    const distributed_dataset* d_;
+    std::size_t p_, r_;
+    data::auto_shard_policy policy_;
+    bool even_;
     decltype(std::declval<const D&>().iterate(0)) up_;
     std::optional<data::example> held_;
     std::size_t piece_ = 0;
