@@ -14,9 +14,11 @@
 /// length) is checked against what this rank expects BEFORE any payload is read: a frame that does
 /// not match is a protocol error, never an allocation. All-reduce is reduce-scatter then all-gather
 /// around the ring (segments split as evenly as possible: the first n % p are one element longer,
-/// empty ones allowed), each step sending and receiving at once in chunks of `chunk_bytes` (4 MiB),
-/// reducing each chunk as it lands. Collectives run in order on one communication thread, so
-/// `all_reduce_async` overlaps with the caller's work (the model's backward pass).
+/// empty ones allowed), each step sending and receiving at once in chunks of `chunk_bytes` (1 MiB by
+/// default: on loopback it beat 4 MiB, since a smaller chunk is reduced while the next one arrives),
+/// reducing each chunk as it lands. Asynchronous collectives run in order on one communication
+/// thread, so `all_reduce_async` overlaps with the caller's work (the model's backward pass); a
+/// blocking one with nothing queued runs on the caller's thread, saving two thread hand-offs.
 ///
 /// Deadlines: every blocking wait has one (`operation_timeout`, default 60 s; `connect_timeout`,
 /// default 300 s). The first error latches: it names the peer (rank, address), fails the pending
@@ -53,7 +55,7 @@ struct ring_tcp_options {
   std::uint64_t fingerprint = 0;
   std::chrono::milliseconds operation_timeout{60'000};
   std::chrono::milliseconds connect_timeout{300'000};
-  std::size_t chunk_bytes = std::size_t{4} << 20;
+  std::size_t chunk_bytes = std::size_t{1} << 20;  // frames; 1 MiB measured best on loopback (bench/README.md)
   /// Where log lines go (default: stderr, prefixed "dtrain ring_tcp:").
   std::function<void(const std::string&)> log{};
 };
@@ -170,17 +172,19 @@ class ring_tcp {
   handle all_reduce_async(std::span<float> data, reduce_op op) {
     return submit([this, data, op] { ring_all_reduce(data, op); });
   }
-  void all_reduce(std::span<float> data, reduce_op op) { all_reduce_async(data, op).wait(); }
+  void all_reduce(std::span<float> data, reduce_op op) {
+    run_now([this, data, op] { ring_all_reduce(data, op); });
+  }
   void broadcast(std::span<std::byte> data, int root) {
     check_root(root);
-    submit([this, data, root] { ring_broadcast(data, root); }).wait();
+    run_now([this, data, root] { ring_broadcast(data, root); });
   }
   void broadcast(std::span<float> data, int root) { broadcast(std::as_writable_bytes(data), root); }
   void all_gather(std::span<const float> in, std::span<float> out) {
     if (out.size() != in.size() * std::size_t(size()))
       throw value_error("all_gather: output holds " + std::to_string(out.size()) + " floats, need size() * " +
                         std::to_string(in.size()));
-    submit([this, in, out] { ring_all_gather(in, out); }).wait();
+    run_now([this, in, out] { ring_all_gather(in, out); });
   }
   void barrier() {
     float token = 0.0f;
@@ -190,25 +194,52 @@ class ring_tcp {
  private:
   // ---- operation queue ----------------------------------------------------------------------------------
 
+  /// Runs one collective (on whichever thread holds the turn), latching its failure.
+  void execute(const std::function<void()>& job) {
+    if (error_) std::rethrow_exception(error_);
+    try {
+      job();
+    } catch (...) {
+      {
+        std::lock_guard lk(m_);
+        error_ = std::current_exception();
+      }
+      std::error_code ec;
+      prev_.close(ec), next_.close(ec);
+      throw;
+    }
+  }
+  /// A blocking collective: when nothing is queued it runs right here, saving two thread hand-offs
+  /// (what small messages pay most for); otherwise it queues behind the others, keeping the order.
+  void run_now(std::function<void()> job) {
+    if (size() == 1) return job();  // no peers: the ring algorithms reduce to local copies
+    {
+      std::unique_lock lk(m_);
+      if (error_) std::rethrow_exception(error_);
+      if (!q_.empty() || running_) {
+        lk.unlock();
+        return submit(std::move(job)).wait();
+      }
+      running_ = true;
+    }
+    struct release {
+      ring_tcp* self;
+      ~release() {
+        {
+          std::lock_guard lk(self->m_);
+          self->running_ = false;
+        }
+        self->cv_.notify_all();
+      }
+    } guard{this};
+    execute(job);
+  }
   handle submit(std::function<void()> job) {
-    if (size() == 1) {  // no peers: the ring algorithms reduce to local copies
+    if (size() == 1) {
       job();
       return handle();
     }
-    auto task = std::make_shared<std::packaged_task<void()>>([this, job = std::move(job)] {
-      if (error_) std::rethrow_exception(error_);
-      try {
-        job();
-      } catch (...) {
-        {
-          std::lock_guard lk(m_);
-          error_ = std::current_exception();
-        }
-        std::error_code ec;
-        prev_.close(ec), next_.close(ec);
-        throw;
-      }
-    });
+    auto task = std::make_shared<std::packaged_task<void()>>([this, job = std::move(job)] { execute(job); });
     handle h(task->get_future().share());
     {
       std::lock_guard lk(m_);
@@ -223,12 +254,18 @@ class ring_tcp {
       std::function<void()> job;
       {
         std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return stopping_ || !q_.empty(); });
+        cv_.wait(lk, [&] { return (stopping_ && q_.empty()) || (!q_.empty() && !running_); });
         if (q_.empty()) return;
         job = std::move(q_.front());
         q_.pop_front();
+        running_ = true;
       }
       job();  // a failure is stored in the job's future and latched in error_
+      {
+        std::lock_guard lk(m_);
+        running_ = false;
+      }
+      cv_.notify_all();
     }
   }
 
@@ -599,6 +636,22 @@ class ring_tcp {
       io_.run();
     }
     if (!timed_out && !failure) return;
+    if (!timed_out && reported < 0 && failed_peer == next_rank() && prev_.is_open()) {
+      // The next rank closed on us: it may have stopped because of a failure further on. Give the
+      // abort frame that names the failed rank a moment to arrive from the previous rank.
+      detail::frame_header h;
+      bool got = false;
+      asio::async_read(prev_, asio::buffer(&h, sizeof h), [&](std::error_code ec, std::size_t) { got = !ec; });
+      io_.restart();
+      io_.run_for(std::chrono::milliseconds(300));
+      if (!io_.stopped()) {
+        std::error_code ig;
+        prev_.cancel(ig);
+        io_.restart();
+        io_.run();
+      }
+      if (got && h.magic == detail::abort_magic && h.offset < std::uint64_t(size())) reported = int(h.offset);
+    }
     // Name the rank that failed, tell the next rank (which tells its next...), and close the ring.
     const int culprit = reported >= 0 ? reported : timed_out ? (received < recv_bytes ? prev_rank() : next_rank()) : failed_peer;
     if (culprit != next_rank()) {
@@ -706,7 +759,7 @@ class ring_tcp {
   std::condition_variable cv_;
   std::deque<std::function<void()>> q_;
   std::exception_ptr error_;
-  bool stopping_ = false;
+  bool stopping_ = false, running_ = false;  // running_: a collective holds the sockets
   std::thread worker_;
 
   asio::io_context stray_io_;

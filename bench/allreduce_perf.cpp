@@ -1,0 +1,184 @@
+// allreduce_perf: dtrain's ring all-reduce over TCP, measured the way nccl-tests measures
+// (all_reduce_perf): ranks are processes on loopback, rank 0 prints one row per size.
+//   allreduce_perf -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -p 2 [-o sum|mean|max|min]
+// algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <dtrain/distribute/comm/ring_tcp.hpp>
+
+namespace {
+
+struct args {
+  std::size_t min_bytes = 4096, max_bytes = std::size_t{64} << 20, factor = 4;
+  int iters = 20, warmup = 5, check = 1, ranks = 2;
+  std::size_t chunk = std::size_t{1} << 20;
+  dtrain::reduce_op op = dtrain::reduce_op::sum;
+  const char* op_name = "sum";
+};
+
+std::size_t bytes_arg(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return std::size_t(v);
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "-b") a.min_bytes = bytes_arg(v);
+    else if (k == "-e") a.max_bytes = bytes_arg(v);
+    else if (k == "-f") a.factor = std::max<std::size_t>(2, std::strtoul(v, nullptr, 10));
+    else if (k == "-n") a.iters = std::atoi(v);
+    else if (k == "-w") a.warmup = std::atoi(v);
+    else if (k == "-c") a.check = std::atoi(v);
+    else if (k == "-p") a.ranks = std::atoi(v);
+    else if (k == "-C") a.chunk = bytes_arg(v);
+    else if (k == "-o") {
+      a.op_name = v;
+      const std::string o = v;
+      a.op = o == "mean" ? dtrain::reduce_op::mean : o == "max" ? dtrain::reduce_op::max
+             : o == "min" ? dtrain::reduce_op::min : dtrain::reduce_op::sum;
+    } else {
+      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op]\n");
+      std::exit(2);
+    }
+  }
+  if (a.ranks < 1 || a.iters < 1 || a.min_bytes < 4 || a.max_bytes < a.min_bytes) {
+    std::fprintf(stderr, "allreduce_perf: bad arguments\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+std::vector<std::string> free_addresses(int n) {
+  std::vector<int> fds;
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    fds.push_back(fd);
+    out.push_back("127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  }
+  for (int fd : fds) ::close(fd);
+  return out;
+}
+
+/// The value rank r holds at index i for checking: small integers, exact in any summation order.
+float value(int r, std::size_t i) { return float((i % 7) + std::size_t(r)); }
+
+int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
+  dtrain::comm::ring_tcp comm({.rank = rank, .world_size = a.ranks, .addresses = addrs, .fingerprint = 1,
+                               .chunk_bytes = a.chunk, .log = [](const std::string&) {}});
+  const int p = a.ranks;
+  std::vector<float> buf(a.max_bytes / 4);
+  if (rank == 0) {
+    std::printf("# dtrain ring_tcp all_reduce: %d ranks (processes) on loopback, %d iterations, %d warmup\n", p,
+                a.iters, a.warmup);
+    std::printf("#%12s %12s %8s %6s %12s %8s %8s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
+                "algbw", "busbw", "#wrong");
+  }
+  double sum_busbw = 0;
+  int rows = 0;
+  long wrong_total = 0;
+  for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
+    const std::size_t n = bytes / 4;
+    std::span<float> data(buf.data(), n);
+    std::fill(data.begin(), data.end(), 0.0f);
+    for (int i = 0; i < a.warmup; ++i) comm.all_reduce(data, a.op);
+    comm.barrier();
+    std::vector<double> times;
+    for (int i = 0; i < a.iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.all_reduce(data, a.op);
+      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    float t = float(times[times.size() / 2]);  // median; the slowest rank's median is reported
+    comm.all_reduce(std::span<float>(&t, 1), dtrain::reduce_op::max);
+    long wrong = 0;
+    if (a.check) {
+      for (std::size_t i = 0; i < n; ++i) data[i] = value(rank, i);
+      comm.all_reduce(data, a.op);
+      for (std::size_t i = 0; i < n; ++i) {
+        float e = value(0, i);
+        for (int r = 1; r < p; ++r)
+          e = a.op == dtrain::reduce_op::max ? std::max(e, value(r, i))
+              : a.op == dtrain::reduce_op::min ? std::min(e, value(r, i)) : e + value(r, i);
+        if (a.op == dtrain::reduce_op::mean) e *= 1.0f / float(p);
+        wrong += data[i] != e;
+      }
+      float w = float(wrong);
+      comm.all_reduce(std::span<float>(&w, 1), dtrain::reduce_op::sum);
+      wrong = long(w);
+    }
+    const double algbw = double(bytes) / t / 1e3, busbw = algbw * 2.0 * (p - 1) / p;
+    if (rank == 0)
+      std::printf(" %12zu %12zu %8s %6s %12.1f %8.2f %8.2f %8ld\n", bytes, n, "float", a.op_name, double(t), algbw,
+                  busbw, a.check ? wrong : -1L);
+    sum_busbw += busbw, ++rows, wrong_total += wrong;
+  }
+  if (rank == 0) {
+    std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %.3f\n", sum_busbw / rows);
+    std::fflush(stdout);
+  }
+  return wrong_total ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const args a = parse(argc, argv);
+  const auto addrs = free_addresses(a.ranks);
+  std::vector<pid_t> kids;
+  for (int r = 1; r < a.ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = run_rank(a, r, addrs);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stdout);
+      ::_exit(code);
+    }
+    kids.push_back(pid);
+  }
+  int code = 0;
+  try {
+    code = run_rank(a, 0, addrs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank 0: %s\n", e.what());
+    code = 1;
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    ::waitpid(k, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) code = 1;
+  }
+  return code;
+}
