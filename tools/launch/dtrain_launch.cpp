@@ -7,7 +7,8 @@
 // every worker (a second Ctrl-C kills them). When a worker fails, the others notice the dead peer by
 // themselves and exit (code 138); with --max-restarts K the launcher instead stops them and restarts
 // all workers, up to K times (TF's restart-the-world), telling each the count in DTRAIN_RESTART_COUNT,
-// so they can resume from their backup. The exit status is 0 when every worker of the last attempt
+// so they can resume from their backup. Each worker gets DTRAIN_NUM_THREADS = cores / N unless it is
+// set, so N workers on one machine do not oversubscribe it. The exit status is 0 when every worker of the last attempt
 // succeeded, else the first failure's code, after one summary line per failed worker.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -150,6 +151,9 @@ void spawn(worker& w, const options& o, const std::string& tf_config, int restar
     ::setenv("DTRAIN_LAUNCH_RANK", std::to_string(w.rank).c_str(), 1);
     ::setenv("DTRAIN_LAUNCH_WORLD_SIZE", std::to_string(o.n).c_str(), 1);
     ::setenv("DTRAIN_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+    // one thread budget for the machine: the workers share its cores unless told otherwise
+    const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+    ::setenv("DTRAIN_NUM_THREADS", std::to_string(std::max(1L, cores / o.n)).c_str(), 0);
     std::vector<char*> argv;
     for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

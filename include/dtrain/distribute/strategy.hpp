@@ -131,6 +131,14 @@ class multi_worker_mirrored_strategy final : public replica_context {
   const cluster_info& cluster() const { return cluster_; }
   Comm& communicator() { return comm_; }
 
+  /// Gradient communication that backward did not hide: the time steps spent waiting for the last
+  /// buckets after backward ended.
+  struct communication_stats {
+    double exposed_seconds = 0.0;
+    std::int64_t steps = 0;
+  };
+  const communication_stats& stats() const { return stats_; }
+
   /// The strategy's "scope": builds the model on every worker and gives all of them the chief's weights.
   template <class Model>
   Model make_model(std::uint64_t seed = default_seed) {
@@ -178,10 +186,13 @@ class multi_worker_mirrored_strategy final : public replica_context {
     buckets_.ready(offset, count, l);
   }
   void finish_gradients() override {
+    const auto t0 = std::chrono::steady_clock::now();
     launcher l{this};
     buckets_.flush(l);
     for (auto& h : pending_) h.wait();
     pending_.clear();
+    stats_.exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++stats_.steps;
   }
   void all_reduce(std::span<float> data, reduce_op op) override { comm_.all_reduce(data, op); }
   void broadcast(std::span<float> data, int root) override { comm_.broadcast(data, root); }
@@ -210,6 +221,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
   Comm comm_;
   gradient_buckets<launcher> buckets_;
   std::span<float> grads_;
+  communication_stats stats_;
   std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
 };
 
