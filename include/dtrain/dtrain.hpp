@@ -13,6 +13,7 @@
 #include "dtrain/core/threads.hpp"
 #include "dtrain/core/view.hpp"
 
+#include "dtrain/callbacks/backup_and_restore.hpp"
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/monitors.hpp"
@@ -27,6 +28,10 @@
 #include "dtrain/layers/pooling.hpp"
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/reshape.hpp"
+
+#include "dtrain/checkpoint/checkpoint_manager.hpp"
+#include "dtrain/checkpoint/model_io.hpp"
+#include "dtrain/checkpoint/safetensors.hpp"
 
 #include "dtrain/data/any_dataset.hpp"
 #include "dtrain/data/csv.hpp"

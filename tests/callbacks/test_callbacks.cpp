@@ -13,6 +13,12 @@ struct fake_model : training_model {
   any_optimizer opt = sgd{{.learning_rate = 0.1f}};
   std::span<float> parameters() override { return p; }
   any_optimizer& optimizer() override { return opt; }
+  void save_state(const std::filesystem::path&, const std::map<std::string, std::string>&) override {}
+  std::map<std::string, std::string> load_state(const std::filesystem::path&) override { return {}; }
+  void sync_from_chief(std::string&) override {}
+  bool is_chief() const override { return true; }
+  int num_replicas_in_sync() const override { return 1; }
+  void barrier() override {}
 };
 logs make(std::initializer_list<std::pair<const char*, float>> kv) {
   logs l;

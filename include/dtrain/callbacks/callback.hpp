@@ -9,6 +9,10 @@
 /// A callback stops training by setting `model().stop_training`, as in Keras.
 
 #include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -26,14 +30,36 @@ struct callback_params {
   int verbose = 1;
 };
 
-/// What a callback sees of the model being trained (Keras' `callback.model`).
+/// Where `fit` is: the epoch, the batches done in it, and the dataset iterator's state (JSON text).
+struct training_position {
+  int epoch = 0;
+  std::int64_t step = 0;
+  std::string data_state = "{}";
+};
+
+/// What a callback sees of the model being trained (Keras' `callback.model`), including what saving
+/// callbacks need: the training state in and out, and the replicas' collectives.
 class training_model {
  public:
   virtual ~training_model() = default;
   virtual std::span<float> parameters() = 0;
   virtual any_optimizer& optimizer() = 0;
+  /// Writes weights, optimizer, generator and metric states plus `extra` to `path` (the chief calls it).
+  virtual void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) = 0;
+  /// Loads what save_state wrote (throws on a damaged or mismatched file); returns the extra strings.
+  virtual std::map<std::string, std::string> load_state(const std::filesystem::path& path) = 0;
+  /// Gives every replica the chief's model state and `text` (restoring needs no shared file system).
+  virtual void sync_from_chief(std::string& text) = 0;
+  virtual bool is_chief() const = 0;
+  virtual int num_replicas_in_sync() const = 0;
+  virtual void barrier() = 0;
+
   /// Set to stop `fit` after the current batch (Keras' `model.stop_training`).
   bool stop_training = false;
+  /// Kept current by `fit` before every hook.
+  training_position position;
+  /// Set by a callback in `on_train_begin` to make `fit` continue from a saved position.
+  std::optional<training_position> resume;
 };
 
 /// Keras `callbacks.Callback`: override the hooks you need.

@@ -96,12 +96,13 @@ class iterator {
  public:
   using element_type = typename D::element_type;
 
-  explicit iterator(D d, std::uint64_t iteration = 0) : ds_(std::move(d)), it_(ds_.iterate(iteration)) {
+  explicit iterator(D d, std::uint64_t iteration = 0) : ds_(std::move(d)) {
+    it_.emplace(ds_.iterate(iteration));
     state_.iteration = iteration;
   }
 
   std::optional<element_type> next() {
-    auto e = it_.next();
+    auto e = it_->next();
     if (e) ++state_.produced;
     return e;
   }
@@ -110,9 +111,10 @@ class iterator {
 
   /// Moves to a saved position: the same pass, `produced` elements in.
   void restore(const iterator_state& s) {
-    it_ = ds_.iterate(s.iteration);
+    it_.reset();  // stage iterators need not be assignable (a map's lambda is not)
+    it_.emplace(ds_.iterate(s.iteration));
     state_ = {s.iteration, 0};
-    const std::int64_t got = it_.skip(s.produced);
+    const std::int64_t got = it_->skip(s.produced);
     state_.produced = got;
     if (got != s.produced)
       throw value_error("dataset iterator state: the saved position is " + std::to_string(s.produced) +
@@ -124,7 +126,7 @@ class iterator {
 
  private:
   D ds_;
-  decltype(std::declval<const D&>().iterate(0)) it_;
+  std::optional<decltype(std::declval<const D&>().iterate(0))> it_;
   iterator_state state_;
 };
 

@@ -28,6 +28,7 @@ class replica_context {
   virtual void finish_gradients() = 0;
   virtual void all_reduce(std::span<float> data, reduce_op op) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
+  virtual void broadcast_bytes(std::span<std::byte> data, int root) = 0;
 };
 
 /// Splits a gradient buffer into fixed all-reduce buckets from its END (where backward starts): the

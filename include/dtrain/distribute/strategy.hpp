@@ -196,6 +196,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
   }
   void all_reduce(std::span<float> data, reduce_op op) override { comm_.all_reduce(data, op); }
   void broadcast(std::span<float> data, int root) override { comm_.broadcast(data, root); }
+  void broadcast_bytes(std::span<std::byte> data, int root) override { comm_.broadcast(data, root); }
 
  private:
   struct launcher {

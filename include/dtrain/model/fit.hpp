@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "dtrain/callbacks/callback.hpp"
+#include "dtrain/checkpoint/model_io.hpp"
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
 #include "dtrain/data/any_dataset.hpp"
@@ -61,7 +63,65 @@ class model_handle final : public training_model {
   std::span<float> parameters() override { return m_.parameters(); }
   any_optimizer& optimizer() override { return m_.optimizer(); }
 
+  void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) override {
+    auto meta = extra;
+    meta["dtrain.rng"] = m_.generator().state();
+    meta["dtrain.metrics"] = metric_text();
+    checkpoint::save_model(m_, path, meta);
+  }
+  std::map<std::string, std::string> load_state(const std::filesystem::path& path) override {
+    auto meta = checkpoint::restore_model(m_, path);
+    if (meta.count("dtrain.rng")) m_.generator().set_state(meta.at("dtrain.rng"));
+    if (meta.count("dtrain.metrics")) set_metric_text(meta.at("dtrain.metrics"));
+    return meta;
+  }
+  void sync_from_chief(std::string& text) override {
+    replica_context* rc = m_.replica();
+    if (!rc || rc->num_replicas_in_sync() == 1) return;
+    // everything but the parameters and optimizer slots travels as one text
+    optimizer_state st = m_.optimizer().state();
+    std::string blob = rc->is_chief() ? std::to_string(st.iterations) + "\n" + std::to_string(st.slots.size()) + "\n" +
+                                            m_.generator().state() + "\n" + metric_text() + "\n" + text
+                                      : std::string();
+    std::uint64_t len = blob.size();
+    rc->broadcast_bytes(std::as_writable_bytes(std::span<std::uint64_t>(&len, 1)), 0);
+    blob.resize(len);
+    rc->broadcast_bytes(std::as_writable_bytes(std::span<char>(blob.data(), blob.size())), 0);
+    std::istringstream in(blob);
+    std::string line, slots;
+    std::getline(in, line), st.iterations = std::stoll(line);
+    std::getline(in, slots);
+    st.slots.resize(std::stoull(slots));
+    std::getline(in, line), m_.generator().set_state(line);
+    std::getline(in, line), set_metric_text(line);
+    std::getline(in, text, '\0');
+    rc->broadcast(m_.parameters(), 0);
+    rc->broadcast(st.slots, 0);
+    m_.optimizer().set_state(std::move(st));
+  }
+  bool is_chief() const override { return !m_.replica() || m_.replica()->is_chief(); }
+  int num_replicas_in_sync() const override { return m_.replicas(); }
+  void barrier() override {
+    if (!m_.replica()) return;
+    float f = 0.0f;
+    m_.replica()->all_reduce(std::span<float>(&f, 1), reduce_op::sum);
+  }
+
  private:
+  std::string metric_text() {
+    std::ostringstream o;
+    o.precision(9);
+    for (float v : m_.loss_tracker().state().values) o << v << ' ';
+    for (auto& x : m_.metrics())
+      for (float v : x.state().values) o << v << ' ';
+    return o.str();
+  }
+  void set_metric_text(const std::string& t) {
+    std::istringstream in(t);
+    for (float& v : m_.loss_tracker().state().values) in >> v;
+    for (auto& x : m_.metrics())
+      for (float& v : x.state().values) in >> v;
+  }
   Model& m_;
 };
 
@@ -199,12 +259,19 @@ history run_fit(Model& m, const D& ds, fit_options o) {
   if (o.steps_per_epoch > 0) it.emplace(ds, 0);
   logs l;
   cbs.on_train_begin(l);
+  std::optional<training_position> resume = std::exchange(handle.resume, std::nullopt);  // from a backup
   bool ran_out = false;
-  for (int epoch = o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
-    m.reset_metrics();
+  for (int epoch = resume ? resume->epoch : o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
+    std::int64_t step = 0;
+    if (!resume) m.reset_metrics();  // a resumed epoch keeps the restored running metrics
     cbs.on_epoch_begin(epoch, l);
     if (o.steps_per_epoch <= 0) it.emplace(ds, static_cast<std::uint64_t>(epoch));
-    std::int64_t step = 0;
+    if (resume) {
+      it->restore(nlohmann::json::parse(resume->data_state));
+      step = resume->step;
+      resume.reset();
+    }
+    handle.position = {epoch, step, it->save().dump()};
     l = m.metric_results();
     while (steps < 0 || step < steps) {
       cbs.on_train_batch_begin(step, l);
@@ -214,6 +281,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
         break;
       }
       l = m.train_step(b->first, b->second);
+      handle.position = {epoch, step + 1, it->save().dump()};
       cbs.on_train_batch_end(step++, l);
       handle.stop_training = agree_to_stop(m, handle.stop_training);
       if (handle.stop_training) break;
@@ -221,6 +289,9 @@ history run_fit(Model& m, const D& ds, fit_options o) {
     if (step == 0) break;  // nothing was trained this epoch: no logs to report
     aggregate_metrics(m);
     l = m.metric_results();
+    // at the epoch's end a backup resumes at the next epoch's start
+    if (o.steps_per_epoch > 0) handle.position = {epoch + 1, 0, it->save().dump()};
+    else handle.position = {epoch + 1, 0, data::to_json(data::iterator_state{std::uint64_t(epoch + 1), 0}).dump()};
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
       const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
       for (const auto& [k, x] : v) l.set("val_" + k, x);

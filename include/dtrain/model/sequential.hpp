@@ -384,6 +384,8 @@ class sequential {
     regularization_scale_ = 1.0f / static_cast<float>(replicas());
   }
   replica_context* replica() const { return replica_; }
+  /// The model's generator (dropout masks); saved with backups so a resumed run draws the same masks.
+  rng& generator() { return rng_; }
   int replicas() const { return replica_ ? replica_->num_replicas_in_sync() : 1; }
 
  private:

@@ -1,0 +1,103 @@
+#pragma once
+/// \file
+/// Keras `callbacks.BackupAndRestore(backup_dir, save_freq, delete_checkpoint)`, resuming EXACTLY:
+/// the backup holds the weights, the optimizer state, the generator and metric states, and the
+/// position (epoch, batch within it, dataset iterator state), so an interrupted run that is restarted
+/// continues with the very batches it would have seen and ends with bitwise the same weights. (Keras
+/// restores only at epoch boundaries and re-runs part of an epoch.)
+///
+/// Multi-worker: only the chief writes (atomically; the previous backup stays until the new one is
+/// durable) and every worker waits until it is; on restart the chief reads the backup and gives its
+/// state to every worker, so no shared file system is needed. A backup of another model, optimizer
+/// or number of workers is refused with an explanation.
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <variant>
+
+#include "dtrain/callbacks/callback.hpp"
+
+namespace dtrain {
+
+struct backup_and_restore_options {
+  std::filesystem::path backup_dir;
+  /// "epoch", or a number of batches.
+  std::variant<std::string, std::int64_t> save_freq = std::string("epoch");
+  bool delete_checkpoint = true;
+};
+
+class backup_and_restore : public callback {
+ public:
+  explicit backup_and_restore(backup_and_restore_options o) : o_(std::move(o)) {
+    if (o_.backup_dir.empty()) throw value_error("backup_and_restore: backup_dir is required");
+    if (const auto* s = std::get_if<std::string>(&o_.save_freq); s && *s != "epoch")
+      throw value_error("backup_and_restore: save_freq must be \"epoch\" or a number of batches, got \"" + *s + "\"");
+    if (const auto* n = std::get_if<std::int64_t>(&o_.save_freq); n && *n <= 0)
+      throw value_error("backup_and_restore: save_freq must be positive");
+  }
+
+  void on_train_begin(const logs&) override {
+    auto& m = model();
+    std::string text;  // "epoch step data_state" of the backup, empty when there is none
+    if (m.is_chief()) text = restore_on_chief();
+    m.sync_from_chief(text);
+    if (text.empty()) return;
+    training_position p;
+    std::istringstream in(text);
+    in >> p.epoch >> p.step;
+    std::getline(in >> std::ws, p.data_state);
+    m.resume = p;
+  }
+  void on_train_batch_end(std::int64_t, const logs&) override {
+    const auto* every = std::get_if<std::int64_t>(&o_.save_freq);
+    if (every && model().optimizer().iterations() % *every == 0) save();
+  }
+  void on_epoch_end(int, const logs&) override {
+    if (std::holds_alternative<std::string>(o_.save_freq)) save();
+  }
+  void on_train_end(const logs&) override {
+    auto& m = model();
+    if (!o_.delete_checkpoint || m.stop_training) return;  // an early stop keeps nothing to resume; Keras deletes too
+    m.barrier();
+    if (m.is_chief()) std::filesystem::remove_all(o_.backup_dir);
+  }
+
+ private:
+  std::filesystem::path file(int k) const { return o_.backup_dir / ("backup-" + std::to_string(k) + ".safetensors"); }
+
+  /// Writes the backup: the new file first, then it replaces the old (a crash leaves one good backup).
+  void save() {
+    auto& m = model();
+    if (m.is_chief()) {
+      const auto& p = m.position;
+      m.save_state(file(0), {{"dtrain.backup.position", std::to_string(p.epoch) + " " + std::to_string(p.step) + " " + p.data_state},
+                             {"dtrain.backup.world_size", std::to_string(m.num_replicas_in_sync())}});
+    }
+    m.barrier();  // every worker goes on only once the backup is durable
+  }
+
+  std::string restore_on_chief() {
+    auto& m = model();
+    if (!std::filesystem::exists(file(0))) return "";
+    std::map<std::string, std::string> meta;
+    try {
+      meta = m.load_state(file(0));
+    } catch (const io_error& e) {
+      std::fprintf(stderr, "WARNING: backup_and_restore: the backup is unusable (%s); starting from scratch\n", e.what());
+      return "";
+    }
+    const std::string workers = meta.count("dtrain.backup.world_size") ? meta.at("dtrain.backup.world_size") : "?";
+    if (workers != std::to_string(m.num_replicas_in_sync()))
+      throw config_error("backup_and_restore: the backup in " + o_.backup_dir.string() + " was written by " + workers +
+                         " workers but this run has " + std::to_string(m.num_replicas_in_sync()) +
+                         "; resume with the same number of workers or delete the backup");
+    std::fprintf(stderr, "backup_and_restore: resuming from %s\n", file(0).string().c_str());
+    return meta.at("dtrain.backup.position");
+  }
+
+  backup_and_restore_options o_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// `checkpoint_manager` (tf.train.CheckpointManager): numbered checkpoints `ckpt-N.safetensors` in a
+/// directory, the newest `max_to_keep` kept, and a `checkpoint` index naming the latest (TF's text
+/// format). A checkpoint is written completely and durably before the index points at it, so a crash
+/// at any instant leaves the previous good one as latest; on restore a damaged latest checkpoint is
+/// reported and the previous one used.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dtrain/checkpoint/model_io.hpp"
+
+namespace dtrain::checkpoint {
+
+namespace detail {
+/// The checkpoints the index lists, oldest first.
+inline std::vector<std::string> read_index(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "checkpoint");
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto q1 = line.find('"'), q2 = line.rfind('"');
+    if (line.rfind("all_model_checkpoint_paths:", 0) == 0 && q1 != q2) all.push_back(line.substr(q1 + 1, q2 - q1 - 1));
+  }
+  return all;
+}
+inline void write_index(const std::filesystem::path& dir, const std::vector<std::string>& all) {
+  std::string s = "model_checkpoint_path: \"" + all.back() + "\"\n";
+  for (const auto& a : all) s += "all_model_checkpoint_paths: \"" + a + "\"\n";
+  write_file_atomic(dir / "checkpoint", std::span<const char>(s.data(), s.size()));
+}
+}  // namespace detail
+
+/// `tf.train.latest_checkpoint(directory)`: the path of the newest checkpoint, if any.
+inline std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir) {
+  const auto all = detail::read_index(dir);
+  if (all.empty()) return std::nullopt;
+  return dir / (all.back() + ".safetensors");
+}
+
+class checkpoint_manager {
+ public:
+  explicit checkpoint_manager(std::filesystem::path directory, int max_to_keep = 5)
+      : dir_(std::move(directory)), max_to_keep_(max_to_keep) {
+    if (max_to_keep_ < 1) throw value_error("checkpoint_manager: max_to_keep must be at least 1");
+  }
+  const std::filesystem::path& directory() const { return dir_; }
+  std::optional<std::filesystem::path> latest_checkpoint() const { return checkpoint::latest_checkpoint(dir_); }
+  /// Every checkpoint the index lists, oldest first.
+  std::vector<std::filesystem::path> checkpoints() const {
+    std::vector<std::filesystem::path> out;
+    for (const auto& a : detail::read_index(dir_)) out.push_back(dir_ / (a + ".safetensors"));
+    return out;
+  }
+
+  /// Writes checkpoint N (the next number unless given) with the model, its optimizer and `state`
+  /// (extra strings, e.g. the training position), then points the index at it and drops the oldest.
+  template <class Model>
+  std::filesystem::path save(Model& m, const std::map<std::string, std::string>& state = {}, std::int64_t number = -1) {
+    auto all = detail::read_index(dir_);
+    if (number < 0) {
+      number = 1;
+      for (const auto& a : all) number = std::max<std::int64_t>(number, std::stoll(a.substr(a.rfind('-') + 1)) + 1);
+    }
+    const std::string name = "ckpt-" + std::to_string(number);
+    const auto path = dir_ / (name + ".safetensors");
+    save_model(m, path, state);  // durable before the index names it
+    std::erase(all, name);
+    all.push_back(name);
+    while (int(all.size()) > max_to_keep_) {
+      std::error_code ec;
+      std::filesystem::remove(dir_ / (all.front() + ".safetensors"), ec);
+      all.erase(all.begin());
+    }
+    detail::write_index(dir_, all);
+    return path;
+  }
+
+  /// Restores the newest checkpoint that loads; a damaged one is reported and the one before it tried.
+  /// Returns its metadata, or nothing when there is no usable checkpoint.
+  template <class Model>
+  std::optional<std::map<std::string, std::string>> restore_latest(Model& m, std::FILE* log = stderr) const {
+    const auto all = checkpoints();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      try {
+        return restore_model(m, *it);
+      } catch (const io_error& e) {
+        if (log) std::fprintf(log, "WARNING: checkpoint %s is unusable (%s); trying the previous one\n", it->string().c_str(), e.what());
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  int max_to_keep_;
+};
+
+}  // namespace dtrain::checkpoint

@@ -1,0 +1,188 @@
+#pragma once
+/// \file
+/// Saving and loading models: weights under Keras' `.weights.h5` paths (`layers/dense/vars/0`,
+/// `optimizer/vars/N`) in a safetensors file, with the dtrain version and the model's signature (its
+/// layers, classes and variable shapes) in the metadata, so a file is never loaded into a model of
+/// another architecture: the error names the first difference.
+///
+/// Works on any model type with `layers()`, `parameters()` and (for the optimizer) `optimizer()`, so
+/// this folder does not depend on model/.
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/checkpoint/safetensors.hpp"
+#include "dtrain/core/random.hpp"
+#include "dtrain/optimizers/optimizer.hpp"
+#include "dtrain/version.hpp"
+
+namespace dtrain::checkpoint {
+
+/// The model's architecture as text: one `name:Class[shape|shape]` entry per layer.
+template <class Model>
+std::string signature(const Model& m) {
+  std::string s;
+  for (const auto& l : m.layers()) {
+    s += (s.empty() ? "" : ";") + l.name + ":" + l.class_name + "[";
+    for (std::size_t v = 0; v < l.variables.size(); ++v) s += (v ? "|" : "") + shape_str(l.variables[v].shape);
+    s += "]";
+  }
+  return s;
+}
+
+/// The weights, named as Keras' .weights.h5 names them.
+template <class Model>
+std::vector<tensor_view> weight_views(const Model& m) {
+  std::vector<tensor_view> out;
+  const auto p = m.parameters();
+  for (const auto& l : m.layers())
+    for (std::size_t v = 0; v < l.variables.size(); ++v)
+      out.push_back({"layers/" + l.name + "/vars/" + std::to_string(v), l.variables[v].shape,
+                     p.subspan(l.variables[v].offset, l.variables[v].size)});
+  return out;
+}
+
+/// The optimizer's variables in Keras' order: vars/0 iterations, vars/1 learning rate, then for each
+/// model variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
+template <class Model>
+std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& st, float learning_rate,
+                                         std::vector<float>& scalars) {
+  scalars = {static_cast<float>(st.iterations), learning_rate};
+  std::vector<tensor_view> out{{"optimizer/vars/0", {}, std::span<const float>(&scalars[0], 1)},
+                               {"optimizer/vars/1", {}, std::span<const float>(&scalars[1], 1)}};
+  const std::size_t n = m.parameters().size();
+  const std::size_t slots = n ? st.slots.size() / n : 0;
+  std::size_t k = 2;
+  for (const auto& l : m.layers())
+    for (const auto& var : l.variables)
+      for (std::size_t s = 0; s < slots; ++s)
+        out.push_back({"optimizer/vars/" + std::to_string(k++), var.shape,
+                       std::span<const float>(st.slots).subspan(s * n + var.offset, var.size)});
+  return out;
+}
+
+namespace detail {
+template <class Model>
+std::map<std::string, std::string> metadata(const Model& m, const std::string& kind) {
+  return {{"format", "pt"}, {"dtrain.version", version}, {"dtrain.kind", kind}, {"dtrain.signature", signature(m)}};
+}
+
+/// Compares the file's signature with the model's and names the first difference (a `shape_error`:
+/// the file is fine, the model is another one).
+template <class Model>
+void check_signature(const Model& m, const safetensors_file& f, const std::string& file, const char* what) {
+  auto it = f.metadata.find("dtrain.signature");
+  if (it == f.metadata.end()) return;  // a file from elsewhere: the per-tensor checks below decide
+  const std::string mine = signature(m), theirs = it->second;
+  if (mine == theirs) return;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::size_t i = 0;
+    for (;;) {
+      const auto j = s.find(';', i);
+      v.push_back(s.substr(i, j - i));
+      if (j == std::string::npos) break;
+      i = j + 1;
+    }
+    return v;
+  };
+  const auto a = split(mine), b = split(theirs);
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if (i >= a.size() || i >= b.size() || a[i] != b[i])
+      throw shape_error(std::string(what) + ": " + file + " holds another architecture: layer " + std::to_string(i) + " is " +
+                     (i < b.size() ? b[i] : "absent") + " in the file but " + (i < a.size() ? a[i] : "absent") +
+                     " in the model");
+}
+
+/// Copies the file's tensors into `dst` views, naming the first missing or mis-shaped one.
+inline void copy_in(const safetensors_file& f, const std::vector<tensor_view>& want, std::span<float> base,
+                    const float* base_data, const std::string& file, const char* what) {
+  for (const auto& w : want) {
+    const named_tensor* t = f.find(w.name);
+    if (!t) throw io_error(std::string(what) + ": " + file + " has no tensor '" + w.name + "'");
+    if (t->shape != w.shape)
+      throw shape_error(std::string(what) + ": " + file + ": tensor '" + w.name + "' has shape " + shape_str(t->shape) +
+                     " but the model expects " + shape_str(w.shape));
+    std::copy(t->data.begin(), t->data.end(), base.begin() + (w.data.data() - base_data));
+  }
+}
+}  // namespace detail
+
+/// Keras `model.save_weights(path)`.
+template <class Model>
+void save_weights(const Model& m, const std::filesystem::path& path) {
+  save_safetensors(path, weight_views(m), detail::metadata(m, "weights"));
+}
+
+/// Keras `model.load_weights(path)`: the file must hold this architecture's variables.
+template <class Model>
+void load_weights(Model& m, const std::filesystem::path& path) {
+  const auto f = load_safetensors(path);
+  detail::check_signature(m, f, path.string(), "load_weights");
+  std::vector<float> staged(m.parameters().begin(), m.parameters().end());  // nothing changes unless all fit
+  detail::copy_in(f, weight_views(m), staged, m.parameters().data(), path.string(), "load_weights");
+  std::copy(staged.begin(), staged.end(), m.parameters().begin());
+}
+
+/// Keras `model.save(path)`: weights, optimizer state and the architecture's signature; extra named
+/// strings (training state) go into the metadata.
+template <class Model>
+void save_model(Model& m, const std::filesystem::path& path, const std::map<std::string, std::string>& extra = {}) {
+  auto tensors = weight_views(m);
+  auto meta = detail::metadata(m, "model");
+  std::vector<float> scalars;
+  if (m.compiled()) {
+    const auto& st = m.optimizer().state();
+    auto ov = optimizer_views(m, st, m.optimizer().learning_rate(), scalars);
+    tensors.insert(tensors.end(), ov.begin(), ov.end());
+    meta["dtrain.optimizer"] = m.optimizer().name();
+    meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
+    meta["dtrain.optimizer.slots"] = std::to_string(m.parameters().empty() ? 0 : st.slots.size() / m.parameters().size());
+  }
+  for (const auto& [k, v] : extra) meta[k] = v;
+  save_safetensors(path, tensors, meta);
+}
+
+/// Restores what `save_model` wrote into `m` (weights, and the optimizer state when `m` is compiled with
+/// the same optimizer); returns the file's metadata.
+template <class Model>
+std::map<std::string, std::string> restore_model(Model& m, const std::filesystem::path& path) {
+  const auto f = load_safetensors(path);
+  const std::string file = path.string();
+  detail::check_signature(m, f, file, "load_model");
+  std::vector<float> staged(m.parameters().begin(), m.parameters().end());
+  detail::copy_in(f, weight_views(m), staged, m.parameters().data(), file, "load_model");
+  optimizer_state st;
+  const bool with_optimizer = m.compiled() && f.metadata.count("dtrain.optimizer.iterations");
+  if (with_optimizer) {
+    if (f.metadata.at("dtrain.optimizer") != m.optimizer().name())
+      throw value_error("load_model: " + file + " holds the state of optimizer " + f.metadata.at("dtrain.optimizer") +
+                     " but the model is compiled with " + m.optimizer().name());
+    const std::size_t n = m.parameters().size(), slots = std::stoull(f.metadata.at("dtrain.optimizer.slots"));
+    st.iterations = std::stoll(f.metadata.at("dtrain.optimizer.iterations"));
+    st.slots.assign(slots * n, 0.0f);
+    std::vector<float> scalars;
+    const auto want = optimizer_views(m, st, 0.0f, scalars);
+    for (std::size_t i = 2; i < want.size(); ++i) {
+      const named_tensor* t = f.find(want[i].name);
+      if (!t || t->shape != want[i].shape)
+        throw io_error("load_model: " + file + ": optimizer tensor '" + want[i].name + "' is missing or mis-shaped");
+      std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
+    }
+  }
+  std::copy(staged.begin(), staged.end(), m.parameters().begin());
+  if (with_optimizer) m.optimizer().set_state(std::move(st));
+  return f.metadata;
+}
+
+/// `keras.models.load_model(path)` for a known architecture: builds `Model` and restores it.
+template <class Model>
+Model load_model(const std::filesystem::path& path) {
+  Model m;
+  restore_model(m, path);
+  return m;
+}
+
+}  // namespace dtrain::checkpoint

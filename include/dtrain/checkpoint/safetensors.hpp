@@ -1,0 +1,222 @@
+#pragma once
+/// \file
+/// safetensors files (8-byte little-endian header length, a JSON header, raw little-endian data), the
+/// format dtrain saves weights in, so Python reads them with numpy or the safetensors package.
+/// dtrain adds to `__metadata__` (string values, as the format requires) a CRC-32 per tensor, checked
+/// on load, so a truncated or bit-flipped file is detected rather than loaded.
+///
+/// Writes are atomic and durable: a temporary file in the same folder, fsync, rename, fsync of the
+/// folder. A crash at any instant leaves either the old file or the new one, never a mix.
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/shape.hpp"
+
+namespace dtrain::checkpoint {
+
+/// One named float32 tensor to write (a view) or that was read (owned).
+struct named_tensor {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::vector<float> data;
+};
+
+struct tensor_view {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::span<const float> data;
+};
+
+namespace detail {
+inline std::uint32_t crc32_of(const void* p, std::size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const auto* b = static_cast<const Bytef*>(p);
+  while (n > 0) {
+    const auto k = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    c = crc32(c, b, k);
+    b += k, n -= k;
+  }
+  return static_cast<std::uint32_t>(c);
+}
+inline std::string hex32(std::uint32_t v) {
+  char b[9];
+  std::snprintf(b, sizeof b, "%08x", v);
+  return b;
+}
+
+/// Writes `bytes` to `path` atomically and durably (temp file, fsync, rename, fsync of the folder).
+inline void write_file_atomic(const std::filesystem::path& path, std::span<const char> bytes) {
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::filesystem::create_directories(dir);
+  const auto tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw io_error(path.string() + ": cannot create " + tmp.string() + " (" + std::strerror(errno) + ")");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      std::filesystem::remove(tmp);
+      throw io_error(path.string() + ": write failed (" + why + ")");
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::filesystem::remove(tmp);
+    throw io_error(path.string() + ": fsync failed (" + std::strerror(errno) + ")");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw io_error(path.string() + ": rename failed (" + ec.message() + ")");
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) ::fsync(dfd), ::close(dfd);
+}
+
+inline std::vector<char> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io_error(path.string() + ": cannot open");
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::size_t>(in.tellg());
+  in.seekg(0);
+  std::vector<char> b(size);
+  if (size && !in.read(b.data(), static_cast<std::streamsize>(size))) throw io_error(path.string() + ": read failed");
+  return b;
+}
+}  // namespace detail
+
+/// Writes float32 tensors and string metadata as a safetensors file (atomically).
+inline void save_safetensors(const std::filesystem::path& path, const std::vector<tensor_view>& tensors,
+                             const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::ordered_json header;
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  std::size_t offset = 0;
+  for (const auto& t : tensors) {
+    std::size_t n = 1;
+    for (auto d : t.shape) n *= d;
+    if (n != t.data.size())
+      throw shape_error("save_safetensors: tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
+                        " values for shape " + shape_str(t.shape));
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + n * 4}}};
+    meta["dtrain.crc32." + t.name] = detail::hex32(detail::crc32_of(t.data.data(), n * 4));
+    offset += n * 4;
+  }
+  header["__metadata__"] = meta;
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h += ' ';  // the format allows padding the header with spaces
+  std::vector<char> out(8 + h.size() + offset);
+  const std::uint64_t len = h.size();
+  for (int i = 0; i < 8; ++i) out[std::size_t(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  std::size_t at = 8 + h.size();
+  for (const auto& t : tensors) {
+    std::memcpy(out.data() + at, t.data.data(), t.data.size_bytes());
+    at += t.data.size_bytes();
+  }
+  detail::write_file_atomic(path, out);
+}
+
+struct safetensors_file {
+  std::vector<named_tensor> tensors;  // in file order
+  std::map<std::string, std::string> metadata;
+
+  const named_tensor* find(const std::string& name) const {
+    for (const auto& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+/// Reads a safetensors file of float32 tensors, checking its structure and (when present) the CRC-32 of
+/// every tensor. Every defect is an `io_error` naming the file and what is wrong.
+inline safetensors_file load_safetensors(const std::filesystem::path& path) {
+  const std::vector<char> b = detail::read_file(path);
+  const std::string f = path.string();
+  if (b.size() < 8) throw io_error(f + ": truncated safetensors file (" + std::to_string(b.size()) + " bytes)");
+  std::uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(b[std::size_t(i)]);
+  if (len > b.size() - 8) throw io_error(f + ": truncated safetensors file (header of " + std::to_string(len) + " bytes)");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(len));
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(f + ": corrupt safetensors header (" + e.what() + ")");
+  }
+  if (!header.is_object()) throw io_error(f + ": corrupt safetensors header (not a JSON object)");
+  safetensors_file out;
+  const std::size_t data_size = b.size() - 8 - len;
+  const char* data = b.data() + 8 + len;
+  struct entry {
+    std::string name;
+    std::size_t begin;
+  };
+  std::vector<entry> order;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw io_error(f + ": __metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m)
+        if (m->is_string()) out.metadata[m.key()] = m->get<std::string>();
+      continue;
+    }
+    const auto& t = *it;
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+      throw io_error(f + ": tensor '" + it.key() + "' lacks dtype, shape or data_offsets");
+    if (t["dtype"] != "F32")
+      throw io_error(f + ": tensor '" + it.key() + "' has dtype " + t["dtype"].dump() + "; dtrain reads F32");
+    named_tensor nt{it.key(), {}, {}};
+    std::size_t n = 1;
+    for (const auto& d : t["shape"]) {
+      if (!d.is_number_unsigned()) throw io_error(f + ": tensor '" + it.key() + "' has a bad shape");
+      nt.shape.push_back(d.get<std::size_t>());
+      n *= nt.shape.back();
+    }
+    const auto& off = t["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw io_error(f + ": tensor '" + it.key() + "' has bad data_offsets");
+    const auto b0 = off[0].get<std::size_t>(), b1 = off[1].get<std::size_t>();
+    if (b1 < b0 || b1 - b0 != n * 4)
+      throw io_error(f + ": tensor '" + it.key() + "' has data_offsets that do not fit its shape " + shape_str(nt.shape));
+    if (b1 > data_size)
+      throw io_error(f + ": truncated: tensor '" + it.key() + "' ends at byte " + std::to_string(b1) + " of " +
+                     std::to_string(data_size) + " data bytes");
+    nt.data.resize(n);
+    std::memcpy(nt.data.data(), data + b0, n * 4);
+    order.push_back({it.key(), b0});
+    out.tensors.push_back(std::move(nt));
+  }
+  for (const auto& t : out.tensors) {
+    auto c = out.metadata.find("dtrain.crc32." + t.name);
+    if (c != out.metadata.end() && c->second != detail::hex32(detail::crc32_of(t.data.data(), t.data.size() * 4)))
+      throw io_error(f + ": checksum mismatch in tensor '" + t.name + "' (the file is damaged)");
+  }
+  std::sort(out.tensors.begin(), out.tensors.end(), [&](const named_tensor& a, const named_tensor& c) {
+    auto pos = [&](const std::string& n) {
+      for (const auto& e : order)
+        if (e.name == n) return e.begin;
+      return std::size_t{0};
+    };
+    return pos(a.name) < pos(c.name);
+  });
+  return out;
+}
+
+}  // namespace dtrain::checkpoint

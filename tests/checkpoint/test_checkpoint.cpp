@@ -1,0 +1,227 @@
+// Saving and restoring: safetensors files (checked against numpy when present), corrupt files,
+// mismatched models, checkpoint_manager's fallback, and backup_and_restore's exact resume.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "support/gradcheck.hpp"
+
+#include <dtrain/callbacks/backup_and_restore.hpp>
+#include <dtrain/checkpoint/checkpoint_manager.hpp>
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+namespace {
+using net = sequential<input<5>, dense<7, relu>, dropout<0.2f>, dense<3>>;
+using other = sequential<input<5>, dense<8, relu>, dense<3>>;
+
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() / ("dtrain_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
+  temp_dir() { fs::create_directories(path); }
+  ~temp_dir() { fs::remove_all(path); }
+};
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+std::pair<tensor, tensor> problem(std::size_t n) {
+  rng r(3);
+  tensor x = zeros({n, 5}), y = zeros({n});
+  for (auto& v : x) v = r.normal();
+  for (auto& v : y) v = float(r.below(3));
+  return {x, y};
+}
+net compiled(std::uint64_t seed = 1) {
+  net m(seed);
+  m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  return m;
+}
+void flip_byte(const fs::path& p, std::size_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  char c = 0;
+  f.get(c);
+  f.seekp(std::streamoff(at));
+  f.put(char(c ^ 0x10));
+}
+/// Throws after `limit` batches: a crash in the middle of training.
+struct crash_after : callback {
+  std::int64_t limit, seen = 0;
+  explicit crash_after(std::int64_t l) : limit(l) {}
+  void on_train_batch_end(std::int64_t, const logs&) override {
+    if (++seen == limit) throw std::runtime_error("simulated crash");
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_files)
+
+BOOST_AUTO_TEST_CASE(weights_round_trip_with_keras_names) {
+  temp_dir t;
+  net a(1), b(2);
+  checkpoint::save_weights(a, t.path / "w.safetensors");
+  const auto f = checkpoint::load_safetensors(t.path / "w.safetensors");
+  BOOST_TEST(f.find("layers/dense/vars/0") != nullptr);
+  BOOST_TEST((f.find("layers/dense_1/vars/1")->shape == std::vector<std::size_t>{3}));
+  BOOST_TEST(f.metadata.at("dtrain.version") == version);
+  checkpoint::load_weights(b, t.path / "w.safetensors");
+  BOOST_TEST(a.get_weights() == b.get_weights(), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(numpy_reads_the_safetensors_file) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) {
+    BOOST_TEST_MESSAGE("numpy not installed: interop skipped");
+    return;
+  }
+  temp_dir t;
+  net a(1);
+  checkpoint::save_weights(a, t.path / "w.safetensors");
+  const auto kernel = a.layer_parameters<0>();
+  const std::string code =
+      "import json, struct, numpy as np\n"
+      "b = open('" + (t.path / "w.safetensors").string() + "', 'rb').read()\n"
+      "n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])\n"
+      "e = h['layers/dense/vars/0']; s, t = e['data_offsets']\n"
+      "k = np.frombuffer(b[8 + n + s:8 + n + t], '<f4').reshape(e['shape'])\n"
+      "assert k.shape == (5, 7), k.shape\n"
+      "assert abs(float(k[1, 2]) - (" + std::to_string(kernel[1 * 7 + 2]) + ")) < 1e-6\n";
+  std::ofstream(t.path / "check.py") << code;
+  BOOST_TEST(std::system(("/usr/bin/python3 " + (t.path / "check.py").string()).c_str()) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(damaged_files_are_detected) {
+  temp_dir t;
+  net a(1);
+  const auto p = t.path / "w.safetensors";
+  checkpoint::save_weights(a, p);
+  const auto size = fs::file_size(p);
+  fs::copy_file(p, t.path / "flip.safetensors");
+  flip_byte(t.path / "flip.safetensors", size - 10);
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "flip.safetensors"); }).find("checksum mismatch") != std::string::npos);
+  fs::copy_file(p, t.path / "short.safetensors");
+  fs::resize_file(t.path / "short.safetensors", size - 50);
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "short.safetensors"); }).find("truncated") != std::string::npos);
+  std::ofstream(t.path / "empty.safetensors").close();
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "empty.safetensors"); }).find("truncated") != std::string::npos);
+  // a tensor of another dtype
+  const std::string h = R"({"layers/dense/vars/0":{"dtype":"F64","shape":[5,7],"data_offsets":[0,280]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = char(h.size());
+  bytes += h + std::string(280, '\0');
+  std::ofstream(t.path / "f64.safetensors", std::ios::binary) << bytes;
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "f64.safetensors"); }).find("dtype \"F64\"") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(mismatched_models_are_refused_naming_the_difference) {
+  temp_dir t;
+  net a(1);
+  other o(1);
+  checkpoint::save_weights(a, t.path / "w.safetensors");
+  const auto before = o.get_weights();
+  const std::string m = error_of([&] { checkpoint::load_weights(o, t.path / "w.safetensors"); });
+  BOOST_TEST(m.find("another architecture") != std::string::npos, m);
+  BOOST_TEST(m.find("dense:Dense[(5, 7)|(7,)]") != std::string::npos, m);
+  BOOST_TEST(o.get_weights() == before, tt::per_element());  // untouched
+  // a file without dtrain's signature (from elsewhere) that lacks a tensor
+  checkpoint::save_safetensors(t.path / "partial.safetensors",
+                               {{"layers/dense/vars/0", {5, 7}, a.layer_parameters<0>().first(35)}});
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "partial.safetensors"); }).find("no tensor 'layers/dense/vars/1'") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(model_with_optimizer_resumes_bitwise) {
+  temp_dir t;
+  auto [x, y] = problem(32);
+  net straight = compiled();
+  for (int i = 0; i < 6; ++i) straight.train_step(x, y);
+  net first = compiled();
+  for (int i = 0; i < 3; ++i) first.train_step(x, y);
+  checkpoint::save_model(first, t.path / "m.safetensors", {{"note", "three steps"}});
+  net second = compiled(99);  // other initial weights: all of it comes from the file
+  const auto meta = checkpoint::restore_model(second, t.path / "m.safetensors");
+  BOOST_TEST(meta.at("note") == "three steps");
+  second.generator() = first.generator();  // dropout masks continue too (backups save this)
+  for (int i = 0; i < 3; ++i) second.train_step(x, y);
+  BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
+  auto loaded = checkpoint::load_model<net>(t.path / "m.safetensors");
+  BOOST_TEST(loaded.get_weights() == first.get_weights(), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_manager_keeps_n_and_falls_back) {
+  temp_dir t;
+  checkpoint::checkpoint_manager mgr(t.path, 2);
+  BOOST_TEST(!mgr.latest_checkpoint());
+  net m = compiled();
+  auto [x, y] = problem(16);
+  std::vector<std::vector<float>> w;
+  for (int i = 0; i < 3; ++i) {
+    m.train_step(x, y);
+    mgr.save(m);
+    w.push_back(m.get_weights());
+  }
+  BOOST_TEST(mgr.checkpoints().size() == 2u);
+  BOOST_TEST(mgr.latest_checkpoint()->filename() == "ckpt-3.safetensors");
+  BOOST_TEST(!fs::exists(t.path / "ckpt-1.safetensors"));
+  BOOST_TEST(checkpoint::latest_checkpoint(t.path)->filename() == "ckpt-3.safetensors");
+  flip_byte(t.path / "ckpt-3.safetensors", fs::file_size(t.path / "ckpt-3.safetensors") - 4);  // damage the latest
+  net r = compiled(5);
+  const auto meta = mgr.restore_latest(r, nullptr);
+  BOOST_REQUIRE(meta.has_value());
+  BOOST_TEST(r.get_weights() == w[1], tt::per_element());  // ckpt-2
+  BOOST_CHECK_THROW(checkpoint::checkpoint_manager(t.path, 0), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_exactly) {
+  auto [x, y] = problem(40);
+  auto dataset = [&] { return data::from_tensor_slices(x, y) | data::shuffle(40, 3) | data::batch(8); };  // 5 batches
+  for (const auto& freq : {std::variant<std::string, std::int64_t>(std::string("epoch")), std::variant<std::string, std::int64_t>(std::int64_t(3))}) {
+    for (bool repeated : {false, true}) {
+      temp_dir t;
+      const fit_options base{.epochs = 4, .steps_per_epoch = repeated ? 4 : 0, .verbose = 0};
+      auto run = [&](net& m, std::vector<callback_ref> extra) {
+        fit_options o = base;
+        o.callbacks = callback_list(std::move(extra));
+        if (repeated) return m.fit(dataset() | data::repeat(), o);
+        return m.fit(dataset(), o);
+      };
+      net straight = compiled();
+      run(straight, {});
+      net crashed = compiled();
+      auto b = backup_and_restore({.backup_dir = t.path / "backup", .save_freq = freq});
+      BOOST_CHECK_THROW(run(crashed, {b, crash_after(11)}), std::runtime_error);  // dies in epoch 2 or 3
+      BOOST_REQUIRE(fs::exists(t.path / "backup"));
+      net resumed = compiled(7);  // a new process: other weights until the backup is restored
+      const history h = run(resumed, {backup_and_restore({.backup_dir = t.path / "backup", .save_freq = freq})});
+      BOOST_TEST_CONTEXT("save_freq " << (freq.index() ? "3" : "epoch") << (repeated ? ", steps_per_epoch" : ", full passes")) {
+        BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+        BOOST_TEST(resumed.optimizer().iterations() == straight.optimizer().iterations());
+        BOOST_TEST(!fs::exists(t.path / "backup"));  // removed after a successful fit
+        BOOST_TEST(h.epochs.back() == 3);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
+  temp_dir t;
+  auto [x, y] = problem(16);
+  net m = compiled();
+  BOOST_CHECK_THROW(m.fit(x, y, {.epochs = 3, .callbacks = {backup_and_restore({.backup_dir = t.path}), crash_after(3)},
+                                 .verbose = 0, .batch_size = 8}),
+                    std::runtime_error);
+  other o(1);
+  o.compile({.optimizer = adam{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  const std::string e = error_of([&] { o.fit(x, y, {.epochs = 3, .callbacks = {backup_and_restore({.backup_dir = t.path})}, .verbose = 0}); });
+  BOOST_TEST(e.find("another architecture") != std::string::npos, e);
+  BOOST_CHECK_THROW(backup_and_restore({.backup_dir = t.path, .save_freq = std::string("batch")}), value_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
