@@ -35,6 +35,9 @@ struct arguments {
   std::int64_t steps_per_epoch = 70;  // the tutorial's; 0 = full passes over the 60,000 images
   std::uint64_t seed = 1;
   int verbose = 1;
+  std::string backup_dir;    // --backup-dir: backup_and_restore there
+  std::string save_freq = "epoch";  // --save-freq epoch|N
+  std::string save_weights;  // --save-weights: the chief writes the final weights (safetensors)
 };
 
 inline arguments parse(int argc, char** argv) {
@@ -42,7 +45,8 @@ inline arguments parse(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "%s\nusage: %s [--model cnn|mlp] [--optimizer sgd|adam] [--learning-rate X] [--batch-size N]\n"
-                 "          [--epochs N] [--steps-per-epoch N (0: full epochs)] [--seed N] [--verbose 0|1|2]\n",
+                 "          [--epochs N] [--steps-per-epoch N (0: full epochs)] [--seed N] [--verbose 0|1|2]\n"
+                 "          [--backup-dir DIR [--save-freq epoch|N]] [--save-weights PATH]\n",
                  why.c_str(), argv[0]);
     std::exit(2);
   };
@@ -64,13 +68,37 @@ inline arguments parse(int argc, char** argv) {
     else if (k == "--steps-per-epoch") a.steps_per_epoch = num(std::strtoll(v.c_str(), &end, 10));
     else if (k == "--seed") a.seed = num(std::strtoull(v.c_str(), &end, 10));
     else if (k == "--verbose") a.verbose = static_cast<int>(num(std::strtol(v.c_str(), &end, 10)));
+    else if (k == "--backup-dir") a.backup_dir = v;
+    else if (k == "--save-freq") a.save_freq = v;
+    else if (k == "--save-weights") a.save_weights = v;
     else usage("unknown option " + k);
   }
   if (a.model != "cnn" && a.model != "mlp") usage("--model must be cnn or mlp");
   if (a.optimizer != "sgd" && a.optimizer != "adam") usage("--optimizer must be sgd or adam");
   if (a.batch_size == 0 || a.epochs < 1 || a.steps_per_epoch < 0 || !(a.learning_rate > 0.0f))
     usage("--batch-size, --epochs and --learning-rate must be positive");
+  if (a.save_freq != "epoch" && (a.save_freq.empty() || a.save_freq.find_first_not_of("0123456789") != std::string::npos ||
+                                 std::stoll(a.save_freq) == 0))
+    usage("--save-freq must be epoch or a positive number of batches");
   return a;
+}
+
+/// The fit callbacks the command line asks for: backup_and_restore (the seeds' fault tolerance).
+inline dtrain::callback_list callbacks(const arguments& a) {
+  dtrain::callback_list c;
+  if (!a.backup_dir.empty()) {
+    std::variant<std::string, std::int64_t> freq = a.save_freq;
+    if (a.save_freq != "epoch") freq = std::int64_t(std::stoll(a.save_freq));
+    c.push_back(dtrain::backup_and_restore({.backup_dir = a.backup_dir, .save_freq = freq}));
+  }
+  return c;
+}
+
+/// --save-weights: the chief writes the final weights; the other workers write nothing (the seeds'
+/// "only the chief saves").
+template <class Net>
+void save_weights(const Net& model, const arguments& a, bool chief) {
+  if (!a.save_weights.empty() && chief) dtrain::checkpoint::save_weights(model, a.save_weights);
 }
 
 /// `mnist_dataset(batch_size)`: shuffled, repeated, batched training images.

@@ -13,7 +13,8 @@ int run(const mnist_setup::arguments& args) {
   auto model = strategy.make_model<Net>(args.seed);
   mnist_setup::compile(model, args);
   model.fit(dataset, {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, global_batch_size),
-                      .verbose = args.verbose});
+                      .callbacks = mnist_setup::callbacks(args), .verbose = args.verbose});
+  mnist_setup::save_weights(model, args, strategy.is_chief());
   mnist_setup::report_test(model);
   return 0;
 }

@@ -93,8 +93,13 @@ class backup_and_restore : public callback {
       throw config_error("backup_and_restore: the backup in " + o_.backup_dir.string() + " was written by " + workers +
                          " workers but this run has " + std::to_string(m.num_replicas_in_sync()) +
                          "; resume with the same number of workers or delete the backup");
-    std::fprintf(stderr, "backup_and_restore: resuming from %s\n", file(0).string().c_str());
-    return meta.at("dtrain.backup.position");
+    const std::string position = meta.at("dtrain.backup.position");
+    int epoch = 0;
+    long long step = 0;
+    std::sscanf(position.c_str(), "%d %lld", &epoch, &step);
+    std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", epoch + 1, step,
+                 file(0).string().c_str());
+    return position;
   }
 
   backup_and_restore_options o_;
