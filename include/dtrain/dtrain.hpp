@@ -16,6 +16,7 @@
 #include "dtrain/callbacks/backup_and_restore.hpp"
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/callbacks/history.hpp"
+#include "dtrain/callbacks/model_checkpoint.hpp"
 #include "dtrain/callbacks/monitors.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
 
@@ -47,6 +48,7 @@
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/input.hpp"
 #include "dtrain/distribute/replica_context.hpp"
+#include "dtrain/distribute/saving.hpp"
 #include "dtrain/distribute/strategy.hpp"
 
 #include "dtrain/losses/crossentropy.hpp"

@@ -14,6 +14,7 @@ struct fake_model : training_model {
   std::span<float> parameters() override { return p; }
   any_optimizer& optimizer() override { return opt; }
   void save_state(const std::filesystem::path&, const std::map<std::string, std::string>&) override {}
+  void save_weights(const std::filesystem::path&) override {}
   std::map<std::string, std::string> load_state(const std::filesystem::path&) override { return {}; }
   void sync_from_chief(std::string&) override {}
   bool is_chief() const override { return true; }

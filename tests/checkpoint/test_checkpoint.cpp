@@ -224,4 +224,55 @@ BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
   BOOST_CHECK_THROW(backup_and_restore({.backup_dir = t.path, .save_freq = std::string("batch")}), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {
+  temp_dir t;
+  auto [x, y] = problem(32);
+  net m = compiled();
+  const auto pattern = (t.path / "w-{epoch:02d}-{loss:.3f}.safetensors").string();
+  const history h = m.fit(x, y, {.epochs = 3, .callbacks = {model_checkpoint({.filepath = pattern, .save_weights_only = true})},
+                                 .verbose = 0, .batch_size = 8});
+  char name[64];
+  std::snprintf(name, sizeof name, "w-03-%.3f.safetensors", double(h["loss"][2]));
+  BOOST_TEST(fs::exists(t.path / name), name);
+  net back(5);
+  checkpoint::load_weights(back, t.path / name);
+  BOOST_TEST(back.get_weights() == m.get_weights(), tt::per_element());
+  // save_best_only on a quantity that only gets worse after epoch 1: one file
+  net frozen(1);
+  frozen.compile({.optimizer = sgd{{.learning_rate = 0.0f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  frozen.fit(x, y, {.epochs = 3, .callbacks = {model_checkpoint({.filepath = (t.path / "best-{epoch}.safetensors").string(),
+                                                                 .monitor = "loss", .save_best_only = true})},
+                    .verbose = 0, .shuffle = false});
+  BOOST_TEST(fs::exists(t.path / "best-1.safetensors"));
+  BOOST_TEST(!fs::exists(t.path / "best-2.safetensors"));
+  BOOST_CHECK_THROW(model_checkpoint({.filepath = ""}), value_error);
+  BOOST_TEST(detail::format_filepath("ckpt-{epoch:03d}-{val_loss:.2f}", 7, [] {
+               logs l;
+               l.set("val_loss", 0.25f);
+               return l;
+             }()) == "ckpt-007-0.25");
+}
+
+BOOST_AUTO_TEST_CASE(write_filepath_and_npz_export) {
+  temp_dir t;
+  BOOST_TEST(write_filepath(t.path / "model.safetensors", "worker", 0) == t.path / "model.safetensors");
+  BOOST_TEST(write_filepath(t.path / "model.safetensors", "chief", 0, true) == t.path / "model.safetensors");
+  const auto w1 = write_filepath(t.path / "model.safetensors", "worker", 1);
+  BOOST_TEST(w1 == t.path / "workertemp_1" / "model.safetensors");
+  BOOST_TEST(fs::is_directory(t.path / "workertemp_1"));
+  remove_temp_dir(t.path / "model.safetensors", "worker", 1);
+  BOOST_TEST(!fs::exists(t.path / "workertemp_1"));
+  BOOST_TEST(write_filepath(t.path / "m", "worker", 0, true) != t.path / "m");  // worker 0 is not chief when a chief exists
+  net m(1);
+  checkpoint::export_npz(m, t.path / "w.npz");
+  const auto arrays = data::read_npz(t.path / "w.npz");
+  BOOST_TEST((extents_of(arrays.at("layers/dense/vars/0")) == extents{5, 7}));
+  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0) {
+    const std::string code = "import numpy as np; z = np.load('" + (t.path / "w.npz").string() +
+                             "'); k = z['layers/dense_1/vars/0']; assert k.shape == (7, 3) and abs(float(k[6, 2]) - (" +
+                             std::to_string(m.layer_parameters<2>()[6 * 3 + 2]) + ")) < 1e-6";
+    BOOST_TEST(std::system(("/usr/bin/python3 -c \"" + code + "\"").c_str()) == 0);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

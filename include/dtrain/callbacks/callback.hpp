@@ -46,6 +46,8 @@ class training_model {
   virtual any_optimizer& optimizer() = 0;
   /// Writes weights, optimizer, generator and metric states plus `extra` to `path` (the chief calls it).
   virtual void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) = 0;
+  /// Writes the weights alone (Keras save_weights).
+  virtual void save_weights(const std::filesystem::path& path) = 0;
   /// Loads what save_state wrote (throws on a damaged or mismatched file); returns the extra strings.
   virtual std::map<std::string, std::string> load_state(const std::filesystem::path& path) = 0;
   /// Gives every replica the chief's model state and `text` (restoring needs no shared file system).

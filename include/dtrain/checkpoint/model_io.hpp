@@ -15,6 +15,7 @@
 
 #include "dtrain/checkpoint/safetensors.hpp"
 #include "dtrain/core/random.hpp"
+#include "dtrain/data/npy.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 #include "dtrain/version.hpp"
 
@@ -175,6 +176,14 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
   std::copy(staged.begin(), staged.end(), m.parameters().begin());
   if (with_optimizer) m.optimizer().set_state(std::move(st));
   return f.metadata;
+}
+
+/// The weights as a NumPy .npz archive (`numpy.load(path)["layers/dense/vars/0"]`).
+template <class Model>
+void export_npz(const Model& m, const std::filesystem::path& path) {
+  std::map<std::string, tensor> arrays;
+  for (const auto& v : weight_views(m)) arrays[v.name] = from_span(v.data, extents(v.shape.begin(), v.shape.end()));
+  data::write_npz(path, arrays);
 }
 
 /// `keras.models.load_model(path)` for a known architecture: builds `Model` and restores it.

@@ -69,6 +69,7 @@ class model_handle final : public training_model {
     meta["dtrain.metrics"] = metric_text();
     checkpoint::save_model(m_, path, meta);
   }
+  void save_weights(const std::filesystem::path& path) override { checkpoint::save_weights(m_, path); }
   std::map<std::string, std::string> load_state(const std::filesystem::path& path) override {
     auto meta = checkpoint::restore_model(m_, path);
     if (meta.count("dtrain.rng")) m_.generator().set_state(meta.at("dtrain.rng"));
