@@ -159,6 +159,30 @@ BOOST_AUTO_TEST_CASE(map_parallel_prefetch_cache_reduce_options) {
   BOOST_TEST((ds.options().auto_shard == data::auto_shard_policy::auto_));
 }
 
+BOOST_AUTO_TEST_CASE(file_cache_is_written_once_and_reused) {
+  temp_dir t;
+  const std::string file = (t.path / "cache.bin").string();
+  int calls = 0;
+  auto counted = numbered(9) | data::map([&calls](data::example e) {
+                   ++calls;
+                   return e;
+                 });
+  auto cached = counted | data::cache(file);
+  auto partial = cached.iterate(0);
+  partial.next();  // an unfinished pass publishes nothing
+  BOOST_TEST(!fs::exists(file));
+  const auto first = labels_of(cached, 0);
+  BOOST_TEST(fs::exists(file));
+  const int after_first = calls;
+  const auto second = labels_of(counted | data::cache(file), 1);  // another pipeline object, same file
+  BOOST_TEST(first == second, boost::test_tools::per_element());
+  BOOST_TEST(calls == after_first);  // read from the file
+  BOOST_TEST(first == iota(9), boost::test_tools::per_element());
+  std::ofstream(t.path / "bad.bin") << "garbage";
+  BOOST_TEST(error_of([&] { labels_of(counted | data::cache((t.path / "bad.bin").string())); }).find("not a dtrain cache file") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(restored_iterators_continue_exactly) {
   // the tutorial's pipeline plus the other stages: shuffle, map, repeat, shard, batch, prefetch
   auto ds = numbered(37) | data::shuffle(10, 5) | data::map([](data::example e) { return e; }, 2) | data::repeat() |
