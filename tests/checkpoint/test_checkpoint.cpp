@@ -5,11 +5,15 @@
 #include <fstream>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 #include <dtrain/callbacks/backup_and_restore.hpp>
 #include <dtrain/checkpoint/checkpoint_manager.hpp>
 
 using namespace dtrain;
+using dtrain_test::error_of;
+using dtrain_test::have_numpy;
+using dtrain_test::temp_dir;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
 
@@ -17,20 +21,6 @@ namespace {
 using net = sequential<input<5>, dense<7, relu>, dropout<0.2f>, dense<3>>;
 using other = sequential<input<5>, dense<8, relu>, dense<3>>;
 
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("dtrain_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(rand()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 std::pair<tensor, tensor> problem(std::size_t n) {
   rng r(3);
   tensor x = zeros({n, 5}), y = zeros({n});
@@ -77,7 +67,7 @@ BOOST_AUTO_TEST_CASE(weights_round_trip_with_keras_names) {
 }
 
 BOOST_AUTO_TEST_CASE(numpy_reads_the_safetensors_file) {
-  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) {
+  if (!have_numpy()) {
     BOOST_TEST_MESSAGE("numpy not installed: interop skipped");
     return;
   }
@@ -267,7 +257,7 @@ BOOST_AUTO_TEST_CASE(write_filepath_and_npz_export) {
   checkpoint::export_npz(m, t.path / "w.npz");
   const auto arrays = data::read_npz(t.path / "w.npz");
   BOOST_TEST((extents_of(arrays.at("layers/dense/vars/0")) == extents{5, 7}));
-  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0) {
+  if (have_numpy()) {
     const std::string code = "import numpy as np; z = np.load('" + (t.path / "w.npz").string() +
                              "'); k = z['layers/dense_1/vars/0']; assert k.shape == (7, 3) and abs(float(k[6, 2]) - (" +
                              std::to_string(m.layer_parameters<2>()[6 * 3 + 2]) + ")) < 1e-6";

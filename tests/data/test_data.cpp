@@ -6,11 +6,14 @@
 #include <set>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 #include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/stages.hpp>
 
 using namespace dtrain;
+using dtrain_test::error_of;
+using dtrain_test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,11 +40,6 @@ std::vector<float> iota(std::size_t n) {
   return v;
 }
 
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("dtrain_test_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
 void write_idx(const fs::path& p, std::vector<std::uint32_t> dims, std::size_t data_bytes, bool gz,
                unsigned char type = 0x08, unsigned char fill = 7) {
   std::vector<unsigned char> b{0, 0, type, static_cast<unsigned char>(dims.size())};
@@ -55,15 +53,6 @@ void write_idx(const fs::path& p, std::vector<std::uint32_t> dims, std::size_t d
   } else {
     std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
   }
-}
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 }  // namespace
 

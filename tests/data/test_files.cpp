@@ -5,27 +5,16 @@
 #include <fstream>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 using namespace dtrain;
+using dtrain_test::error_of;
+using dtrain_test::have_numpy;
+using dtrain_test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("dtrain_files_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() { fs::remove_all(path); }
-};
-bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
 int python(const std::string& code) { return std::system(("/usr/bin/python3 -c \"" + code + "\"").c_str()); }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 }  // namespace
 

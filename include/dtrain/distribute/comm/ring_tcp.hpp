@@ -360,46 +360,60 @@ class ring_tcp {
     asio::write(s, asio::buffer(p, n));
   }
 
+  /// Accepts one connection before `deadline` and reads its handshake; nullopt when it is not one
+  /// (already logged). Past the deadline the listener is closed and `timeout_message()` thrown.
+  template <class Message>
+  std::optional<std::pair<asio::ip::tcp::socket, detail::hello>> accept_hello(clock::time_point deadline,
+                                                                               Message&& timeout_message) {
+    asio::ip::tcp::socket s(io_);
+    std::error_code ec;
+    bool done = false;
+    listener_.async_accept(s, [&](std::error_code e) { ec = e, done = true; });
+    io_.restart();
+    io_.run_until(deadline);
+    if (!done) {
+      std::error_code ig;
+      listener_.close(ig);
+      io_.restart();
+      io_.run();
+      throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + timeout_message());
+    }
+    if (ec) return std::nullopt;
+    std::error_code ig;
+    const auto remote = s.remote_endpoint(ig);
+    from_ = remote.address().to_string() + ":" + std::to_string(remote.port());
+    auto h = read_hello(s, from_);
+    if (!h) return std::nullopt;
+    return std::pair{std::move(s), *h};
+  }
+
   void gather_joins(clock::time_point deadline) {
     std::vector<std::optional<asio::ip::tcp::socket>> joined(static_cast<std::size_t>(size()));
     int count = 1;
     o_.log("waiting for workers (1/" + std::to_string(size()) + ")");
     while (count < size()) {
-      asio::ip::tcp::socket s(io_);
-      std::error_code ec;
-      bool done = false;
-      listener_.async_accept(s, [&](std::error_code e) { ec = e, done = true; });
-      io_.restart();
-      io_.run_until(deadline);
-      if (!done) {
+      auto got = accept_hello(deadline, [&] {
         std::string missing;
         for (int r = 1; r < size(); ++r)
           if (!joined[std::size_t(r)]) missing += (missing.empty() ? "" : ", ") + peer_name(r);
-        std::error_code ig;
-        listener_.close(ig);
-        io_.restart();
-        io_.run();
-        throw comm_error("ring_tcp: rank 0: timed out after " + std::to_string(o_.connect_timeout.count() / 1000) +
-                         " s waiting for workers (" + std::to_string(count) + "/" + std::to_string(size()) +
-                         "); missing: " + missing);
-      }
-      if (ec) continue;
-      std::error_code ig;
-      const auto remote = s.remote_endpoint(ig);
-      const std::string from = remote.address().to_string() + ":" + std::to_string(remote.port());
-      auto h = read_hello(s, from);
-      if (!h) continue;
-      std::string why = check_hello(*h, detail::hello_kind::join, -1);
-      if (why.empty() && joined[h->rank]) why = "rank " + std::to_string(h->rank) + " joined twice";
+        return "timed out after " + std::to_string(o_.connect_timeout.count() / 1000) + " s waiting for workers (" +
+               std::to_string(count) + "/" + std::to_string(size()) + "); missing: " + missing;
+      });
+      if (!got) continue;
+      auto& [s, h] = *got;
+      std::string why = check_hello(h, detail::hello_kind::join, -1);
+      if (why.empty() && joined[h.rank]) why = "rank " + std::to_string(h.rank) + " joined twice";
       detail::hello reply = my_hello(detail::hello_kind::join);
       reply.accepted = why.empty();
+      std::error_code ig;
       asio::write(s, asio::buffer(&reply, sizeof reply), ig);
       if (!why.empty()) {
-        o_.log("rejected connection from " + from + ": " + why);
+        o_.log("rejected connection from " + from_ + ": " + why);
         continue;
       }
-      if (o_.addresses.size() <= 1) peers_[h->rank] = remote.address().to_string() + ":" + std::to_string(h->listen_port);
-      joined[h->rank].emplace(std::move(s));
+      if (o_.addresses.size() <= 1)  // torchrun style: the address table is built from who joined
+        peers_[h.rank] = s.remote_endpoint(ig).address().to_string() + ":" + std::to_string(h.listen_port);
+      joined[h.rank].emplace(std::move(s));
       ++count;
       o_.log("waiting for workers (" + std::to_string(count) + "/" + std::to_string(size()) + ")");
     }
@@ -485,31 +499,15 @@ class ring_tcp {
     const detail::hello h = my_hello(detail::hello_kind::ring);
     write_all(next_, &h, sizeof h);
     for (;;) {  // accept until the previous rank shows up, rejecting anything else
-      asio::ip::tcp::socket s(io_);
-      std::error_code ec;
-      bool done = false;
-      listener_.async_accept(s, [&](std::error_code e) { ec = e, done = true; });
-      io_.restart();
-      io_.run_until(deadline);
-      if (!done) {
-        std::error_code ig;
-        listener_.close(ig);
-        io_.restart();
-        io_.run();
-        throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": timed out waiting for " +
-                         peer_name(prev_rank()) + " to connect");
-      }
-      if (ec) continue;
-      std::error_code ig;
-      const auto remote = s.remote_endpoint(ig);
-      const std::string from = remote.address().to_string() + ":" + std::to_string(remote.port());
-      auto got = read_hello(s, from);
-      if (!got) continue;
-      const std::string why = check_hello(*got, detail::hello_kind::ring, prev_rank());
+      auto accepted = accept_hello(deadline, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
+      if (!accepted) continue;
+      auto& [s, h] = *accepted;
+      const std::string why = check_hello(h, detail::hello_kind::ring, prev_rank());
       if (!why.empty()) {
-        o_.log("rejected connection from " + from + ": " + why);
+        o_.log("rejected connection from " + from_ + ": " + why);
         continue;
       }
+      std::error_code ig;
       s.set_option(asio::ip::tcp::no_delay(true), ig);
       prev_ = std::move(s);
       break;
@@ -754,6 +752,7 @@ class ring_tcp {
   std::vector<float> scratch_;
   std::vector<std::size_t> offsets_;
   std::string protocol_error_;
+  std::string from_;  // the address of the connection accept_hello took last
 
   std::mutex m_;
   std::condition_variable cv_;
