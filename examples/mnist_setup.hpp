@@ -132,7 +132,7 @@ void report_test(Net& model) {
 }
 
 /// Parses the command line and runs the chosen model; errors become messages and exit codes
-/// (138, retryable, when a peer failed).
+/// (138, retryable, when a peer failed or the job was preempted).
 template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&)>
 int main(int argc, char** argv) try {
   const auto args = parse(argc, argv);
@@ -140,6 +140,9 @@ int main(int argc, char** argv) try {
 } catch (const dtrain::comm_error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return dtrain::peer_failure_exit_code;
+} catch (const dtrain::preempted& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return dtrain::retryable_exit_code;
 } catch (const dtrain::error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

@@ -6,6 +6,7 @@
 
 #include "dtrain/core/backend.hpp"
 #include "dtrain/core/logs.hpp"
+#include "dtrain/core/preemption.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/shape.hpp"

@@ -1,5 +1,6 @@
 // Saving and restoring: safetensors files (checked against numpy when present), corrupt files,
 // mismatched models, checkpoint_manager's fallback, and backup_and_restore's exact resume.
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -198,6 +199,28 @@ BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_exactly) {
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_backs_up_at_the_step_and_resumes_exactly) {
+  temp_dir t;
+  auto [x, y] = problem(40);
+  auto ds = data::from_tensor_slices(x, y) | data::shuffle(40, 3) | data::repeat() | data::batch(8);
+  const fit_options base{.epochs = 3, .steps_per_epoch = 5, .verbose = 0};
+  net straight = compiled();
+  straight.fit(ds, base);
+  net first = compiled();
+  fit_options o = base;
+  o.callbacks = {backup_and_restore({.backup_dir = t.path / "b", .save_freq = std::string("epoch")}),
+                 lambda_callback({.on_train_batch_end = [](std::int64_t, const logs&) {
+                   static int n = 0;
+                   if (++n == 7) std::raise(SIGTERM);  // the orchestrator's notice, mid-epoch
+                 }})};
+  const std::string e = error_of([&] { first.fit(ds, o); });
+  BOOST_TEST(e.find("preempted (SIGTERM) after epoch 2, batch 2") != std::string::npos, e);
+  net resumed = compiled(3);
+  resumed.fit(ds, {.epochs = 3, .steps_per_epoch = 5, .callbacks = {backup_and_restore({.backup_dir = t.path / "b"})}, .verbose = 0});
+  BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+  std::signal(SIGTERM, SIG_DFL);
 }
 
 BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {

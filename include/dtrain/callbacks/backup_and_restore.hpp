@@ -9,7 +9,8 @@
 /// Multi-worker: only the chief writes (atomically; the previous backup stays until the new one is
 /// durable) and every worker waits until it is; on restart the chief reads the backup and gives its
 /// state to every worker, so no shared file system is needed. A backup of another model, optimizer
-/// or number of workers is refused with an explanation.
+/// or number of workers is refused with an explanation. A SIGTERM makes the workers agree on the next
+/// step boundary, back up there, and end `fit` with `preempted` (exit with `retryable_exit_code`).
 
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <variant>
 
 #include "dtrain/callbacks/callback.hpp"
+#include "dtrain/core/preemption.hpp"
 
 namespace dtrain {
 
@@ -39,6 +41,7 @@ class backup_and_restore : public callback {
   }
 
   void on_train_begin(const logs&) override {
+    install_preemption_handler();
     auto& m = model();
     std::string text;  // "epoch step data_state" of the backup, empty when there is none
     if (m.is_chief()) text = restore_on_chief();
@@ -57,6 +60,7 @@ class backup_and_restore : public callback {
   void on_epoch_end(int, const logs&) override {
     if (std::holds_alternative<std::string>(o_.save_freq)) save();
   }
+  void on_preemption(const logs&) override { save(); }
   void on_train_end(const logs&) override {
     auto& m = model();
     if (!o_.delete_checkpoint || m.stop_training) return;  // an early stop keeps nothing to resume; Keras deletes too

@@ -89,6 +89,8 @@ class callback {
   virtual void on_predict_end(const logs&) {}
   virtual void on_predict_batch_begin(std::int64_t /*batch*/, const logs&) {}
   virtual void on_predict_batch_end(std::int64_t /*batch*/, const logs&) {}
+  /// The workers agreed to stop here because of a preemption (SIGTERM); `fit` throws `preempted` next.
+  virtual void on_preemption(const logs&) {}
 
  private:
   callback_params params_;
@@ -152,6 +154,7 @@ class callback_list {
   void on_predict_batch_end(std::int64_t b, const logs& l) const {
     each([&](callback& c) { c.on_predict_batch_end(b, l); });
   }
+  void on_preemption(const logs& l) const { each([&](callback& c) { c.on_preemption(l); }); }
 
  private:
   template <class F>

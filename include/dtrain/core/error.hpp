@@ -33,6 +33,10 @@ struct config_error : error {
   using error::error;
 };
 
+/// The exit code of a process that stops for a reason a restart can fix (a failed peer, a
+/// preemption): Kubeflow and TF treat 138 as retryable.
+inline constexpr int retryable_exit_code = 138;
+
 /// The model was used before `compile()` or in another wrong order.
 struct usage_error : error {
   using error::error;

@@ -16,6 +16,7 @@
 
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/checkpoint/model_io.hpp"
+#include "dtrain/core/preemption.hpp"
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
 #include "dtrain/data/any_dataset.hpp"
@@ -146,14 +147,15 @@ void aggregate_metrics(Model& m) {
   for (std::size_t i = 0; i < m.metrics().size(); ++i) m.metrics()[i].state().values = {v[2 + 2 * i], v[3 + 2 * i]};
 }
 
-/// Under a strategy: stop when any replica's callbacks asked to (all replicas must run the same steps).
+/// Under a strategy: stop (or take a preemption) when any replica asks to, so all replicas run the
+/// same steps. One tiny all-reduce per step carries both flags.
 template <class Model>
-bool agree_to_stop(Model& m, bool stop) {
+std::pair<bool, bool> agree_to_stop(Model& m, bool stop, bool preempt) {
   replica_context* rc = m.replica();
-  if (!rc || rc->num_replicas_in_sync() == 1) return stop;
-  float flag = stop ? 1.0f : 0.0f;
-  rc->all_reduce(std::span<float>(&flag, 1), reduce_op::max);
-  return flag > 0.0f;
+  if (!rc || rc->num_replicas_in_sync() == 1) return {stop, preempt};
+  float flags[2] = {stop ? 1.0f : 0.0f, preempt ? 1.0f : 0.0f};
+  rc->all_reduce(std::span<float>(flags, 2), reduce_op::max);
+  return {flags[0] > 0.0f, flags[1] > 0.0f};
 }
 
 template <class Model>
@@ -284,7 +286,13 @@ history run_fit(Model& m, const D& ds, fit_options o) {
       l = m.train_step(b->first, b->second);
       handle.position = {epoch, step + 1, it->save().dump()};
       cbs.on_train_batch_end(step++, l);
-      handle.stop_training = agree_to_stop(m, handle.stop_training);
+      const auto [stop, preempt] = agree_to_stop(m, handle.stop_training, preemption_requested());
+      if (preempt) {
+        cbs.on_preemption(l);  // the backup at this step boundary
+        throw preempted("fit: preempted (SIGTERM) after epoch " + std::to_string(epoch + 1) + ", batch " +
+                        std::to_string(step) + "; the job can restart and resume from its backup");
+      }
+      handle.stop_training = stop;
       if (handle.stop_training) break;
     }
     if (step == 0) break;  // nothing was trained this epoch: no logs to report

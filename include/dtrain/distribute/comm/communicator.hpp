@@ -31,7 +31,7 @@ struct comm_error : error {
 };
 
 /// The exit code of a process that ends because a peer failed: Kubeflow and TF treat it as retryable.
-inline constexpr int peer_failure_exit_code = 138;
+inline constexpr int peer_failure_exit_code = retryable_exit_code;
 
 template <class H>
 concept collective_handle = requires(H& h) { h.wait(); };
