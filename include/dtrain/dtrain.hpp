@@ -34,6 +34,7 @@
 #include "dtrain/checkpoint/checkpoint_manager.hpp"
 #include "dtrain/checkpoint/model_io.hpp"
 #include "dtrain/checkpoint/safetensors.hpp"
+#include "dtrain/checkpoint/sidecar_evaluator.hpp"
 
 #include "dtrain/data/any_dataset.hpp"
 #include "dtrain/data/csv.hpp"

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "support/gradcheck.hpp"
 #include "support/helpers.hpp"
@@ -221,6 +222,35 @@ BOOST_AUTO_TEST_CASE(sigterm_backs_up_at_the_step_and_resumes_exactly) {
   resumed.fit(ds, {.epochs = 3, .steps_per_epoch = 5, .callbacks = {backup_and_restore({.backup_dir = t.path / "b"})}, .verbose = 0});
   BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
   std::signal(SIGTERM, SIG_DFL);
+}
+
+BOOST_AUTO_TEST_CASE(sidecar_evaluator_evaluates_each_new_checkpoint) {
+  temp_dir t;
+  auto [x, y] = problem(24);
+  // the evaluator task: its own model, watching the chief's directory
+  net watcher = compiled(9);
+  std::vector<std::pair<std::string, float>> seen;
+  checkpoint::sidecar_evaluator<net> eval(
+      watcher, {.checkpoint_dir = t.path, .max_evaluations = 3, .idle_timeout = std::chrono::seconds(20),
+                .poll_interval = std::chrono::milliseconds(20),
+                .on_result = [&](const fs::path& p, const logs& l) { seen.emplace_back(p.filename().string(), l["loss"]); }});
+  std::vector<float> expected;
+  std::thread chief([&] {  // the chief: trains and checkpoints three times
+    net m = compiled();
+    checkpoint::checkpoint_manager mgr(t.path, 5);
+    for (int i = 0; i < 3; ++i) {
+      for (int s = 0; s < 5; ++s) m.train_step(x, y);
+      expected.push_back(m.evaluate(x, y, {.verbose = 0})["loss"]);
+      mgr.save(m);
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    }
+  });
+  const int n = eval.start(data::from_tensor_slices(x, y) | data::batch(32));
+  chief.join();
+  BOOST_TEST(n == 3);
+  BOOST_REQUIRE_EQUAL(seen.size(), 3u);
+  BOOST_TEST(seen[2].first == "ckpt-3.safetensors");
+  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(seen[i].second == expected[i], tt::tolerance(1e-5f));
 }
 
 BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {

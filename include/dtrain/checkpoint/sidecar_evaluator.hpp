@@ -1,0 +1,77 @@
+#pragma once
+/// \file
+/// `sidecar_evaluator` (Keras `SidecarEvaluator`): the evaluator task of a cluster (TF_CONFIG task type
+/// `evaluator`, outside the ring) watches the directory the chief's `checkpoint_manager` writes to,
+/// and evaluates every new checkpoint as it appears, while training goes on elsewhere.
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "dtrain/checkpoint/checkpoint_manager.hpp"
+#include "dtrain/core/logs.hpp"
+
+namespace dtrain::checkpoint {
+
+struct sidecar_evaluator_options {
+  std::filesystem::path checkpoint_dir;
+  /// Stop after this many evaluations (0: no limit).
+  int max_evaluations = 0;
+  /// Stop when no new checkpoint has appeared for this long.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
+  /// Called with each checkpoint's path and results (default: one printed line).
+  std::function<void(const std::filesystem::path&, const logs&)> on_result{};
+};
+
+template <class Model>
+class sidecar_evaluator {
+ public:
+  /// `model` must be compiled (its loss and metrics are what gets evaluated).
+  sidecar_evaluator(Model& model, sidecar_evaluator_options o) : m_(model), o_(std::move(o)) {
+    if (o_.checkpoint_dir.empty()) throw value_error("sidecar_evaluator: checkpoint_dir is required");
+  }
+
+  /// Evaluates each new checkpoint on `dataset` until max_evaluations or the idle timeout; returns how
+  /// many it evaluated. A checkpoint that cannot be loaded (half written by a crashed chief) is skipped.
+  template <class Dataset>
+  int start(const Dataset& dataset) {
+    std::filesystem::path last;
+    int done = 0;
+    auto idle_since = std::chrono::steady_clock::now();
+    while (o_.max_evaluations <= 0 || done < o_.max_evaluations) {
+      const auto latest = latest_checkpoint(o_.checkpoint_dir);
+      if (latest && *latest != last) {
+        last = *latest;
+        idle_since = std::chrono::steady_clock::now();
+        try {
+          restore_model(m_, *latest);
+        } catch (const io_error& e) {
+          std::fprintf(stderr, "WARNING: sidecar_evaluator: skipping %s (%s)\n", latest->string().c_str(), e.what());
+          continue;
+        }
+        const logs l = m_.evaluate(dataset, {.verbose = 0});
+        ++done;
+        if (o_.on_result) o_.on_result(*latest, l);
+        else {
+          std::printf("sidecar_evaluator: %s:", latest->filename().string().c_str());
+          for (const auto& [k, v] : l) std::printf(" %s: %.4f", k.c_str(), double(v));
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+        continue;
+      }
+      if (std::chrono::steady_clock::now() - idle_since > o_.idle_timeout) break;
+      std::this_thread::sleep_for(o_.poll_interval);
+    }
+    return done;
+  }
+
+ private:
+  Model& m_;
+  sidecar_evaluator_options o_;
+};
+
+}  // namespace dtrain::checkpoint
