@@ -264,6 +264,11 @@ BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
   o.compile({.optimizer = adam{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
   const std::string e = error_of([&] { o.fit(x, y, {.epochs = 3, .callbacks = {backup_and_restore({.backup_dir = t.path})}, .verbose = 0}); });
   BOOST_TEST(e.find("another architecture") != std::string::npos, e);
+  net with_sgd(1);
+  with_sgd.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  const std::string e2 =
+      error_of([&] { with_sgd.fit(x, y, {.epochs = 3, .callbacks = {backup_and_restore({.backup_dir = t.path})}, .verbose = 0}); });
+  BOOST_TEST(e2.find("holds the state of optimizer adam but the model is compiled with SGD") != std::string::npos, e2);
   BOOST_CHECK_THROW(backup_and_restore({.backup_dir = t.path, .save_freq = std::string("batch")}), value_error);
 }
 
