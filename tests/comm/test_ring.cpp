@@ -8,23 +8,16 @@
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
 
+#include "support/loopback.hpp"
+
 using namespace dtrain;
 using comm::ring_tcp;
 using namespace std::chrono_literals;
 
+using dtrain_test::free_addresses;
+
 namespace {
 
-/// n free loopback ports, as "127.0.0.1:port".
-std::vector<std::string> free_addresses(int n) {
-  asio::io_context io;
-  std::vector<asio::ip::tcp::acceptor> hold;
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    hold.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    out.push_back("127.0.0.1:" + std::to_string(hold.back().local_endpoint().port()));
-  }
-  return out;
-}
 
 struct log_sink {
   std::mutex m;

@@ -6,23 +6,17 @@
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
 
+#include "support/loopback.hpp"
+
 using namespace dtrain;
 namespace tt = boost::test_tools;
 using mwms = multi_worker_mirrored_strategy<comm::ring_tcp>;
 
+using dtrain_test::free_addresses;
+
 namespace {
 using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
 
-std::vector<std::string> free_addresses(int n) {
-  asio::io_context io;
-  std::vector<asio::ip::tcp::acceptor> hold;
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    hold.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    out.push_back("127.0.0.1:" + std::to_string(hold.back().local_endpoint().port()));
-  }
-  return out;
-}
 
 std::pair<tensor, tensor> problem(std::size_t n) {
   rng r(5);
