@@ -4,46 +4,65 @@
 /// optionally shuffled per pass) and the `interleave(f, cycle_length, block_length)` stage that opens a
 /// dataset per file and takes `block_length` elements from each of `cycle_length` open ones in turn.
 /// Sharding the file list before interleave (`list_files(...) | shard(n, i) | interleave(...)`) is what
-/// FILE auto-sharding means: each worker reads its own files.
+/// FILE auto-sharding means: each worker opens only its own files.
+///
+/// Both are deterministic given the pass, like every stage, so an iterator over them resumes exactly:
+/// list_files skips without work; interleave must open the files to know where a position falls, but
+/// then skips inside each file with that file's dataset's own skip.
 
 #include <glob.h>
 
 #include <algorithm>
-#include <deque>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/core/random.hpp"
 #include "dtrain/data/dataset.hpp"
+#include "dtrain/data/stages.hpp"
 
 namespace dtrain::data {
 
-/// The file names matching a glob pattern.
+/// The file names matching a glob pattern (a dataset of std::string).
 class file_list {
  public:
   using element_type = std::string;
 
-  file_list(std::string pattern, bool shuffle, std::uint64_t seed) : shuffle_(shuffle), seed_(seed) {
+  file_list(std::string pattern, bool shuffle, std::uint64_t seed)
+      : pattern_(std::move(pattern)), shuffle_(shuffle), seed_(seed) {
     glob_t g{};
-    const int r = ::glob(pattern.c_str(), 0, nullptr, &g);
+    const int r = ::glob(pattern_.c_str(), 0, nullptr, &g);
+    std::vector<std::string> names;
     if (r == 0)
-      for (std::size_t i = 0; i < g.gl_pathc; ++i) names_->push_back(g.gl_pathv[i]);
+      for (std::size_t i = 0; i < g.gl_pathc; ++i) names.emplace_back(g.gl_pathv[i]);
+    const int err = errno;
     ::globfree(&g);
-    if (names_->empty()) throw io_error("list_files: no file matches the pattern \"" + pattern + "\"");
-    std::sort(names_->begin(), names_->end());
+    if (r == GLOB_NOMATCH || (r == 0 && names.empty()))
+      throw io_error("list_files: no file matches the pattern \"" + pattern_ + "\"");
+    if (r == GLOB_ABORTED)
+      throw io_error("list_files: cannot read a folder while matching \"" + pattern_ + "\" (" + std::strerror(err) + ")");
+    if (r != 0) throw io_error("list_files: glob failed for \"" + pattern_ + "\" (out of memory)");
+    // Byte order, not the locale's collation glob(3) uses: every worker must see the same list.
+    std::sort(names.begin(), names.end());
+    names_ = std::make_shared<const std::vector<std::string>>(std::move(names));
   }
   std::int64_t cardinality() const { return std::int64_t(names_->size()); }
   data::options options() const { return {}; }
+  /// The matching names, sorted (the order of a pass when not shuffled).
   const std::vector<std::string>& names() const { return *names_; }
+  const std::string& pattern() const { return pattern_; }
 
   class iterator {
    public:
     iterator(const file_list& l, std::uint64_t pass) : names_(l.names_), order_(l.names_->size()) {
       for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-      if (l.shuffle_) {
-        rng r(l.seed_ ^ (0x9e3779b97f4a7c15ull * (pass + 1)));
+      if (l.shuffle_) {  // Fisher-Yates with a per-pass seed: reshuffled every pass, reproducibly
+        rng r(detail::mix(l.seed_, pass));
         for (std::size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[r.below(i)]);
       }
     }
@@ -52,92 +71,125 @@ class file_list {
       return (*names_)[order_[i_++]];
     }
     std::int64_t skip(std::int64_t n) {
-      const auto k = std::min<std::int64_t>(n, std::int64_t(order_.size() - i_));
+      const auto k = std::clamp<std::int64_t>(n, 0, std::int64_t(order_.size() - i_));
       i_ += std::size_t(k);
       return k;
     }
 
    private:
-    std::shared_ptr<std::vector<std::string>> names_;
+    std::shared_ptr<const std::vector<std::string>> names_;
     std::vector<std::size_t> order_;
     std::size_t i_ = 0;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 
  private:
-  std::shared_ptr<std::vector<std::string>> names_ = std::make_shared<std::vector<std::string>>();
+  std::string pattern_;
+  std::shared_ptr<const std::vector<std::string>> names_;
   bool shuffle_;
   std::uint64_t seed_;
 };
 
-/// `Dataset.list_files(pattern, shuffle, seed)`; sorted unless shuffled (then reshuffled every pass).
+/// `Dataset.list_files(pattern, shuffle, seed)`: sorted unless shuffled, then reshuffled every pass.
+/// Unlike TF, `shuffle` defaults to false and the seed to `default_seed`, so runs are reproducible.
 inline file_list list_files(const std::string& pattern, bool shuffle = false, std::uint64_t seed = default_seed) {
   return file_list(pattern, shuffle, seed);
 }
 
-/// `Dataset.interleave(f, cycle_length, block_length)`.
+/// `Dataset.interleave(f, cycle_length, block_length)`, in TF's order: a cycle of `cycle_length` slots,
+/// visited round robin, each yielding up to `block_length` elements per visit. A slot that is empty when
+/// visited opens the next upstream element's dataset `f(e)`; a dataset that ends frees its slot and the
+/// turn passes to the next slot (the freed one refills when the cycle comes back to it).
 template <dataset D, class F>
 struct interleave_dataset {
-  using inner_type = std::invoke_result_t<const F&, typename D::element_type>;
+  using inner_type = std::remove_cvref_t<std::invoke_result_t<const F&, const typename D::element_type&>>;
+  static_assert(dataset<inner_type>, "interleave: f must map an upstream element to a dataset");
   using element_type = typename inner_type::element_type;
   D up;
   F f;
   std::size_t cycle_length, block_length;
 
-  std::int64_t cardinality() const { return up.cardinality() == infinite ? infinite : unknown; }
+  std::int64_t cardinality() const {
+    const auto c = up.cardinality();
+    return c == 0 ? 0 : c == infinite ? infinite : unknown;
+  }
   data::options options() const { return up.options(); }
 
   class iterator {
    public:
     iterator(const interleave_dataset& d, std::uint64_t pass)
-        : f_(d.f), cycle_(d.cycle_length), block_(d.block_length), up_(d.up.iterate(pass)), pass_(pass) {}
+        : f_(d.f), block_(d.block_length), up_(d.up.iterate(pass)), pass_(pass), slots_(d.cycle_length) {}
+
     std::optional<element_type> next() {
-      for (;;) {
-        while (open_.size() < cycle_ && !up_done_) {  // fill the cycle
-          auto name = up_.next();
-          if (!name) {
-            up_done_ = true;
-            break;
-          }
-          open_.push_back(open(*name));
-        }
-        if (open_.empty()) return std::nullopt;
-        if (at_ >= open_.size()) at_ = 0;
-        if (auto e = open_[at_].next()) {
-          if (++taken_ >= block_) taken_ = 0, ++at_;
+      while (!up_done_ || open_ > 0) {
+        auto& slot = slots_[at_];
+        if (!slot) {
+          visit_empty_slot();
+        } else if (auto e = slot->it.next()) {
+          if (++taken_ == block_) advance();
           return e;
-        }
-        open_.erase(open_.begin() + std::ptrdiff_t(at_));  // exhausted: the next file takes its place
-        taken_ = 0;
-        if (!up_done_ && open_.size() < cycle_) {
-          if (auto name = up_.next())
-            open_.insert(open_.begin() + std::ptrdiff_t(at_), open(*name));
-          else
-            up_done_ = true;
+        } else {
+          close_slot();
         }
       }
+      return std::nullopt;
     }
-    std::int64_t skip(std::int64_t n) { return detail::skip_by_next(*this, n); }
+    /// Skips as `n` calls of next() would, but hands each slot's share to its dataset's own skip (cheap
+    /// for slices and files), as TF's SkipInternal does.
+    std::int64_t skip(std::int64_t n) {
+      std::int64_t k = 0;
+      while (k < n && (!up_done_ || open_ > 0)) {
+        auto& slot = slots_[at_];
+        if (!slot) {
+          visit_empty_slot();
+          continue;
+        }
+        const auto want = std::min<std::int64_t>(n - k, std::int64_t(block_ - taken_));
+        const auto got = std::max<std::int64_t>(0, slot->it.skip(want));
+        k += got;
+        taken_ += std::size_t(got);
+        if (got < want)
+          close_slot();  // it ended inside the block
+        else if (taken_ == block_)
+          advance();
+      }
+      return k;
+    }
 
    private:
-    using inner_iterator = decltype(std::declval<const inner_type&>().iterate(0));
-    /// A file's dataset and its pass, kept together (the iterator may refer to its dataset).
+    /// A file's dataset and its pass, kept together on the heap: the pass may refer to its dataset, and
+    /// neither ever moves.
     struct opened {
-      std::unique_ptr<inner_type> ds;
-      inner_iterator it;
-      std::optional<element_type> next() { return it.next(); }
+      inner_type ds;
+      detail::iter_t<inner_type> it;
+      opened(inner_type d, std::uint64_t pass) : ds(std::move(d)), it(ds.iterate(pass)) {}
     };
-    opened open(const typename D::element_type& name) {
-      auto ds = std::make_unique<inner_type>(f_(name));
-      auto it = ds->iterate(pass_);
-      return {std::move(ds), std::move(it)};
+    void advance() {
+      taken_ = 0;
+      at_ = (at_ + 1) % slots_.size();
+    }
+    /// An empty slot opens the next upstream element's dataset, or is passed over once upstream ended.
+    void visit_empty_slot() {
+      if (up_done_) return advance();
+      if (auto in = up_.next()) {
+        slots_[at_] = std::make_unique<opened>(std::invoke(f_, *in), pass_);
+        ++open_;
+      } else {
+        up_done_ = true;
+      }
+    }
+    /// The slot's dataset ended: free the slot, the turn passes on.
+    void close_slot() {
+      slots_[at_].reset();
+      --open_;
+      advance();
     }
     F f_;
-    std::size_t cycle_, block_;
-    decltype(std::declval<const D&>().iterate(0)) up_;
+    std::size_t block_;
+    detail::iter_t<D> up_;
     std::uint64_t pass_;
-    std::deque<opened> open_;
-    std::size_t at_ = 0, taken_ = 0;
+    std::vector<std::unique_ptr<opened>> slots_;
+    std::size_t at_ = 0, taken_ = 0, open_ = 0;
     bool up_done_ = false;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
@@ -152,9 +204,14 @@ struct interleave_stage {
     return {std::move(d), f, cycle_length, block_length};
   }
 };
+
+/// `interleave(f, cycle_length, block_length)`. TF's default cycle_length is the number of cores; a
+/// fixed default keeps the element order the same on every machine.
 template <class F>
 interleave_stage<F> interleave(F f, std::size_t cycle_length = 2, std::size_t block_length = 1) {
-  if (cycle_length == 0 || block_length == 0) throw value_error("interleave: cycle_length and block_length must be positive");
+  if (cycle_length == 0 || block_length == 0)
+    throw value_error("interleave: cycle_length and block_length must be positive, got " + std::to_string(cycle_length) +
+                      " and " + std::to_string(block_length));
   return {std::move(f), cycle_length, block_length};
 }
 
