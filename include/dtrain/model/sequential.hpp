@@ -440,7 +440,6 @@ class sequential {
       }
       in = out_[I];
     });
-    last_batch_ = n;
   }
   /// Backward, with the replicas' gradients summed when under a strategy.
   float synced_backward(std::size_t n) {
@@ -499,7 +498,6 @@ class sequential {
   std::vector<float> delta_a_, delta_b_, per_example_;
   std::array<std::size_t, output_shape::rank + 1> out_extents_{};
   const float* input_ = nullptr;
-  std::size_t last_batch_ = 0;
   rng rng_;
   any_optimizer opt_;
   any_loss loss_;
