@@ -27,6 +27,11 @@
 
 #include <asio.hpp>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -225,11 +230,13 @@ class ring_tcp {
     struct release {
       ring_tcp* self;
       ~release() {
+        bool queued = false;
         {
           std::lock_guard lk(self->m_);
           self->running_ = false;
+          queued = !self->q_.empty();
         }
-        self->cv_.notify_all();
+        if (queued) self->cv_.notify_all();  // only a queued job waits for the turn (waking the idle worker costs a context switch)
       }
     } guard{this};
     execute(job);
@@ -547,111 +554,197 @@ class ring_tcp {
       throw value_error("broadcast: root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size()));
   }
 
-  /// One ring step: sends `send_bytes` from `send` to the next rank while receiving `recv_bytes` from the
-  /// previous one, both in frames of at most chunk_bytes. Received frames land in `recv` (or in scratch
-  /// when `recv` is null) and `on_frame(offset, data, bytes)` runs for each. `send_ready` (optional) says
-  /// how many send bytes exist so far (a broadcast forwards what it has received).
-  template <class OnFrame>
-  void step(std::uint32_t s, const std::byte* send, std::size_t send_bytes, std::byte* recv, std::size_t recv_bytes,
-            OnFrame&& on_frame, const std::size_t* send_ready = nullptr) {
-    const std::size_t chunk = o_.chunk_bytes;
-    std::size_t sent = 0, received = 0;
-    bool writing = false, reading = false;
-    std::error_code failure;
-    int failed_peer = -1;
-    detail::frame_header out_h, in_h;
-    int reported = -1;  // the failed rank named by an abort frame
-    auto fail = [&](std::error_code ec, int peer) {
-      if (!failure) failure = ec, failed_peer = peer;
-      std::error_code ig;
-      prev_.cancel(ig), next_.cancel(ig);
-    };
-    if (recv == nullptr && scratch_.size() < std::min(chunk, recv_bytes)) scratch_.resize(std::min(chunk, recv_bytes));
+  /// One ring step of a collective: send `send_bytes` from `send` to the next rank while receiving
+  /// `recv_bytes` from the previous one, both in frames of at most chunk_bytes. Received frames land in
+  /// `recv` (in scratch when it is null) and the collective's on_frame runs for each. A step with a
+  /// `gate` sends only what step `gate` has received (and on_frame processed) so far: in a ring, what a
+  /// rank sends at step k is what it received at step k - 1, so the frames of step k leave while step
+  /// k - 1 is still arriving and the ring never pauses between steps; a broadcast forwards what arrives.
+  struct ring_step {
+    const std::byte* send = nullptr;
+    std::size_t send_bytes = 0;
+    std::byte* recv = nullptr;
+    std::size_t recv_bytes = 0;
+    int gate = -1;
+  };
 
-    std::function<void()> pump_write, pump_read;
-    pump_write = [&] {
-      if (writing || failure || sent >= send_bytes) return;
-      const std::size_t avail = send_ready ? *send_ready : send_bytes;
-      if (avail <= sent) return;
-      const std::size_t n = std::min(chunk, avail - sent);
-      if (n < chunk && avail < send_bytes) return;  // wait for a full chunk
-      out_h = detail::frame_header{};
-      out_h.seq = seq_, out_h.step = s, out_h.length = std::uint32_t(n), out_h.offset = sent;
-      writing = true;
-      const std::array<asio::const_buffer, 2> bufs{asio::buffer(&out_h, sizeof out_h), asio::buffer(send + sent, n)};
-      asio::async_write(next_, bufs, [&, n](std::error_code ec, std::size_t) {
-        writing = false;
-        if (ec) return fail(ec, next_rank());
-        sent += n;
-        pump_write();
-      });
-    };
-    pump_read = [&] {
-      if (reading || failure || received >= recv_bytes) return;
-      reading = true;
-      asio::async_read(prev_, asio::buffer(&in_h, sizeof in_h), [&](std::error_code ec, std::size_t) {
-        if (ec) {
-          reading = false;
-          return fail(ec, prev_rank());
-        }
-        if (in_h.magic == detail::abort_magic && in_h.offset < std::uint64_t(size())) {
-          reading = false;
-          reported = int(in_h.offset);
-          return fail(asio::error::connection_aborted, prev_rank());
-        }
-        const std::size_t want = std::min(chunk, recv_bytes - received);
-        if (in_h.magic != detail::frame_magic || in_h.seq != seq_ || in_h.step != s || in_h.offset != received ||
-            in_h.length != want) {
-          reading = false;
-          protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (collective " +
-                            std::to_string(in_h.seq) + " step " + std::to_string(in_h.step) + " offset " +
-                            std::to_string(in_h.offset) + " length " + std::to_string(in_h.length) +
-                            "; expected collective " + std::to_string(seq_) + " step " + std::to_string(s) +
-                            " offset " + std::to_string(received) + " length " + std::to_string(want) + ")";
-          return fail(asio::error::invalid_argument, prev_rank());
-        }
-        std::byte* dst = recv ? recv + received : reinterpret_cast<std::byte*>(scratch_.data());
-        asio::async_read(prev_, asio::buffer(dst, want), [&, dst, want](std::error_code ec2, std::size_t) {
-          reading = false;
-          if (ec2) return fail(ec2, prev_rank());
-          on_frame(received, dst, want);
-          received += want;
-          pump_write();  // a broadcast may now forward it
-          pump_read();
-        });
-      });
-    };
+  /// Runs the steps of one collective: frames leave in step order and arrive in step order, with
+  /// non-blocking send/recv on the two sockets and poll() when neither can move. The deadline
+  /// (operation_timeout) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
+  template <class OnFrame>
+  void run_steps(const std::vector<ring_step>& steps, OnFrame&& on_frame) {
+    const std::size_t ns = steps.size(), chunk = o_.chunk_bytes & ~std::size_t{63};
+    if (ns == 0) return;
+    std::vector<std::size_t>& done = done_;  // bytes received and processed, per step
+    done.assign(ns, 0);
+    std::size_t scratch = 0;
+    for (const auto& st : steps)
+      if (!st.recv) scratch = std::max(scratch, std::min(chunk, st.recv_bytes));
+    if (scratch_.size() * 4 < scratch) scratch_.resize((scratch + 3) / 4);
+    const int in_fd = prev_.native_handle(), out_fd = next_.native_handle();
+    constexpr std::size_t head = sizeof(detail::frame_header);
+#ifdef MSG_NOSIGNAL
+    constexpr int send_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+#else
+    constexpr int send_flags = MSG_DONTWAIT;
+#endif
+    std::size_t ss = 0, sent = 0, out_n = 0, out_at = 0;      // send: step, its bytes sent; frame payload, bytes written
+    std::size_t rs = 0, received = 0, in_n = 0, in_at = 0;  // receive: the same
+    bool out_busy = false;
+    std::byte* in_dst = nullptr;
+    detail::frame_header out_h, in_h;
+    std::error_code failure;
+    int failed_peer = -1, reported = -1;
+    bool timed_out = false;
+    auto fail = [&](std::error_code ec, int peer) { failure = ec, failed_peer = peer; };
     protocol_error_.clear();
-    pump_write();
-    pump_read();
-    io_.restart();
-    io_.run_until(clock::now() + o_.operation_timeout);
-    const bool timed_out = !io_.stopped();
-    if (timed_out) {
-      std::error_code ig;
-      prev_.cancel(ig), next_.cancel(ig);
-      io_.restart();
-      io_.run();
-    }
-    if (!timed_out && !failure) return;
-    if (!timed_out && reported < 0 && failed_peer == next_rank() && prev_.is_open()) {
-      // The next rank closed on us: it may have stopped because of a failure further on. Give the
-      // abort frame that names the failed rank a moment to arrive from the previous rank.
-      detail::frame_header h;
-      bool got = false;
-      asio::async_read(prev_, asio::buffer(&h, sizeof h), [&](std::error_code ec, std::size_t) { got = !ec; });
-      io_.restart();
-      io_.run_for(std::chrono::milliseconds(300));
-      if (!io_.stopped()) {
-        std::error_code ig;
-        prev_.cancel(ig);
-        io_.restart();
-        io_.run();
+    auto deadline = clock::now() + o_.operation_timeout;
+    for (;;) {
+      bool progress = false, want_out = false, want_in = false;
+      for (;;) {  // send until the socket is full or the next frame has not arrived yet
+        if (!out_busy) {
+          while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
+          if (ss == ns) break;
+          const ring_step& st = steps[ss];
+          const std::size_t n = std::min(chunk, st.send_bytes - sent);
+          if (st.gate >= 0 && done[std::size_t(st.gate)] < sent + n) break;
+          out_h = detail::frame_header{};
+          out_h.seq = seq_, out_h.step = std::uint32_t(ss), out_h.length = std::uint32_t(n), out_h.offset = sent;
+          out_n = n, out_at = 0, out_busy = true;
+        }
+        iovec iov[2];
+        int k = 0;
+        if (out_at < head) iov[k++] = {reinterpret_cast<char*>(&out_h) + out_at, head - out_at};
+        const std::size_t pay = out_at < head ? 0 : out_at - head;
+        iov[k++] = {const_cast<std::byte*>(steps[ss].send + sent + pay), out_n - pay};
+        msghdr msg{};
+        msg.msg_iov = iov, msg.msg_iovlen = std::size_t(k);
+        const ssize_t w = ::sendmsg(out_fd, &msg, send_flags);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) want_out = true;
+          else fail(std::error_code(errno, std::system_category()), next_rank());
+          break;
+        }
+        progress = true;
+        out_at += std::size_t(w);
+        if (out_at == head + out_n) sent += out_n, out_busy = false;
       }
-      if (got && h.magic == detail::abort_magic && h.offset < std::uint64_t(size())) reported = int(h.offset);
+      while (!failure) {  // receive until the socket is empty or a frame is complete (it may unblock a send)
+        if (in_at == 0) {
+          while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
+          if (rs == ns) break;
+        }
+        const bool header = in_at < head;
+        std::byte* p = header ? reinterpret_cast<std::byte*>(&in_h) + in_at : in_dst + (in_at - head);
+        const ssize_t got = ::recv(in_fd, p, header ? head - in_at : head + in_n - in_at, MSG_DONTWAIT);
+        if (got <= 0) {
+          if (got < 0 && errno == EINTR) continue;
+          if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) want_in = true;
+          else fail(got == 0 ? std::error_code(asio::error::eof) : std::error_code(errno, std::system_category()), prev_rank());
+          break;
+        }
+        progress = true;
+        in_at += std::size_t(got);
+        if (header) {
+          if (in_at < head) continue;
+          if (in_h.magic == detail::abort_magic && in_h.offset < std::uint64_t(size())) {
+            reported = int(in_h.offset);
+            fail(asio::error::connection_aborted, prev_rank());
+            break;
+          }
+          const std::size_t want = std::min(chunk, steps[rs].recv_bytes - received);
+          if (in_h.magic != detail::frame_magic || in_h.seq != seq_ || in_h.step != rs || in_h.offset != received ||
+              in_h.length != want) {
+            protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (collective " +
+                              std::to_string(in_h.seq) + " step " + std::to_string(in_h.step) + " offset " +
+                              std::to_string(in_h.offset) + " length " + std::to_string(in_h.length) +
+                              "; expected collective " + std::to_string(seq_) + " step " + std::to_string(rs) +
+                              " offset " + std::to_string(received) + " length " + std::to_string(want) + ")";
+            fail(asio::error::invalid_argument, prev_rank());
+            break;
+          }
+          in_n = want;
+          in_dst = steps[rs].recv ? steps[rs].recv + received : reinterpret_cast<std::byte*>(scratch_.data());
+          continue;
+        }
+        if (in_at < head + in_n) continue;
+        on_frame(rs, received, static_cast<const std::byte*>(in_dst), in_n);
+        received += in_n, done[rs] = received, in_at = 0;
+        break;
+      }
+      if (failure) break;
+      if (!out_busy)
+        while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
+      if (in_at == 0)
+        while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
+      if (ss == ns && rs == ns) return;
+      if (progress) {
+        deadline = clock::now() + o_.operation_timeout;
+        continue;
+      }
+      pollfd fds[2];
+      nfds_t nfds = 0;
+      if (want_in) fds[nfds++] = {in_fd, POLLIN, 0};
+      if (want_out) fds[nfds++] = {out_fd, POLLOUT, 0};
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0) {
+        timed_out = true;
+        break;
+      }
+      if (::poll(fds, nfds, int(std::min<long long>(left, 1 << 30))) < 0 && errno != EINTR)
+        fail(std::error_code(errno, std::system_category()), rs < ns ? prev_rank() : next_rank());
     }
+    if (!timed_out && reported < 0 && failed_peer == next_rank())
+      reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head);
+    collective_failed(timed_out, reported, failed_peer, failure, rs < ns);
+  }
+
+  /// The next rank closed on us: it may have stopped because of a failure further on. Reads what the
+  /// previous rank still sends for up to 300 ms, skipping data frames (first the rest of the one in
+  /// progress: `at` of its `end` bytes read, `h` its header), until an abort frame names the failed
+  /// rank. Returns that rank, or -1.
+  int await_abort(detail::frame_header h, std::size_t at, std::size_t end) {
+    if (!prev_.is_open()) return -1;
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    const int fd = prev_.native_handle();
+    const auto deadline = clock::now() + std::chrono::milliseconds(300);
+    std::array<std::byte, 4096> sink;
+    auto read = [&](std::byte* p, std::size_t n) {  // exactly n bytes (into the sink when p is null) by the deadline
+      while (n > 0) {
+        const std::size_t want = p ? n : std::min(n, sink.size());
+        const ssize_t got = ::recv(fd, p ? p : sink.data(), want, MSG_DONTWAIT);
+        if (got > 0) {
+          n -= std::size_t(got);
+          if (p) p += got;
+          continue;
+        }
+        if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+        pollfd pfd{fd, POLLIN, 0};
+        if (left <= 0 || ::poll(&pfd, 1, int(left)) == 0) return false;
+      }
+      return true;
+    };
+    if (at > 0) {  // finish the frame in progress
+      if (at < head && !read(reinterpret_cast<std::byte*>(&h) + at, head - at)) return -1;
+      if (at <= head) end = h.magic == detail::frame_magic ? head + h.length : head;
+      if (at < end && !read(nullptr, end - std::max(at, head))) return -1;
+      if (h.magic == detail::abort_magic) return h.offset < std::uint64_t(size()) ? int(h.offset) : -1;
+    }
+    for (;;) {
+      if (!read(reinterpret_cast<std::byte*>(&h), head)) return -1;
+      if (h.magic == detail::abort_magic) return h.offset < std::uint64_t(size()) ? int(h.offset) : -1;
+      if (h.magic != detail::frame_magic || !read(nullptr, h.length)) return -1;
+    }
+  }
+
+  /// After a failed or timed-out collective: names the rank that failed, tells the next rank (which
+  /// tells its next...), closes the ring and throws.
+  [[noreturn]] void collective_failed(bool timed_out, int reported, int failed_peer, std::error_code failure,
+                                      bool receiving) {
     // Name the rank that failed, tell the next rank (which tells its next...), and close the ring.
-    const int culprit = reported >= 0 ? reported : timed_out ? (received < recv_bytes ? prev_rank() : next_rank()) : failed_peer;
+    const int culprit = reported >= 0 ? reported : timed_out ? (receiving ? prev_rank() : next_rank()) : failed_peer;
     if (culprit != next_rank()) {
       detail::frame_header a;
       a.magic = detail::abort_magic, a.seq = seq_, a.offset = std::uint64_t(culprit);
@@ -701,45 +794,47 @@ class ring_tcp {
     for (std::size_t i = 0; i < p; ++i) off[i + 1] = off[i] + n / p + (i < n % p ? 1 : 0);
     auto seg = [&](std::size_t i) { return std::pair{off[i % p], off[i % p + 1] - off[i % p]}; };
     float* d = data.data();
-    std::uint32_t s = 0;
-    for (std::size_t k = 0; k + 1 < p; ++k, ++s) {  // reduce-scatter
+    auto bytes = [&](std::size_t at) { return reinterpret_cast<std::byte*>(d + at); };
+    std::vector<ring_step>& steps = steps_;
+    steps.clear();
+    for (std::size_t k = 0; k + 1 < p; ++k) {  // reduce-scatter: what arrives at step k leaves at step k + 1
       const auto [so, sn] = seg(r + p - k);
       const auto [ro, rn] = seg(r + p - k - 1);
-      step(s, reinterpret_cast<const std::byte*>(d + so), sn * 4, nullptr, rn * 4,
-           [&, ro = ro](std::size_t at, const std::byte* src, std::size_t bytes) {
-             reduce_into(d + ro + at / 4, reinterpret_cast<const float*>(src), bytes / 4, op);
-           });
+      steps.push_back({bytes(so), sn * 4, nullptr, rn * 4, int(k) - 1});
     }
-    if (op == reduce_op::mean) {  // divide the owned segment once, so every rank gets the same bits
-      const auto [oo, on] = seg(r + 1);
-      const float inv = 1.0f / float(p);
-      for (std::size_t i = 0; i < on; ++i) d[oo + i] *= inv;
-    }
-    for (std::size_t k = 0; k + 1 < p; ++k, ++s) {  // all-gather
+    for (std::size_t k = 0; k + 1 < p; ++k) {  // all-gather: the owned segment first, then what arrives
       const auto [so, sn] = seg(r + 1 + p - k);
       const auto [ro, rn] = seg(r + p - k);
-      step(s, reinterpret_cast<const std::byte*>(d + so), sn * 4, reinterpret_cast<std::byte*>(d + ro), rn * 4,
-           [](std::size_t, const std::byte*, std::size_t) {});
+      steps.push_back({bytes(so), sn * 4, bytes(ro), rn * 4, int(p + k) - 2});
     }
+    const float inv = 1.0f / float(p);
+    run_steps(steps, [&](std::size_t s, std::size_t at, const std::byte* src, std::size_t nb) {
+      if (s + 1 >= p) return;  // all-gather: the frame landed in place
+      float* dst = d + seg(r + p - s - 1).first + at / 4;
+      reduce_into(dst, reinterpret_cast<const float*>(src), nb / 4, op);
+      if (op == reduce_op::mean && s + 2 == p)  // the owned segment is complete: divide it once, so every rank gets the same bits
+        for (std::size_t i = 0; i < nb / 4; ++i) dst[i] *= inv;
+    });
   }
 
   void ring_all_gather(std::span<const float> in, std::span<float> out) {
     ++seq_;
     const std::size_t p = std::size_t(size()), k = in.size(), r = std::size_t(rank());
     std::memcpy(out.data() + r * k, in.data(), in.size_bytes());
-    for (std::size_t s = 0; s + 1 < p; ++s) {
-      const std::size_t si = (r + p - s) % p, ri = (r + p - s - 1) % p;
-      step(std::uint32_t(s), reinterpret_cast<const std::byte*>(out.data() + si * k), k * 4,
-           reinterpret_cast<std::byte*>(out.data() + ri * k), k * 4, [](std::size_t, const std::byte*, std::size_t) {});
-    }
+    auto block = [&](std::size_t i) { return reinterpret_cast<std::byte*>(out.data() + (i % p) * k); };
+    std::vector<ring_step>& steps = steps_;
+    steps.clear();
+    for (std::size_t s = 0; s + 1 < p; ++s) steps.push_back({block(r + p - s), k * 4, block(r + p - s - 1), k * 4, int(s) - 1});
+    run_steps(steps, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
   }
 
   void ring_broadcast(std::span<std::byte> data, int root) {
     ++seq_;
     const bool is_root = rank() == root, last = next_rank() == root;
-    std::size_t have = is_root ? data.size() : 0;
-    step(0, data.data(), last ? 0 : data.size(), is_root ? nullptr : data.data(), is_root ? 0 : data.size(),
-         [&](std::size_t at, const std::byte*, std::size_t bytes) { have = at + bytes; }, &have);
+    std::vector<ring_step>& steps = steps_;
+    steps.assign(1, {data.data(), last ? 0 : data.size(), is_root ? nullptr : data.data(), is_root ? 0 : data.size(),
+                     is_root ? -1 : 0});
+    run_steps(steps, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
   }
 
   ring_tcp_options o_;
@@ -751,6 +846,8 @@ class ring_tcp {
   std::uint32_t seq_ = 0;
   std::vector<float> scratch_;
   std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> done_;  // run_steps: bytes received per step
+  std::vector<ring_step> steps_;
   std::string protocol_error_;
   std::string from_;  // the address of the connection accept_hello took last
 
