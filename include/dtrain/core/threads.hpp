@@ -24,11 +24,25 @@ int openblas_get_num_threads(void);
 
 namespace dtrain {
 
-/// Threads the math kernels may use. Defaults to `DTRAIN_NUM_THREADS`, else the hardware's cores.
-inline int num_threads() { return openblas_get_num_threads(); }
+namespace detail {
+/// The budget itself: dtrain's, so that a kernel may run OpenBLAS single-threaded for a while (see
+/// `blas_single_threaded`) without changing what `num_threads()` says. Starts at OpenBLAS' own count
+/// (which follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the cores).
+inline std::atomic<int>& thread_budget() {
+  static std::atomic<int> budget{std::max(1, openblas_get_num_threads())};
+  return budget;
+}
+}  // namespace detail
 
-/// Sets the math thread budget (at least 1).
-inline void set_num_threads(int n) { openblas_set_num_threads(std::max(1, n)); }
+/// Threads the math kernels may use. Defaults to `DTRAIN_NUM_THREADS`, else the hardware's cores.
+inline int num_threads() { return detail::thread_budget().load(std::memory_order_relaxed); }
+
+/// Sets the math thread budget (at least 1): OpenBLAS' threads and dtrain's own pool.
+inline void set_num_threads(int n) {
+  n = std::max(1, n);
+  detail::thread_budget().store(n, std::memory_order_relaxed);
+  openblas_set_num_threads(n);
+}
 
 namespace detail {
 /// Applies `DTRAIN_NUM_THREADS` once, before the first model is built.
@@ -61,12 +75,13 @@ class thread_pool {
 
   /// Calls `f(begin, end)` on `parts` contiguous chunks covering [0, n), each but the last a multiple of
   /// `align` long; chunk 0 on the calling thread, the others on workers. Returns when all are done.
-  /// Not reentrant: one job at a time (the callers are the single-threaded training step).
+  /// One job at a time: a call made while another thread's job holds the pool (in-process replicas)
+  /// runs all of [0, n) on its own thread, so how work is split never depends on timing.
   template <class F>
   void run(std::size_t n, std::size_t parts, std::size_t align, F& f) {
     parts = std::min<std::size_t>(parts, max_parts);
-    if (parts <= 1 || n == 0) {
-      f(std::size_t{0}, n);
+    if (parts <= 1 || n == 0 || busy_.exchange(true, std::memory_order_acquire)) {
+      f(std::size_t{0}, n);  // one part, or another thread's job holds the pool: run it all here
       return;
     }
     grow(parts - 1);
@@ -88,6 +103,7 @@ class thread_pool {
         const int p = pending_.load(std::memory_order_acquire);
         if (p != 0) pending_.wait(p, std::memory_order_acquire);
       }
+    busy_.store(false, std::memory_order_release);
   }
 
   static constexpr std::size_t max_parts = 64;
@@ -120,20 +136,31 @@ class thread_pool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};
   void (*fn_)(void*, std::size_t, std::size_t) = nullptr;
   void* ctx_ = nullptr;
   std::size_t n_ = 0, chunk_ = 0, parts_ = 0;
 };
 
 /// Runs `f(begin, end)` over [0, n) split across the thread budget (`num_threads()`), in chunks of at
-/// least `grain` elements (so small loops stay on the calling thread), chunk boundaries multiples of 16.
-/// `f` must not throw.
+/// least `grain` elements (so small loops stay on the calling thread), chunk boundaries multiples of
+/// `align`. `f` must not throw, and must compute the same thing however [0, n) is split.
 template <class F>
-void parallel_for(std::size_t n, std::size_t grain, F&& f) {
+void parallel_for(std::size_t n, std::size_t grain, F&& f, std::size_t align = 16) {
   const std::size_t budget = static_cast<std::size_t>(std::max(1, num_threads()));
   const std::size_t parts = std::min(budget, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
-  thread_pool::instance().run(n, parts, 16, f);
+  thread_pool::instance().run(n, parts, align, f);
 }
+
+/// While alive, OpenBLAS runs every call on its caller's thread (dtrain's pool is then splitting the
+/// work); the budget is restored at the end. Cheap: two stores.
+class blas_single_threaded {
+ public:
+  blas_single_threaded() { openblas_set_num_threads(1); }
+  ~blas_single_threaded() { openblas_set_num_threads(num_threads()); }
+  blas_single_threaded(const blas_single_threaded&) = delete;
+  blas_single_threaded& operator=(const blas_single_threaded&) = delete;
+};
 
 }  // namespace detail
 

@@ -23,6 +23,7 @@
 /// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output
 /// alias its input, and its input gradient alias its output gradient (`detail::relabels_v`).
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <concepts>
@@ -96,6 +97,21 @@ inline constexpr bool relabels_v = [] {
   else
     return false;
 }();
+
+/// Runs `f(r0, r1)` on blocks of `rows` rows covering [0, m): spread over the thread budget when the
+/// backend offers `for_blocks` (the cpu backend; BLAS calls inside then run on their caller's thread),
+/// else one block after another. Blocks write disjoint memory; `f` must not throw.
+template <class B, class F>
+void for_row_blocks(const B& device, std::size_t m, std::size_t rows, F&& f) {
+  const std::size_t blocks = (m + rows - 1) / rows;
+  auto run = [&](std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) f(i * rows, std::min(m, (i + 1) * rows));
+  };
+  if constexpr (requires { device.for_blocks(blocks, run); })
+    device.for_blocks(blocks, run);
+  else
+    run(0, blocks);
+}
 
 /// Grows a reusable buffer to at least `n` floats and returns its data.
 inline float* ensure(std::vector<float>& v, std::size_t n) {

@@ -3,7 +3,8 @@
 /// `conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv2D`, channels last.
 /// Kernel (k, k, in_channels, filters) and bias (filters) as Keras stores them. Options:
 /// `strides<S>` / `strides<Sh, Sw>`, `padding::valid` (default) / `padding::same`, a regularizer.
-/// Computed as im2col + one sgemm over the whole batch; the column buffer is reused by backward.
+/// Computed as im2col + sgemm in blocks of output rows that stay in cache (spread over the thread budget);
+/// the column buffer is reused by backward.
 
 #include <algorithm>
 #include <cstring>
@@ -102,28 +103,55 @@ struct conv2d {
     void forward(Ctx& ctx, const float* x, float* y, std::size_t n, std::span<const float> p) {
       const std::size_t m = n * pixels;
       float* cols = detail::ensure(cols_, m * k);
-      im2col(x, cols, n);
+      float* z = Activation::needs_input ? detail::ensure(z_, m * Filters) : nullptr;
       const float* w = p.data();
       const float* b = w + k * Filters;
-      for (std::size_t r = 0; r < m; ++r) std::memcpy(y + r * Filters, b, Filters * sizeof(float));
-      ctx.device.gemm(transpose::no, transpose::no, m, Filters, k, 1.0f, cols, k, w, Filters, 1.0f, y, Filters);
-      if constexpr (Activation::needs_input)
-        std::memcpy(detail::ensure(z_, m * Filters), y, m * Filters * sizeof(float));
-      Activation::forward(y, m, Filters);
+      // block by block (rows of the output that stay in cache): im2col, bias, GEMM, activation
+      detail::for_row_blocks(ctx.device, m, block_rows, [&](std::size_t r0, std::size_t r1) {
+        im2col(x, cols, r0, r1);
+        float* yb = y + r0 * Filters;
+        for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * Filters, b, Filters * sizeof(float));
+        ctx.device.gemm(transpose::no, transpose::no, r1 - r0, Filters, k, 1.0f, cols + r0 * k, k, w, Filters, 1.0f,
+                        yb, Filters);
+        if constexpr (Activation::needs_input)
+          std::memcpy(z + r0 * Filters, yb, (r1 - r0) * Filters * sizeof(float));
+        Activation::forward(yb, r1 - r0, Filters);
+      });
     }
 
     template <class Ctx>
     void backward(Ctx& ctx, const float*, const float* y, float* dy, float* dx, std::size_t n,
                   std::span<const float> p, std::span<float> g) {
       const std::size_t m = n * pixels;
-      Activation::backward(z_.data(), y, dy, m, Filters);
+      const float* z = z_.data();
+      // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
+      // count), each block of a slice: activation backward, bias and kernel gradients into the slice's
+      // partial sums while the block is in cache; then the slices are added in order.
+      const std::size_t blocks = (m + block_rows - 1) / block_rows;
+      const std::size_t slices = std::min(max_slices, blocks), per_slice = (blocks + slices - 1) / slices;
+      const std::size_t part = k * Filters + Filters;  // one slice's kernel and bias gradient
+      float* parts = detail::ensure(partials_, slices * part);
+      detail::for_row_blocks(ctx.device, slices * per_slice * block_rows, per_slice * block_rows,
+                             [&](std::size_t s0, std::size_t s1) {
+                               const std::size_t s = s0 / (per_slice * block_rows);
+                               float* pw = parts + s * part;
+                               float* pb = pw + k * Filters;
+                               std::fill(pw, pw + part, 0.0f);
+                               for (std::size_t r0 = s0; r0 < std::min(s1, m); r0 += block_rows) {
+                                 const std::size_t r1 = std::min(m, r0 + block_rows);
+                                 float* db = dy + r0 * Filters;
+                                 Activation::backward(z ? z + r0 * Filters : nullptr, y + r0 * Filters, db, r1 - r0,
+                                                      Filters);
+                                 ctx.device.gemm(transpose::yes, transpose::no, k, Filters, r1 - r0, 1.0f,
+                                                 cols_.data() + r0 * k, k, db, Filters, 1.0f, pw, Filters);
+                                 for (std::size_t r = 0; r < r1 - r0; ++r)
+                                   for (std::size_t f = 0; f < Filters; ++f) pb[f] += db[r * Filters + f];
+                               }
+                             });
       float* gw = g.data();
-      float* gb = gw + k * Filters;
-      ctx.device.gemm(transpose::yes, transpose::no, k, Filters, m, 1.0f, cols_.data(), k, dy, Filters, 0.0f, gw,
-                      Filters);
-      std::fill(gb, gb + Filters, 0.0f);
-      for (std::size_t r = 0; r < m; ++r)
-        for (std::size_t f = 0; f < Filters; ++f) gb[f] += dy[r * Filters + f];
+      std::copy(parts, parts + part, gw);
+      for (std::size_t s = 1; s < slices; ++s)
+        for (std::size_t i = 0; i < part; ++i) gw[i] += parts[s * part + i];
       if (!dx) return;
       float* dcols = detail::ensure(dcols_, m * k);
       ctx.device.gemm(transpose::no, transpose::yes, m, k, Filters, 1.0f, dy, Filters, p.data(), Filters, 0.0f,
@@ -136,26 +164,34 @@ struct conv2d {
     }
 
    private:
-    /// Calls f(col_offset, input_offset or -1) for every tap of every output pixel, row by row.
+    /// Output rows per block: ~64 KiB of output, so a block's im2col, GEMM and activation stay in cache.
+    static constexpr std::size_t block_rows = std::max<std::size_t>(16, 16384 / Filters);
+    static constexpr std::size_t max_slices = 8;
+
+    /// Calls f(col_offset, input_offset or -1) for every tap of output rows [r0, r1) (row = sample,
+    /// then output y, then output x).
     template <class F>
-    static void for_each_tap(std::size_t n, F&& f) {
+    static void for_each_tap(std::size_t r0, std::size_t r1, F&& f) {
       constexpr std::size_t C = geo::c;
-      std::size_t row = 0;
-      for (std::size_t s = 0; s < n; ++s)
-        for (std::size_t oy = 0; oy < geo::oh; ++oy)
-          for (std::size_t ox = 0; ox < geo::ow; ++ox, ++row)
-            for (std::size_t ky = 0; ky < Kernel; ++ky) {
-              const std::ptrdiff_t iy = std::ptrdiff_t(oy * geo::sh + ky) - std::ptrdiff_t(geo::pt);
-              for (std::size_t kx = 0; kx < Kernel; ++kx) {
-                const std::ptrdiff_t ix = std::ptrdiff_t(ox * geo::sw + kx) - std::ptrdiff_t(geo::pl);
-                const std::size_t col = row * k + (ky * Kernel + kx) * C;
-                const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(geo::h) && ix < std::ptrdiff_t(geo::w);
-                f(col, inside ? std::ptrdiff_t(((s * geo::h + iy) * geo::w + ix) * C) : std::ptrdiff_t(-1));
-              }
-            }
+      std::size_t s = r0 / pixels, oy = r0 % pixels / geo::ow, ox = r0 % geo::ow;
+      for (std::size_t row = r0; row < r1; ++row) {
+        for (std::size_t ky = 0; ky < Kernel; ++ky) {
+          const std::ptrdiff_t iy = std::ptrdiff_t(oy * geo::sh + ky) - std::ptrdiff_t(geo::pt);
+          for (std::size_t kx = 0; kx < Kernel; ++kx) {
+            const std::ptrdiff_t ix = std::ptrdiff_t(ox * geo::sw + kx) - std::ptrdiff_t(geo::pl);
+            const std::size_t col = row * k + (ky * Kernel + kx) * C;
+            const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(geo::h) && ix < std::ptrdiff_t(geo::w);
+            f(col, inside ? std::ptrdiff_t(((s * geo::h + iy) * geo::w + ix) * C) : std::ptrdiff_t(-1));
+          }
+        }
+        if (++ox == geo::ow) {
+          ox = 0;
+          if (++oy == geo::oh) oy = 0, ++s;
+        }
+      }
     }
-    static void im2col(const float* x, float* cols, std::size_t n) {
-      for_each_tap(n, [&](std::size_t col, std::ptrdiff_t src) {
+    static void im2col(const float* x, float* cols, std::size_t r0, std::size_t r1) {
+      for_each_tap(r0, r1, [&](std::size_t col, std::ptrdiff_t src) {
         if (src < 0)
           std::fill(cols + col, cols + col + geo::c, 0.0f);
         else
@@ -164,13 +200,13 @@ struct conv2d {
     }
     static void col2im(const float* dcols, float* dx, std::size_t n) {
       std::fill(dx, dx + n * In::size, 0.0f);
-      for_each_tap(n, [&](std::size_t col, std::ptrdiff_t dst) {
+      for_each_tap(0, n * pixels, [&](std::size_t col, std::ptrdiff_t dst) {
         if (dst < 0) return;
         for (std::size_t c = 0; c < geo::c; ++c) dx[dst + c] += dcols[col + c];
       });
     }
 
-    std::vector<float> cols_, dcols_, z_;
+    std::vector<float> cols_, dcols_, z_, partials_;
   };
 };
 
