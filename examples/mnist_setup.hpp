@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include <dtrain/dtrain.hpp>
@@ -38,6 +39,7 @@ struct arguments {
   std::string backup_dir;    // --backup-dir: backup_and_restore there
   std::string save_freq = "epoch";  // --save-freq epoch|N
   std::string save_weights;  // --save-weights: the chief writes the final weights (safetensors)
+  std::string dir;           // --dir: where the saving examples write their files
 };
 
 inline arguments parse(int argc, char** argv) {
@@ -46,7 +48,7 @@ inline arguments parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "%s\nusage: %s [--model cnn|mlp] [--optimizer sgd|adam] [--learning-rate X] [--batch-size N]\n"
                  "          [--epochs N] [--steps-per-epoch N (0: full epochs)] [--seed N] [--verbose 0|1|2]\n"
-                 "          [--backup-dir DIR [--save-freq epoch|N]] [--save-weights PATH]\n",
+                 "          [--backup-dir DIR [--save-freq epoch|N]] [--save-weights PATH] [--dir DIR]\n",
                  why.c_str(), argv[0]);
     std::exit(2);
   };
@@ -71,6 +73,7 @@ inline arguments parse(int argc, char** argv) {
     else if (k == "--backup-dir") a.backup_dir = v;
     else if (k == "--save-freq") a.save_freq = v;
     else if (k == "--save-weights") a.save_weights = v;
+    else if (k == "--dir") a.dir = v;
     else usage("unknown option " + k);
   }
   if (a.model != "cnn" && a.model != "mlp") usage("--model must be cnn or mlp");
@@ -99,6 +102,12 @@ inline dtrain::callback_list callbacks(const arguments& a) {
 template <class Net>
 void save_weights(const Net& model, const arguments& a, bool chief) {
   if (!a.save_weights.empty() && chief) dtrain::checkpoint::save_weights(model, a.save_weights);
+}
+
+/// --dir, else the seeds' folder under the temporary directory (/tmp/keras-model, /tmp/ckpt, ...). Every
+/// worker of a local cluster gets the same folder, as the tutorial's workers share /tmp.
+inline std::filesystem::path work_dir(const arguments& a, const char* seed_name) {
+  return a.dir.empty() ? std::filesystem::temp_directory_path() / seed_name : std::filesystem::path(a.dir);
 }
 
 /// `mnist_dataset(batch_size)`: shuffled, repeated, batched training images.

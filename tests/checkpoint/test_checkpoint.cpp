@@ -253,6 +253,24 @@ BOOST_AUTO_TEST_CASE(sidecar_evaluator_evaluates_each_new_checkpoint) {
   for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(seen[i].second == expected[i], tt::tolerance(1e-5f));
 }
 
+BOOST_AUTO_TEST_CASE(sidecar_evaluator_stops_at_the_last_checkpoint_even_when_it_skipped_some) {
+  temp_dir t;
+  auto [x, y] = problem(24);
+  net m = compiled();
+  checkpoint::checkpoint_manager mgr(t.path, 5);
+  for (int i = 0; i < 3; ++i) {  // written before the evaluator looks: it sees only ckpt-3
+    m.train_step(x, y);
+    mgr.save(m);
+  }
+  net watcher = compiled(9);
+  std::vector<std::string> seen;
+  checkpoint::sidecar_evaluator<net> eval(
+      watcher, {.checkpoint_dir = t.path, .max_evaluations = 3, .idle_timeout = std::chrono::hours(1),
+                .on_result = [&](const fs::path& p, const logs&) { seen.push_back(p.filename().string()); }});
+  BOOST_TEST(eval.start(data::from_tensor_slices(x, y) | data::batch(32)) == 1);  // no wait for the idle timeout
+  BOOST_TEST(seen == std::vector<std::string>{"ckpt-3.safetensors"}, tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
   temp_dir t;
   auto [x, y] = problem(16);

@@ -17,7 +17,9 @@ namespace dtrain::checkpoint {
 
 struct sidecar_evaluator_options {
   std::filesystem::path checkpoint_dir;
-  /// Stop after this many evaluations (0: no limit).
+  /// Stop once a checkpoint numbered this or higher (`ckpt-N`, the chief's save count) has been
+  /// evaluated, as Keras' SidecarEvaluator does; 0: no limit. Checkpoints written faster than they are
+  /// evaluated are skipped (only the latest one is evaluated), so this bounds the saves, not the runs.
   int max_evaluations = 0;
   /// Stop when no new checkpoint has appeared for this long.
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
@@ -34,14 +36,14 @@ class sidecar_evaluator {
     if (o_.checkpoint_dir.empty()) throw value_error("sidecar_evaluator: checkpoint_dir is required");
   }
 
-  /// Evaluates each new checkpoint on `dataset` until max_evaluations or the idle timeout; returns how
-  /// many it evaluated. A checkpoint that cannot be loaded (half written by a crashed chief) is skipped.
+  /// Evaluates each new latest checkpoint on `dataset` until it has evaluated checkpoint max_evaluations
+  /// (or a later one), or the idle timeout passes; returns how many it evaluated. A checkpoint that cannot be loaded (half written by a crashed chief) is skipped.
   template <class Dataset>
   int start(const Dataset& dataset) {
     std::filesystem::path last;
     int done = 0;
     auto idle_since = std::chrono::steady_clock::now();
-    while (o_.max_evaluations <= 0 || done < o_.max_evaluations) {
+    for (;;) {
       const auto latest = latest_checkpoint(o_.checkpoint_dir);
       if (latest && *latest != last) {
         last = *latest;
@@ -61,6 +63,7 @@ class sidecar_evaluator {
           std::printf("\n");
           std::fflush(stdout);
         }
+        if (o_.max_evaluations > 0 && number(*latest) >= o_.max_evaluations) break;
         continue;
       }
       if (std::chrono::steady_clock::now() - idle_since > o_.idle_timeout) break;
@@ -70,6 +73,16 @@ class sidecar_evaluator {
   }
 
  private:
+  /// N of `ckpt-N.safetensors` (0 when the name has no number).
+  static long long number(const std::filesystem::path& p) {
+    const std::string stem = p.stem().string();
+    const auto dash = stem.rfind('-');
+    if (dash == std::string::npos || dash + 1 == stem.size() ||
+        stem.find_first_not_of("0123456789", dash + 1) != std::string::npos)
+      return 0;
+    return std::stoll(stem.substr(dash + 1));
+  }
+
   Model& m_;
   sidecar_evaluator_options o_;
 };
