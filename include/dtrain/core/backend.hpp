@@ -42,27 +42,29 @@ inline void sgemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std:
                      static_cast<idx>(ldb), beta, c, static_cast<idx>(ldc));
 }
 
-/// How the cpu backend runs one GEMM (chosen from the shape alone, so results never depend on timing).
-/// OpenBLAS threads a GEMM well when all of m, n, k are large or when it can split a large m or n with a
-/// large k; two shapes of training are not like that, and dtrain's pool splits them instead:
+/// How the cpu backend runs one GEMM, chosen from the shape alone. OpenBLAS runs on one thread (see
+/// threads.hpp); dtrain's pool shares the work:
+/// - `one`: too small to share (under ~4 MFLOP): one call on the caller's thread.
 /// - `rows`: a small k (a weight gradient, k = batch; an im2col conv, k = kernel taps) with a large C.
 ///   OpenBLAS scales all of C by beta, then streams it through the kernel again; row blocks of C that stay
-///   in cache (~64 KiB) halve that traffic, and the pool takes blocks in turn. Same arithmetic per element.
+///   in cache (~64 KiB) halve that traffic, and the pool takes blocks in turn.
 /// - `depth`: a tiny C and a huge k (a conv kernel gradient: k = batch x pixels). Fixed slices of k (their
 ///   count from the shape only, never from the thread count), each into its own scratch C, summed in
 ///   order: the result differs from one GEMM by summation order only, and is the same for any budget.
-enum class gemm_plan { blas, rows, depth };
+/// - `split`: the rest: C cut into one block of rows (when m >= n, so each thread packs op(B) once) or of
+///   columns (each packs op(A) once) per thread.
+enum class gemm_plan { one, rows, depth, split };
 
 inline constexpr std::size_t gemm_rows_target = 16384;  // floats of C per row block (64 KiB)
 inline constexpr std::size_t gemm_depth_slices = 8;
 
 inline gemm_plan plan_gemm(std::size_t m, std::size_t n, std::size_t k) {
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  if (flops < 4e6) return gemm_plan::blas;  // OpenBLAS keeps these on one thread anyway
+  if (flops < 4e6) return gemm_plan::one;
   if (k <= 512 && k * n <= 65536 && m * n >= 65536 && m >= 4 * std::max<std::size_t>(1, gemm_rows_target / n))
     return gemm_plan::rows;  // every row block repacks op(B): only when op(B) is small
   if (m * n <= 4096 && k >= 64 * gemm_depth_slices && k >= 16 * std::max(m, n)) return gemm_plan::depth;
-  return gemm_plan::blas;
+  return gemm_plan::split;
 }
 
 /// op(A) row `i`, column `j` of a row-major operand (leading dimension `ld`, transposed or not).
@@ -78,17 +80,16 @@ inline std::vector<float>& gemm_scratch() {
 
 }  // namespace detail
 
-/// The host backend: plain memory, OpenBLAS sgemm through xtensor-blas, with some shapes split over
-/// dtrain's thread budget (see `detail::gemm_plan`).
+/// The host backend: plain memory, OpenBLAS sgemm through xtensor-blas (one thread per call), large
+/// GEMMs split over dtrain's thread budget (see `detail::gemm_plan`).
 struct cpu {
   static constexpr const char* name = "cpu";
 
-  /// Calls `f(first, last)` on ranges of [0, count) spread over the thread budget, with BLAS calls made
-  /// inside running on their caller's thread. What layers use to process independent blocks of rows.
+  /// Calls `f(first, last)` on ranges of [0, count) spread over the thread budget. What layers use to
+  /// process independent blocks of rows.
   template <class F>
   void for_blocks(std::size_t count, F&& f) const {
     if (num_threads() <= 1 || count <= 1) return f(std::size_t{0}, count);
-    detail::blas_single_threaded one;
     detail::parallel_for(count, 1, f, 1);
   }
 
@@ -96,14 +97,34 @@ struct cpu {
             const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
             std::size_t ldc) const {
     if (m == 0 || n == 0) return;
+    const int threads = num_threads();  // (also puts OpenBLAS on one thread before its first call)
     switch (detail::plan_gemm(m, n, k)) {
-      case detail::gemm_plan::blas:
+      case detail::gemm_plan::one:
         detail::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+      case detail::gemm_plan::split:
+        if (threads <= 1)
+          detail::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else if (m >= n)
+          detail::parallel_for(
+              m, 16,
+              [&](std::size_t r0, std::size_t r1) {
+                detail::sgemm(ta, tb, r1 - r0, n, k, alpha, detail::at(a, ta, lda, r0, 0), lda, b, ldb, beta,
+                              c + r0 * ldc, ldc);
+              },
+              16);
+        else
+          detail::parallel_for(
+              n, 16,
+              [&](std::size_t j0, std::size_t j1) {
+                detail::sgemm(ta, tb, m, j1 - j0, k, alpha, a, lda, detail::at(b, tb, ldb, 0, j0), ldb, beta,
+                              c + j0, ldc);
+              },
+              16);
         return;
       case detail::gemm_plan::rows: {
         const std::size_t rows = std::max<std::size_t>(1, detail::gemm_rows_target / n);
         const std::size_t blocks = (m + rows - 1) / rows;
-        detail::blas_single_threaded one;
         detail::parallel_for(
             blocks, 1,
             [&](std::size_t first, std::size_t last) {
@@ -122,24 +143,21 @@ struct cpu {
         std::vector<float>& scratch = detail::gemm_scratch();
         if (scratch.size() < slices * mn) scratch.resize(slices * mn);
         float* part = scratch.data();
-        {
-          detail::blas_single_threaded one;
-          detail::parallel_for(
-              slices, 1,
-              [&](std::size_t first, std::size_t last) {
-                for (std::size_t s = first; s < last; ++s) {
-                  const std::size_t k0 = std::min(k, s * len), k1 = std::min(k, k0 + len);
-                  float* out = part + s * mn;
-                  if (k0 == k1) {
-                    std::fill(out, out + mn, 0.0f);
-                    continue;
-                  }
-                  detail::sgemm(ta, tb, m, n, k1 - k0, 1.0f, detail::at(a, ta, lda, 0, k0), lda,
-                                detail::at(b, tb, ldb, k0, 0), ldb, 0.0f, out, n);
+        detail::parallel_for(
+            slices, 1,
+            [&](std::size_t first, std::size_t last) {
+              for (std::size_t s = first; s < last; ++s) {
+                const std::size_t k0 = std::min(k, s * len), k1 = std::min(k, k0 + len);
+                float* out = part + s * mn;
+                if (k0 == k1) {
+                  std::fill(out, out + mn, 0.0f);
+                  continue;
                 }
-              },
-              1);
-        }
+                detail::sgemm(ta, tb, m, n, k1 - k0, 1.0f, detail::at(a, ta, lda, 0, k0), lda,
+                              detail::at(b, tb, ldb, k0, 0), ldb, 0.0f, out, n);
+              }
+            },
+            1);
         for (std::size_t i = 0; i < m; ++i)
           for (std::size_t j = 0; j < n; ++j) {
             float sum = part[i * n + j];

@@ -1,14 +1,18 @@
 #pragma once
 /// \file
-/// One thread budget for the whole process. OpenBLAS keeps its own pool; dtrain's own threads
-/// (prefetch, communication) are counted against the same budget so the pools never fight.
+/// One thread budget for the whole process, and dtrain's pool that uses it. dtrain runs OpenBLAS on one
+/// thread and splits the large GEMMs itself (see `cpu::gemm`): two pools on the same cores fight (an
+/// idle OpenBLAS thread spins for a while after each call, and takes the core a dtrain worker needed),
+/// which on a 2-core machine halves some steps at random.
 ///
-/// `detail::parallel_for` splits an element-wise loop (the optimizers' updates) over that budget with a
-/// small persistent pool: `num_threads() - 1` workers that sleep on a futex between jobs and never spin,
-/// so they cost nothing while OpenBLAS runs. The caller runs the first chunk itself.
+/// `detail::parallel_for` splits a loop (GEMM blocks, the optimizers' updates) over the budget with a
+/// small persistent pool: `num_threads() - 1` workers that poll for 100 us after a job (the next one of a
+/// training step usually comes sooner, and waking a sleeping thread can cost more than the job), then
+/// sleep on a futex. The caller runs the first chunk itself.
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,11 +29,15 @@ int openblas_get_num_threads(void);
 namespace dtrain {
 
 namespace detail {
-/// The budget itself: dtrain's, so that a kernel may run OpenBLAS single-threaded for a while (see
-/// `blas_single_threaded`) without changing what `num_threads()` says. Starts at OpenBLAS' own count
-/// (which follows OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the cores).
+/// The budget: `DTRAIN_NUM_THREADS` when set, else OpenBLAS' own count (OPENBLAS_NUM_THREADS /
+/// OMP_NUM_THREADS, else the cores). Read once, on first use; OpenBLAS is then kept on one thread.
 inline std::atomic<int>& thread_budget() {
-  static std::atomic<int> budget{std::max(1, openblas_get_num_threads())};
+  static std::atomic<int> budget{[] {
+    int n = openblas_get_num_threads();
+    if (const char* s = std::getenv("DTRAIN_NUM_THREADS"); s && std::atoi(s) > 0) n = std::atoi(s);
+    openblas_set_num_threads(1);
+    return std::max(1, n);
+  }()};
   return budget;
 }
 }  // namespace detail
@@ -37,25 +45,12 @@ inline std::atomic<int>& thread_budget() {
 /// Threads the math kernels may use. Defaults to `DTRAIN_NUM_THREADS`, else the hardware's cores.
 inline int num_threads() { return detail::thread_budget().load(std::memory_order_relaxed); }
 
-/// Sets the math thread budget (at least 1): OpenBLAS' threads and dtrain's own pool.
-inline void set_num_threads(int n) {
-  n = std::max(1, n);
-  detail::thread_budget().store(n, std::memory_order_relaxed);
-  openblas_set_num_threads(n);
-}
+/// Sets the math thread budget (at least 1); it wins over `DTRAIN_NUM_THREADS`.
+inline void set_num_threads(int n) { detail::thread_budget().store(std::max(1, n), std::memory_order_relaxed); }
 
 namespace detail {
-/// Applies `DTRAIN_NUM_THREADS` once, before the first model is built.
-inline void apply_thread_env() {
-  static const bool done = [] {
-    if (const char* s = std::getenv("DTRAIN_NUM_THREADS")) {
-      const int n = std::atoi(s);
-      if (n > 0) set_num_threads(n);
-    }
-    return true;
-  }();
-  (void)done;
-}
+/// Reads the budget (and so `DTRAIN_NUM_THREADS`) before the first model is built.
+inline void apply_thread_env() { (void)thread_budget(); }
 
 /// The process' pool of helper threads (created on first use, grown up to `num_threads() - 1`).
 class thread_pool {
@@ -121,6 +116,11 @@ class thread_pool {
 
   void loop(std::size_t index, std::uint64_t seen) {
     for (;;) {
+      // Jobs of a training step come every few hundred microseconds: poll a little before sleeping, as
+      // waking a sleeping thread (on a VM: a halted virtual CPU) can cost more than the job.
+      const auto poll_until = std::chrono::steady_clock::now() + spin_time();
+      while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < poll_until)
+        pause();
       generation_.wait(seen, std::memory_order_acquire);
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_relaxed)) return;
@@ -130,6 +130,15 @@ class thread_pool {
       }
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
     }
+  }
+
+  static constexpr std::chrono::microseconds spin_time() { return std::chrono::microseconds(100); }
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
   }
 
   std::vector<std::thread> workers_;
@@ -152,15 +161,6 @@ void parallel_for(std::size_t n, std::size_t grain, F&& f, std::size_t align = 1
   thread_pool::instance().run(n, parts, align, f);
 }
 
-/// While alive, OpenBLAS runs every call on its caller's thread (dtrain's pool is then splitting the
-/// work); the budget is restored at the end. Cheap: two stores.
-class blas_single_threaded {
- public:
-  blas_single_threaded() { openblas_set_num_threads(1); }
-  ~blas_single_threaded() { openblas_set_num_threads(num_threads()); }
-  blas_single_threaded(const blas_single_threaded&) = delete;
-  blas_single_threaded& operator=(const blas_single_threaded&) = delete;
-};
 
 }  // namespace detail
 
