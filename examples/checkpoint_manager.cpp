@@ -20,10 +20,10 @@ int run(const mnist_setup::arguments& args) {
 
   const auto [task_type, task_id] = strategy.cluster_resolver();
   const std::filesystem::path checkpoint_dir = mnist_setup::work_dir(args, "ckpt");
-  const auto write_checkpoint_dir = dtrain::write_filepath(checkpoint_dir, task_type, task_id);
+  const auto write_checkpoint_dir = dtrain::write_filepath(checkpoint_dir, task_type, task_id, strategy.cluster().spec);
   dtrain::checkpoint::checkpoint_manager checkpoint_manager(write_checkpoint_dir, /*max_to_keep=*/1);
   const auto saved = checkpoint_manager.save(multi_worker_model);
-  dtrain::remove_temp_dir(checkpoint_dir, task_type, task_id);
+  dtrain::remove_temp_dir(checkpoint_dir, task_type, task_id, strategy.cluster().spec);
   std::printf("%s %s:%d saved %s\n", strategy.is_chief() ? "chief" : "worker", task_type.c_str(), task_id,
               saved.c_str());
 

@@ -22,9 +22,9 @@ int run(const mnist_setup::arguments& args) {
   // Every worker saves: the chief to model_path, the others to <dir>/workertemp_<id>/, removed at once.
   const auto [task_type, task_id] = strategy.cluster_resolver();
   const std::filesystem::path model_path = mnist_setup::work_dir(args, "keras-model") / "model.safetensors";
-  const auto write_model_path = dtrain::write_filepath(model_path, task_type, task_id);
+  const auto write_model_path = dtrain::write_filepath(model_path, task_type, task_id, strategy.cluster().spec);
   dtrain::checkpoint::save_model(multi_worker_model, write_model_path);
-  dtrain::remove_temp_dir(model_path, task_type, task_id);
+  dtrain::remove_temp_dir(model_path, task_type, task_id, strategy.cluster().spec);
   std::printf("%s %s:%d saved %s\n", strategy.is_chief() ? "chief" : "worker", task_type.c_str(), task_id,
               write_model_path.c_str());
 

@@ -224,6 +224,33 @@ BOOST_AUTO_TEST_CASE(sigterm_backs_up_at_the_step_and_resumes_exactly) {
   std::signal(SIGTERM, SIG_DFL);
 }
 
+// A learning rate a callback changed (ReduceLROnPlateau's way) is part of the backup: the resumed run
+// goes on with the reduced rate, so it ends where an uninterrupted one does.
+BOOST_AUTO_TEST_CASE(backup_and_restore_keeps_a_learning_rate_a_callback_changed) {
+  struct halve_after_first_epoch : callback {
+    void on_epoch_end(int epoch, const logs&) override {
+      if (epoch == 0) model().optimizer().set_learning_rate(model().optimizer().learning_rate() / 2);
+    }
+  };
+  auto [x, y] = problem(40);
+  temp_dir t;
+  const fit_options base{.epochs = 3, .verbose = 0, .batch_size = 8, .shuffle = false};
+  auto run = [&](net& m, std::vector<callback_ref> extra) {
+    fit_options o = base;
+    o.callbacks = callback_list(std::move(extra));
+    return m.fit(x, y, o);
+  };
+  net straight = compiled();
+  run(straight, {halve_after_first_epoch()});
+  net crashed = compiled();
+  BOOST_CHECK_THROW(run(crashed, {halve_after_first_epoch(), backup_and_restore({.backup_dir = t.path}), crash_after(8)}),
+                    std::runtime_error);  // in epoch 2, after the rate was halved and backed up
+  net resumed = compiled(7);  // compiled with the original rate; the callback does not run again for epoch 0
+  run(resumed, {halve_after_first_epoch(), backup_and_restore({.backup_dir = t.path})});
+  BOOST_TEST(resumed.optimizer().learning_rate() == straight.optimizer().learning_rate());
+  BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(sidecar_evaluator_evaluates_each_new_checkpoint) {
   temp_dir t;
   auto [x, y] = problem(24);
@@ -329,6 +356,13 @@ BOOST_AUTO_TEST_CASE(write_filepath_and_npz_export) {
   remove_temp_dir(t.path / "model.safetensors", "worker", 1);
   BOOST_TEST(!fs::exists(t.path / "workertemp_1"));
   BOOST_TEST(write_filepath(t.path / "m", "worker", 0, true) != t.path / "m");  // worker 0 is not chief when a chief exists
+  // the seeds' form: the cluster spec says whether there is a chief job
+  const cluster_spec with_chief{{{"chief", {"a:1"}}, {"worker", {"b:1", "c:1"}}}}, workers_only{{{"worker", {"b:1", "c:1"}}}};
+  BOOST_TEST(write_filepath(t.path / "m", "worker", 0, with_chief) == t.path / "workertemp_0" / "m");
+  BOOST_TEST(write_filepath(t.path / "m", "chief", 0, with_chief) == t.path / "m");
+  BOOST_TEST(write_filepath(t.path / "m", "worker", 0, workers_only) == t.path / "m");
+  remove_temp_dir(t.path / "m", "worker", 0, with_chief);
+  BOOST_TEST(!fs::exists(t.path / "workertemp_0"));
   net m(1);
   checkpoint::export_npz(m, t.path / "w.npz");
   const auto arrays = data::read_npz(t.path / "w.npz");

@@ -73,12 +73,13 @@ class checkpoint_manager {
     save_model(m, path, state);  // durable before the index names it
     std::erase(all, name);
     all.push_back(name);
-    while (int(all.size()) > max_to_keep_) {
+    std::vector<std::string> dropped;
+    while (int(all.size()) > max_to_keep_) dropped.push_back(all.front()), all.erase(all.begin());
+    detail::write_index(dir_, all);  // before any file goes: the index never names a deleted file
+    for (const auto& d : dropped) {
       std::error_code ec;
-      std::filesystem::remove(dir_ / (all.front() + ".safetensors"), ec);
-      all.erase(all.begin());
+      std::filesystem::remove(dir_ / (d + ".safetensors"), ec);
     }
-    detail::write_index(dir_, all);
     return path;
   }
 

@@ -174,7 +174,13 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
     }
   }
   std::copy(staged.begin(), staged.end(), m.parameters().begin());
-  if (with_optimizer) m.optimizer().set_state(std::move(st));
+  if (with_optimizer) {
+    m.optimizer().set_state(std::move(st));
+    // a constant learning rate may have been changed by a callback (ReduceLROnPlateau): it is state too
+    const named_tensor* lr = f.find("optimizer/vars/1");
+    if (m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1)
+      m.optimizer().set_learning_rate(lr->data[0]);
+  }
   return f.metadata;
 }
 

@@ -52,6 +52,7 @@ class sidecar_evaluator {
           restore_model(m_, *latest);
         } catch (const io_error& e) {
           std::fprintf(stderr, "WARNING: sidecar_evaluator: skipping %s (%s)\n", latest->string().c_str(), e.what());
+          if (o_.max_evaluations > 0 && number(*latest) >= o_.max_evaluations) break;  // no later one comes
           continue;
         }
         const logs l = m_.evaluate(dataset, {.verbose = 0});

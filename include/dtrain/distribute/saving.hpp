@@ -4,12 +4,17 @@
 /// (it may hold collectives), but only the chief's file is kept; the others write to a
 /// `workertemp_<task_id>` folder beside it and remove it afterwards.
 ///
-///     auto path = dtrain::write_filepath("/tmp/keras-model", task.task_type, task.task_id);
+///     const auto [task_type, task_id] = strategy.cluster_resolver();
+///     auto path = dtrain::write_filepath("/tmp/keras-model", task_type, task_id, strategy.cluster().spec);
 ///     dtrain::checkpoint::save_weights(model, path);
-///     dtrain::remove_temp_dir("/tmp/keras-model", task.task_type, task.task_id);
+///     dtrain::remove_temp_dir("/tmp/keras-model", task_type, task_id, strategy.cluster().spec);
+///
+/// The cluster spec tells whether the cluster has a `chief` job (then worker 0 is not the chief).
 
 #include <filesystem>
 #include <string>
+
+#include "dtrain/distribute/cluster.hpp"
 
 namespace dtrain {
 
@@ -33,6 +38,16 @@ inline void remove_temp_dir(const std::filesystem::path& filepath, const std::st
   if (is_chief_task(task_type, task_id, has_chief_job)) return;
   std::error_code ec;
   std::filesystem::remove_all(filepath.parent_path() / ("workertemp_" + std::to_string(task_id)), ec);
+}
+
+/// The seeds' signatures: `write_filepath(filepath, task_type, task_id, cluster_spec)`.
+inline std::filesystem::path write_filepath(const std::filesystem::path& filepath, const std::string& task_type,
+                                            int task_id, const cluster_spec& spec) {
+  return write_filepath(filepath, task_type, task_id, spec.jobs.count("chief") > 0);
+}
+inline void remove_temp_dir(const std::filesystem::path& filepath, const std::string& task_type, int task_id,
+                            const cluster_spec& spec) {
+  remove_temp_dir(filepath, task_type, task_id, spec.jobs.count("chief") > 0);
 }
 
 }  // namespace dtrain

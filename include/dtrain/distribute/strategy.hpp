@@ -37,6 +37,7 @@ struct communication_options {
   std::chrono::milliseconds connect_timeout{300'000};  // for all workers to come up
   std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
   std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
+  std::size_t chunk_bytes = std::size_t{1} << 20;  // the ring's frame size; the same on every worker
 };
 
 /// What `strategy.cluster_resolver()` tells (TF: `strategy.cluster_resolver.task_type`, `.task_id`).
@@ -105,6 +106,7 @@ Comm make_communicator(const cluster_info& c, const communication_options& o) {
   } else {
     typename Comm::options_type r{.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
                                   .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout};
+    if constexpr (requires { r.chunk_bytes; }) r.chunk_bytes = o.chunk_bytes;
     for (const auto& e : c.ring) r.addresses.push_back(e.str());
     if (r.addresses.empty() && c.master) r.addresses.push_back(c.master->str());
     return Comm(std::move(r));

@@ -9,6 +9,7 @@
 /// - a progress bar (`progbar_logger`) is added when verbose > 0 and a `history` is returned.
 /// The loops are templates over the model type; `sequential` exposes them as members.
 
+#include <bit>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -83,7 +84,9 @@ class model_handle final : public training_model {
     // everything but the parameters and optimizer slots travels as one text
     optimizer_state st = m_.optimizer().state();
     std::string blob = rc->is_chief() ? std::to_string(st.iterations) + "\n" + std::to_string(st.slots.size()) + "\n" +
-                                            m_.generator().state() + "\n" + metric_text() + "\n" + text
+                                            m_.generator().state() + "\n" + metric_text() + "\n" +
+                                            std::to_string(std::bit_cast<std::uint32_t>(m_.optimizer().learning_rate())) +
+                                            "\n" + text
                                       : std::string();
     std::uint64_t len = blob.size();
     rc->broadcast_bytes(std::as_writable_bytes(std::span<std::uint64_t>(&len, 1)), 0);
@@ -96,6 +99,9 @@ class model_handle final : public training_model {
     st.slots.resize(std::stoull(slots));
     std::getline(in, line), m_.generator().set_state(line);
     std::getline(in, line), set_metric_text(line);
+    std::getline(in, line);
+    if (m_.optimizer().learning_rate_is_constant())
+      m_.optimizer().set_learning_rate(std::bit_cast<float>(std::uint32_t(std::stoul(line))));
     std::getline(in, text, '\0');
     rc->broadcast(m_.parameters(), 0);
     rc->broadcast(st.slots, 0);

@@ -53,6 +53,9 @@ class basic_optimizer {
   float learning_rate() const { return options.learning_rate(state_.iterations); }
   /// Replaces the learning rate (or schedule) with a constant, as ReduceLROnPlateau does.
   void set_learning_rate(float lr) { options.learning_rate = lr; }
+  /// A constant learning rate is state (a callback may have changed it) and is saved and restored with
+  /// the slots; a schedule follows from the iterations.
+  bool learning_rate_is_constant() const { return options.learning_rate.is_constant(); }
   std::int64_t iterations() const { return state_.iterations; }
   const optimizer_state& state() const { return state_; }
   /// Restores a saved state; its slots must match this optimizer (checked on the next step).
@@ -100,6 +103,7 @@ class any_optimizer {
   void apply_gradients(std::span<const float> g, std::span<float> p) { self_->apply_gradients(g, p); }
   float learning_rate() const { return self_->learning_rate(); }
   void set_learning_rate(float lr) { self_->set_learning_rate(lr); }
+  bool learning_rate_is_constant() const { return self_->learning_rate_is_constant(); }
   std::int64_t iterations() const { return self_->state().iterations; }
   const optimizer_state& state() const { return self_->state(); }
   void set_state(optimizer_state s) { self_->set_state(std::move(s)); }
@@ -111,6 +115,7 @@ class any_optimizer {
     virtual void apply_gradients(std::span<const float>, std::span<float>) = 0;
     virtual float learning_rate() const = 0;
     virtual void set_learning_rate(float) = 0;
+    virtual bool learning_rate_is_constant() const = 0;
     virtual const optimizer_state& state() const = 0;
     virtual void set_state(optimizer_state) = 0;
     virtual std::unique_ptr<concept_t> clone() const = 0;
@@ -122,6 +127,7 @@ class any_optimizer {
     void apply_gradients(std::span<const float> g, std::span<float> p) override { o_.apply_gradients(g, p); }
     float learning_rate() const override { return o_.learning_rate(); }
     void set_learning_rate(float lr) override { o_.set_learning_rate(lr); }
+    bool learning_rate_is_constant() const override { return o_.learning_rate_is_constant(); }
     const optimizer_state& state() const override { return o_.state(); }
     void set_state(optimizer_state s) override { o_.set_state(std::move(s)); }
     std::unique_ptr<concept_t> clone() const override { return std::make_unique<model_t>(o_); }
