@@ -130,6 +130,21 @@ BOOST_AUTO_TEST_CASE(map_parallel_prefetch_cache_reduce_options) {
   const auto serial = labels_of(ds | data::map(twice));
   BOOST_TEST(serial[5] == 10.0f);
   BOOST_TEST(labels_of(ds | data::map(twice, 4)) == serial, boost::test_tools::per_element());
+  {  // on the thread pool: an exception from f reaches the caller, with 1 and 2 threads
+    const int before = num_threads();
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      auto failing = ds | data::map(
+                              [](data::example e) {
+                                if (e.second(0) == 6.0f) throw std::runtime_error("bad element 6");
+                                return e;
+                              },
+                              4);
+      BOOST_CHECK_EXCEPTION(labels_of(failing), std::runtime_error,
+                            [](const std::runtime_error& e) { return std::string(e.what()) == "bad element 6"; });
+    }
+    set_num_threads(before);
+  }
   BOOST_TEST(labels_of(ds | data::shuffle(8) | data::prefetch(3)) == labels_of(ds | data::shuffle(8)),
              boost::test_tools::per_element());
   int calls = 0;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "dtrain/core/random.hpp"
+#include "dtrain/core/threads.hpp"
 #include "dtrain/data/sources.hpp"
 
 namespace dtrain::data {
@@ -280,8 +282,10 @@ inline batch_stage batch(std::size_t batch_size, bool drop_remainder = false) {
 // ---- map ----------------------------------------------------------------------------------------------------
 
 /// `Dataset.map(f, num_parallel_calls)`: f must be a pure function of the element (it is skipped, not
-/// called, when an iterator is restored). With num_parallel_calls > 1, that many elements are mapped
-/// at once on as many threads; the order of elements is kept.
+/// called, when an iterator is restored). With num_parallel_calls > 1, that many elements are mapped at
+/// a time on dtrain's thread pool (so within the process' thread budget; when the pool is busy with a
+/// training step, on the iterator's own thread); the order of elements is kept, and an exception f
+/// throws reaches the caller of next().
 template <dataset D, class F>
 struct map_dataset : detail::over<D> {
   using element_type = std::invoke_result_t<const F&, typename D::element_type>;
@@ -320,10 +324,19 @@ struct map_dataset : detail::over<D> {
         in.push_back(std::move(*e));
       }
       std::vector<std::optional<element_type>> out(in.size());
-      std::vector<std::thread> ts;
-      for (std::size_t i = 1; i < in.size(); ++i) ts.emplace_back([&, i] { out[i].emplace(f_(std::move(in[i]))); });
-      if (!in.empty()) out[0].emplace(f_(std::move(in[0])));
-      for (auto& t : ts) t.join();
+      std::vector<std::exception_ptr> failed(in.size());
+      ::dtrain::detail::parallel_for(
+          in.size(), 1,
+          [&](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) try {
+                out[i].emplace(f_(std::move(in[i])));
+              } catch (...) {
+                failed[i] = std::current_exception();
+              }
+          },
+          1);
+      for (auto& x : failed)
+        if (x) std::rethrow_exception(x);
       for (auto& o : out) ready_.push_back(std::move(*o));
     }
     detail::iter_t<D> up_;
