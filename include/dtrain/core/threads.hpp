@@ -70,8 +70,9 @@ class thread_pool {
 
   /// Calls `f(begin, end)` on `parts` contiguous chunks covering [0, n), each but the last a multiple of
   /// `align` long; chunk 0 on the calling thread, the others on workers. Returns when all are done.
-  /// One job at a time: a call made while another thread's job holds the pool (in-process replicas)
-  /// runs all of [0, n) on its own thread, so how work is split never depends on timing.
+  /// One job at a time: a call made while another thread's job holds the pool (a parallel map on the
+  /// prefetch thread, in-process replicas) runs all of [0, n) on its own thread. Every caller computes
+  /// the same however [0, n) is split, so results never depend on which happened.
   template <class F>
   void run(std::size_t n, std::size_t parts, std::size_t align, F& f) {
     parts = std::min<std::size_t>(parts, max_parts);
@@ -160,7 +161,6 @@ void parallel_for(std::size_t n, std::size_t grain, F&& f, std::size_t align = 1
   const std::size_t parts = std::min(budget, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
   thread_pool::instance().run(n, parts, align, f);
 }
-
 
 }  // namespace detail
 
