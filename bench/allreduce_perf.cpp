@@ -16,55 +16,36 @@
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
 
+#include "allreduce_table.hpp"
+
 namespace {
 
-struct args {
-  std::size_t min_bytes = 4096, max_bytes = std::size_t{64} << 20, factor = 4;
-  int iters = 20, warmup = 5, check = 1, ranks = 2;
+struct args : allreduce_table::sweep {
+  int check = 1;
   std::size_t chunk = std::size_t{1} << 20;
   dtrain::reduce_op op = dtrain::reduce_op::sum;
   const char* op_name = "sum";
 };
-
-std::size_t bytes_arg(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return std::size_t(v);
-}
 
 args parse(int argc, char** argv) {
   args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "-b") a.min_bytes = bytes_arg(v);
-    else if (k == "-e") a.max_bytes = bytes_arg(v);
-    else if (k == "-f") a.factor = std::max<std::size_t>(2, std::strtoul(v, nullptr, 10));
-    else if (k == "-n") a.iters = std::atoi(v);
-    else if (k == "-w") a.warmup = std::atoi(v);
-    else if (k == "-c") a.check = std::atoi(v);
-    else if (k == "-p") a.ranks = std::atoi(v);
-    else if (k == "-C") a.chunk = bytes_arg(v);
+    if (allreduce_table::parse_flag(a, k, v)) continue;
+    if (k == "-c") a.check = std::atoi(v);
+    else if (k == "-C") a.chunk = allreduce_table::bytes_arg(v);
     else if (k == "-o") {
       a.op_name = v;
       const std::string o = v;
       a.op = o == "mean" ? dtrain::reduce_op::mean : o == "max" ? dtrain::reduce_op::max
              : o == "min" ? dtrain::reduce_op::min : dtrain::reduce_op::sum;
     } else {
-      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op]\n");
+      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] [-C frame bytes]\n");
       std::exit(2);
     }
   }
-  if (a.ranks < 1 || a.iters < 1 || a.min_bytes < 4 || a.max_bytes < a.min_bytes) {
-    std::fprintf(stderr, "allreduce_perf: bad arguments\n");
-    std::exit(2);
-  }
+  allreduce_table::check(a, "allreduce_perf");
   return a;
 }
 
@@ -94,12 +75,7 @@ int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
                                .chunk_bytes = a.chunk, .log = [](const std::string&) {}});
   const int p = a.ranks;
   std::vector<float> buf(a.max_bytes / 4);
-  if (rank == 0) {
-    std::printf("# dtrain ring_tcp all_reduce: %d ranks (processes) on loopback, %d iterations, %d warmup\n", p,
-                a.iters, a.warmup);
-    std::printf("#%12s %12s %8s %6s %12s %8s %8s %8s\n", "size(B)", "count", "type", "redop", "time(us)",
-                "algbw", "busbw", "#wrong");
-  }
+  if (rank == 0) allreduce_table::print_header("dtrain ring_tcp all_reduce", p, a);
   double sum_busbw = 0;
   int rows = 0;
   long wrong_total = 0;
@@ -134,11 +110,8 @@ int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
       comm.all_reduce(std::span<float>(&w, 1), dtrain::reduce_op::sum);
       wrong = long(w);
     }
-    const double algbw = double(bytes) / t / 1e3, busbw = algbw * 2.0 * (p - 1) / p;
-    if (rank == 0)
-      std::printf(" %12zu %12zu %8s %6s %12.1f %8.2f %8.2f %8ld\n", bytes, n, "float", a.op_name, double(t), algbw,
-                  busbw, a.check ? wrong : -1L);
-    sum_busbw += busbw, ++rows, wrong_total += wrong;
+    if (rank == 0) sum_busbw += allreduce_table::print_row(bytes, a.op_name, t, p, a.check ? wrong : -1L);
+    ++rows, wrong_total += wrong;
   }
   if (rank == 0) {
     std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");

@@ -19,26 +19,17 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
-static std::size_t bytes_arg(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  return std::size_t(v);
-}
+#include "../allreduce_table.hpp"
 
 int main(int argc, char** argv) {
-  std::size_t lo = 4096, hi = std::size_t(64) << 20, f = 4;
-  int iters = 20, warmup = 5, p = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "-b") lo = bytes_arg(argv[i + 1]);
-    else if (k == "-e") hi = bytes_arg(argv[i + 1]);
-    else if (k == "-f") f = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (k == "-n") iters = std::atoi(argv[i + 1]);
-    else if (k == "-w") warmup = std::atoi(argv[i + 1]);
-    else if (k == "-p") p = std::atoi(argv[i + 1]);
-  }
+  allreduce_table::sweep sw;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!allreduce_table::parse_flag(sw, argv[i], argv[i + 1])) {
+      std::fprintf(stderr, "usage: gloo_allreduce [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-p ranks]\n");
+      return 2;
+    }
+  allreduce_table::check(sw, "gloo_allreduce");
+  const int p = sw.ranks, iters = sw.iters, warmup = sw.warmup;
   const auto dir = std::filesystem::temp_directory_path() / ("gloo_store_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   int rank = 0;
@@ -57,12 +48,9 @@ int main(int argc, char** argv) {
   gloo::rendezvous::FileStore store(dir.string());
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, p);
   ctx->connectFullMesh(store, dev);
-  std::vector<float> buf(hi / 4, 0.0f);
-  if (rank == 0) {
-    std::printf("# gloo AllreduceRing: %d ranks (processes) on loopback, %d iterations, %d warmup\n", p, iters, warmup);
-    std::printf("#%12s %12s %8s %6s %12s %8s %8s %8s\n", "size(B)", "count", "type", "redop", "time(us)", "algbw", "busbw", "#wrong");
-  }
-  for (std::size_t bytes = lo; bytes <= hi; bytes *= f) {
+  std::vector<float> buf(sw.max_bytes / 4, 0.0f);
+  if (rank == 0) allreduce_table::print_header("gloo AllreduceRing", p, sw);
+  for (std::size_t bytes = sw.min_bytes; bytes <= sw.max_bytes; bytes *= sw.factor) {
     const std::size_t n = bytes / 4;
     gloo::AllreduceRing<float> op(ctx, {buf.data()}, int(n));
     for (int i = 0; i < warmup; ++i) op.run();
@@ -76,8 +64,7 @@ int main(int argc, char** argv) {
     std::sort(t.begin(), t.end());
     double us = t[t.size() / 2];  // the slowest rank's median, as dtrain's and MPI's benches report
     gloo::AllreduceRing<double>(ctx, {&us}, 1, gloo::ReductionFunction<double>::max).run();
-    const double algbw = double(bytes) / us / 1e3, busbw = algbw * 2.0 * (p - 1) / p;
-    if (rank == 0) std::printf(" %12zu %12zu %8s %6s %12.1f %8.2f %8.2f %8d\n", bytes, n, "float", "sum", us, algbw, busbw, -1);
+    if (rank == 0) allreduce_table::print_row(bytes, "sum", us, p, -1);
   }
   std::fflush(stdout);
   if (rank != 0) ::_exit(0);
