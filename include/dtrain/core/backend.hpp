@@ -89,8 +89,7 @@ struct cpu {
   /// process independent blocks of rows.
   template <class F>
   void for_blocks(std::size_t count, F&& f) const {
-    if (num_threads() <= 1 || count <= 1) return f(std::size_t{0}, count);
-    detail::parallel_for(count, 1, f, 1);
+    detail::parallel_for(count, 1, f, 1);  // one thread or one block: on the caller's thread
   }
 
   void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
