@@ -1,10 +1,12 @@
 #pragma once
 /// \file
-/// The whole of dtrain in one include (optional backends such as ring_tcp and cuda are included on their own).
+/// The whole of dtrain in one include (the optional parts, the ring_tcp communicator and the opaque test
+/// backend, are included on their own).
 
 #include "dtrain/version.hpp"
 
-#include "dtrain/core/backend.hpp"
+#include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/logs.hpp"
 #include "dtrain/core/preemption.hpp"
 #include "dtrain/core/error.hpp"

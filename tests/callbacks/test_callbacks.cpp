@@ -11,7 +11,8 @@ namespace {
 struct fake_model : training_model {
   std::vector<float> p{1.0f, 2.0f};
   any_optimizer opt = sgd{{.learning_rate = 0.1f}};
-  std::span<float> parameters() override { return p; }
+  std::vector<float> get_weights() override { return p; }
+  void set_weights(std::span<const float> w) override { p.assign(w.begin(), w.end()); }
   any_optimizer& optimizer() override { return opt; }
   void save_state(const std::filesystem::path&, const std::map<std::string, std::string>&) override {}
   void save_weights(const std::filesystem::path&) override {}

@@ -1,5 +1,5 @@
 // Golden values from PyTorch (float64) for layers (forward and backward), losses (value and gradient) and
-// optimizers (two steps). The reference is tests/golden/golden.json, written by tests/golden/make_golden.py
+// optimizers (two steps), computed on every backend of the suite. The reference is tests/golden/golden.json, written by tests/golden/make_golden.py
 // (run it with `/usr/bin/python3 tests/golden/make_golden.py`; see its header for the conventions).
 #include "support/gradcheck.hpp"
 
@@ -10,6 +10,9 @@
 #include <set>
 
 using namespace dtrain;
+using dtrain_test::backends;
+using dtrain_test::download;
+using dtrain_test::upload;
 using json = nlohmann::json;
 
 namespace {
@@ -61,10 +64,10 @@ void expect_close(const std::string& what, std::span<const float> got, const std
 
 // ---- layers --------------------------------------------------------------------------------------------
 
-/// Forward and backward of bound layer bind_t<Spec, In> on the case's x, params and dy.
-template <class Spec, class In>
+/// Forward and backward of bound layer bind_t<Spec, In, B> on the case's x, params and dy.
+template <class B, class Spec, class In>
 void check_layer(const json& c) {
-  using L = bind_t<Spec, In>;
+  using L = bind_t<Spec, In, B>;
   using Out = typename L::output_shape;
   const std::string name = c.at("name");
   const extents xs = dims(c.at("x_shape")), ys = dims(c.at("y_shape"));
@@ -75,59 +78,67 @@ void check_layer(const json& c) {
   BOOST_REQUIRE_MESSAGE(xs == want_xs, name << ": the reference input shape does not match the bound layer");
   BOOST_CHECK_MESSAGE(ys == want_ys, name << ": output shape differs from PyTorch's");
 
-  std::vector<float> x = floats(c.at("x")), params = floats(c.at("params")), dy = floats(c.at("dy"));
+  const std::vector<float> params = floats(c.at("params"));
   BOOST_REQUIRE_EQUAL(params.size(), param_count_v<L>);
-  std::vector<float> y(n * Out::size), dx(n * In::size), grads(params.size(), -1.0f);
-
-  cpu device;
+  const B device;
+  auto x = upload(device, floats(c.at("x"))), p = upload(device, params), dy = upload(device, floats(c.at("dy")));
+  auto y = device.template allocate<float>(n * Out::size), dx = device.template allocate<float>(n * In::size);
+  auto grads = upload(device, std::vector<float>(params.size(), -1.0f));
   rng r(1);
-  layer_context<cpu> ctx{device, r, true};
+  layer_context<B> ctx{device, r, true};
   L layer;
-  layer.forward(ctx, x.data(), y.data(), n, params);
-  expect_close(name + " y", y, doubles(c.at("y")), layer_rtol, layer_atol);
-  layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, params, grads);  // dy is scratch
-  expect_close(name + " dx", dx, doubles(c.at("dx")), layer_rtol, layer_atol);
-  if (!params.empty()) expect_close(name + " d(kernel, bias)", grads, doubles(c.at("dparams")), layer_rtol, layer_atol);
+  layer.forward(ctx, x.data(), y.data(), n, p.data());
+  expect_close(name + " y", download(device, y), doubles(c.at("y")), layer_rtol, layer_atol);
+  layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, p.data(), grads.data());  // dy is scratch
+  expect_close(name + " dx", download(device, dx), doubles(c.at("dx")), layer_rtol, layer_atol);
+  if (!params.empty())
+    expect_close(name + " d(kernel, bias)", download(device, grads), doubles(c.at("dparams")), layer_rtol, layer_atol);
 }
 
 using dense_in = shape<5>;
 using conv_in = shape<6, 5, 3>;
 using act_in = shape<7>;
 
+template <class B>
 const std::map<std::string, std::function<void(const json&)>> layer_checks{
-    {"dense_linear", check_layer<dense<4, linear>, dense_in>},
-    {"dense_relu", check_layer<dense<4, relu>, dense_in>},
-    {"dense_sigmoid", check_layer<dense<4, sigmoid>, dense_in>},
-    {"dense_tanh", check_layer<dense<4, dtrain::tanh>, dense_in>},
-    {"dense_softmax", check_layer<dense<4, softmax>, dense_in>},
-    {"dense_gelu", check_layer<dense<4, gelu>, dense_in>},
-    {"conv2d_valid_s1", check_layer<conv2d<4, 3, linear, strides<1>, padding::valid>, conv_in>},
-    {"conv2d_same_s1", check_layer<conv2d<4, 3, linear, strides<1>, padding::same>, conv_in>},
-    {"conv2d_same_s2", check_layer<conv2d<4, 3, linear, strides<2>, padding::same>, conv_in>},
-    {"conv2d_valid_s2", check_layer<conv2d<4, 3, linear, strides<2>, padding::valid>, conv_in>},
-    {"max_pooling2d_p2_valid", check_layer<max_pooling2d<2>, conv_in>},
-    {"max_pooling2d_p3_s2_same", check_layer<max_pooling2d<3, strides<2>, padding::same>, conv_in>},
-    {"average_pooling2d_p2_valid", check_layer<average_pooling2d<2>, conv_in>},
-    {"average_pooling2d_p3_s2_same", check_layer<average_pooling2d<3, strides<2>, padding::same>, conv_in>},
-    {"activation_relu", check_layer<relu, act_in>},
-    {"activation_sigmoid", check_layer<sigmoid, act_in>},
-    {"activation_tanh", check_layer<dtrain::tanh, act_in>},
-    {"activation_softmax", check_layer<softmax, act_in>},
-    {"activation_gelu", check_layer<gelu, act_in>},
+    {"dense_linear", check_layer<B, dense<4, linear>, dense_in>},
+    {"dense_relu", check_layer<B, dense<4, relu>, dense_in>},
+    {"dense_sigmoid", check_layer<B, dense<4, sigmoid>, dense_in>},
+    {"dense_tanh", check_layer<B, dense<4, dtrain::tanh>, dense_in>},
+    {"dense_softmax", check_layer<B, dense<4, softmax>, dense_in>},
+    {"dense_gelu", check_layer<B, dense<4, gelu>, dense_in>},
+    {"conv2d_valid_s1", check_layer<B, conv2d<4, 3, linear, strides<1>, padding::valid>, conv_in>},
+    {"conv2d_same_s1", check_layer<B, conv2d<4, 3, linear, strides<1>, padding::same>, conv_in>},
+    {"conv2d_same_s2", check_layer<B, conv2d<4, 3, linear, strides<2>, padding::same>, conv_in>},
+    {"conv2d_valid_s2", check_layer<B, conv2d<4, 3, linear, strides<2>, padding::valid>, conv_in>},
+    {"max_pooling2d_p2_valid", check_layer<B, max_pooling2d<2>, conv_in>},
+    {"max_pooling2d_p3_s2_same", check_layer<B, max_pooling2d<3, strides<2>, padding::same>, conv_in>},
+    {"average_pooling2d_p2_valid", check_layer<B, average_pooling2d<2>, conv_in>},
+    {"average_pooling2d_p3_s2_same", check_layer<B, average_pooling2d<3, strides<2>, padding::same>, conv_in>},
+    {"activation_relu", check_layer<B, relu, act_in>},
+    {"activation_sigmoid", check_layer<B, sigmoid, act_in>},
+    {"activation_tanh", check_layer<B, dtrain::tanh, act_in>},
+    {"activation_softmax", check_layer<B, softmax, act_in>},
+    {"activation_gelu", check_layer<B, gelu, act_in>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------
 
-/// per_example with d_pred and scale 1 / batch: the mean of the rows is the sum_over_batch_size value and
-/// d_pred its gradient. Also checks the loss' call operator (its own reduction) against the same value.
-template <class Loss>
+/// The backend's loss kernel with scale 1 / batch: the mean of the rows is the sum_over_batch_size value
+/// and d_pred its gradient. Also checks the loss' call operator (its own reduction) against the same value.
+template <class B, class Loss>
 void check_loss(const json& c, const Loss& loss) {
   const std::string name = c.at("name");
   const std::vector<float> t = floats(c.at("y_true")), p = floats(c.at("y_pred"));
   const extents te = dims(c.at("true_shape")), pe = dims(c.at("pred_shape"));
   const std::size_t rows = pe.at(0);
-  std::vector<float> per(rows), d(p.size());
-  loss.per_example({t.data(), te}, {p.data(), pe}, per.data(), d.data(), 1.0f / static_cast<float>(rows));
+  loss.validate({t.data(), te}, {p.data(), pe});
+  const B device;
+  auto td = upload(device, t), pd = upload(device, p);
+  auto perd = device.template allocate<float>(rows), dd = device.template allocate<float>(p.size());
+  device.loss(loss.kernel(), rows, pe.back(), 1.0f / static_cast<float>(rows), td.data(), pd.data(), perd.data(),
+              dd.data());
+  const std::vector<float> per = download(device, perd), d = download(device, dd);
   double mean = 0.0;
   for (float v : per) mean += v;
   mean /= static_cast<double>(rows);
@@ -140,55 +151,59 @@ void check_loss(const json& c, const Loss& loss) {
   expect_close(name + " value via operator()", {&got_call, 1}, want, loss_rtol, loss_atol);
 }
 
+template <class B>
 const std::map<std::string, std::function<void(const json&)>> loss_checks{
     {"sparse_categorical_crossentropy_logits",
-     [](const json& c) { check_loss(c, sparse_categorical_crossentropy{{.from_logits = true}}); }},
+     [](const json& c) { check_loss<B>(c, sparse_categorical_crossentropy{{.from_logits = true}}); }},
     {"sparse_categorical_crossentropy_probs",
-     [](const json& c) { check_loss(c, sparse_categorical_crossentropy{{.from_logits = false}}); }},
+     [](const json& c) { check_loss<B>(c, sparse_categorical_crossentropy{{.from_logits = false}}); }},
     {"categorical_crossentropy_logits",
-     [](const json& c) { check_loss(c, categorical_crossentropy{{.from_logits = true}}); }},
+     [](const json& c) { check_loss<B>(c, categorical_crossentropy{{.from_logits = true}}); }},
     {"categorical_crossentropy_probs",
-     [](const json& c) { check_loss(c, categorical_crossentropy{{.from_logits = false}}); }},
-    {"binary_crossentropy_logits", [](const json& c) { check_loss(c, binary_crossentropy{{.from_logits = true}}); }},
-    {"binary_crossentropy_probs", [](const json& c) { check_loss(c, binary_crossentropy{{.from_logits = false}}); }},
-    {"mean_squared_error", [](const json& c) { check_loss(c, mean_squared_error{}); }},
+     [](const json& c) { check_loss<B>(c, categorical_crossentropy{{.from_logits = false}}); }},
+    {"binary_crossentropy_logits", [](const json& c) { check_loss<B>(c, binary_crossentropy{{.from_logits = true}}); }},
+    {"binary_crossentropy_probs", [](const json& c) { check_loss<B>(c, binary_crossentropy{{.from_logits = false}}); }},
+    {"mean_squared_error", [](const json& c) { check_loss<B>(c, mean_squared_error{}); }},
 };
 
 // ---- optimizers ----------------------------------------------------------------------------------------
 
-/// Two apply_gradients steps from p0 (g1, then g2), compared after each.
-template <class Opt>
+/// Two apply_gradients steps from p0 (g1, then g2) on backend memory, compared after each.
+template <class B, class Opt>
 void check_optimizer(const json& c, Opt opt) {
   const std::string name = c.at("name");
-  std::vector<float> p = floats(c.at("p0"));
-  const std::vector<float> g1 = floats(c.at("g1")), g2 = floats(c.at("g2"));
-  opt.apply_gradients(g1, p);
-  expect_close(name + " after step 1", p, doubles(c.at("p1")), opt_rtol, opt_atol);
-  opt.apply_gradients(g2, p);
-  expect_close(name + " after step 2", p, doubles(c.at("p2")), opt_rtol, opt_atol);
+  const B device;
+  const std::vector<float> p0 = floats(c.at("p0"));
+  auto p = upload(device, p0), g1 = upload(device, floats(c.at("g1"))), g2 = upload(device, floats(c.at("g2")));
+  const device_span<float, B> params(device, p.data(), p0.size());
+  opt.apply_gradients(device_span<float, B>(device, g1.data(), p0.size()), params);
+  expect_close(name + " after step 1", download(device, p), doubles(c.at("p1")), opt_rtol, opt_atol);
+  opt.apply_gradients(device_span<float, B>(device, g2.data(), p0.size()), params);
+  expect_close(name + " after step 2", download(device, p), doubles(c.at("p2")), opt_rtol, opt_atol);
 }
 
+template <class B>
 const std::map<std::string, std::function<void(const json&)>> optimizer_checks{
-    {"sgd", [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f}}); }},
-    {"sgd_momentum", [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f}}); }},
+    {"sgd", [](const json& c) { check_optimizer<B>(c, sgd{{.learning_rate = 0.1f}}); }},
+    {"sgd_momentum", [](const json& c) { check_optimizer<B>(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f}}); }},
     {"sgd_nesterov",
-     [](const json& c) { check_optimizer(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}}); }},
-    {"adam", [](const json& c) { check_optimizer(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f}}); }},
+     [](const json& c) { check_optimizer<B>(c, sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}}); }},
+    {"adam", [](const json& c) { check_optimizer<B>(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f}}); }},
     {"adam_amsgrad",
-     [](const json& c) { check_optimizer(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f, .amsgrad = true}}); }},
+     [](const json& c) { check_optimizer<B>(c, adam{{.learning_rate = 0.01f, .epsilon = 1e-7f, .amsgrad = true}}); }},
     {"rmsprop",
-     [](const json& c) { check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f}}); }},
+     [](const json& c) { check_optimizer<B>(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f}}); }},
     {"rmsprop_momentum",
      [](const json& c) {
-       check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .momentum = 0.5f, .epsilon = 1e-7f}});
+       check_optimizer<B>(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .momentum = 0.5f, .epsilon = 1e-7f}});
      }},
     {"rmsprop_centered",
      [](const json& c) {
-       check_optimizer(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f, .centered = true}});
+       check_optimizer<B>(c, rmsprop{{.learning_rate = 0.01f, .rho = 0.9f, .epsilon = 1e-7f, .centered = true}});
      }},
     {"adamw",
      [](const json& c) {
-       check_optimizer(c, adamw{{.learning_rate = 0.01f, .weight_decay = 0.004f, .epsilon = 1e-7f}});
+       check_optimizer<B>(c, adamw{{.learning_rate = 0.01f, .weight_decay = 0.004f, .epsilon = 1e-7f}});
      }},
 };
 
@@ -215,8 +230,8 @@ void run_family(const char* family, const std::map<std::string, std::function<vo
 
 BOOST_AUTO_TEST_SUITE(golden_pytorch)
 
-BOOST_AUTO_TEST_CASE(layers_match_pytorch) { run_family("layers", layer_checks); }
-BOOST_AUTO_TEST_CASE(losses_match_pytorch) { run_family("losses", loss_checks); }
-BOOST_AUTO_TEST_CASE(optimizers_match_pytorch) { run_family("optimizers", optimizer_checks); }
+BOOST_AUTO_TEST_CASE_TEMPLATE(layers_match_pytorch, B, backends) { run_family("layers", layer_checks<B>); }
+BOOST_AUTO_TEST_CASE_TEMPLATE(losses_match_pytorch, B, backends) { run_family("losses", loss_checks<B>); }
+BOOST_AUTO_TEST_CASE_TEMPLATE(optimizers_match_pytorch, B, backends) { run_family("optimizers", optimizer_checks<B>); }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,9 +1,11 @@
-// Shapes, names, initialisers and behaviours of the layers (values worked out by hand).
+// Shapes, names, initialisers and behaviours of the layers (values worked out by hand), on every backend
+// of the suite.
 #include <numeric>
 
 #include "support/gradcheck.hpp"
 
 using namespace dtrain;
+using dtrain_test::backends;
 
 BOOST_AUTO_TEST_SUITE(layers)
 
@@ -20,49 +22,56 @@ static_assert(std::is_same_v<bind_t<flatten, shape<3, 4, 5>>::output_shape, shap
 static_assert(std::is_same_v<bind_t<dense<7>, shape<3, 4>>::output_shape, shape<3, 7>>);
 static_assert(param_count_v<bind_t<dense<128>, shape<21632>>> == 21632 * 128 + 128);
 static_assert(param_count_v<bind_t<conv2d<32, 3>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32 + 32);
-static_assert(layer<bind_t<dense<3>, shape<4>>> && layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>>> &&
-              layer<bind_t<max_pooling2d<2>, shape<4, 4, 1>>> && layer<bind_t<dropout<0.5f>, shape<4>>> &&
-              layer<bind_t<relu, shape<4>>> && layer<bind_t<reshape<2, 2>, shape<4>>>);
+static_assert(layer<bind_t<dense<3>, shape<4>>, cpu> && layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>>, cpu> &&
+              layer<bind_t<max_pooling2d<2>, shape<4, 4, 1>>, cpu> && layer<bind_t<dropout<0.5f>, shape<4>>, cpu> &&
+              layer<bind_t<relu, shape<4>>, cpu> && layer<bind_t<reshape<2, 2>, shape<4>>, cpu>);
+static_assert(layer<bind_t<dense<3, gelu, l2<0.1f>>, shape<4>, opaque>, opaque> &&
+              layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>, opaque>, opaque> &&
+              layer<bind_t<average_pooling2d<2>, shape<4, 4, 1>, opaque>, opaque> &&
+              layer<bind_t<flatten, shape<2, 2>, opaque>, opaque>);
 
-template <class L>
-std::vector<float> run_forward(L& l, const std::vector<float>& x, std::size_t n, std::span<const float> p,
+/// Layer spec `Spec` on input `In` and backend B, forward on host values.
+template <class Spec, class In, class B>
+std::vector<float> run_forward(const std::vector<float>& x, std::size_t n, const std::vector<float>& p = {},
                                bool training = false, std::uint64_t seed = 1) {
-  cpu device;
+  using L = bind_t<Spec, In, B>;
+  const B device;
   rng r(seed);
-  layer_context<cpu> ctx{device, r, training};
-  std::vector<float> y(n * L::output_shape::size);
-  l.forward(ctx, x.data(), y.data(), n, p);
-  return y;
+  layer_context<B> ctx{device, r, training};
+  L l;
+  auto xd = dtrain_test::upload(device, x), pd = dtrain_test::upload(device, p);
+  auto yd = device.template allocate<float>(n * L::output_shape::size);
+  l.forward(ctx, xd.data(), yd.data(), n, pd.data());
+  return dtrain_test::download(device, yd);
 }
 
-BOOST_AUTO_TEST_CASE(max_and_average_pooling_by_hand) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(max_and_average_pooling_by_hand, B, backends) {
   // one 4x4 channel: 0..15 row-major; 2x2 windows
   std::vector<float> x(16);
   std::iota(x.begin(), x.end(), 0.0f);
-  bind_t<max_pooling2d<2>, shape<4, 4, 1>> mp;
-  BOOST_TEST(run_forward(mp, x, 1, {}) == (std::vector<float>{5, 7, 13, 15}), boost::test_tools::per_element());
-  bind_t<average_pooling2d<2>, shape<4, 4, 1>> ap;
-  BOOST_TEST(run_forward(ap, x, 1, {}) == (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}),
+  using in = shape<4, 4, 1>;
+  BOOST_TEST((run_forward<max_pooling2d<2>, in, B>(x, 1) == std::vector<float>{5, 7, 13, 15}),
+             boost::test_tools::per_element());
+  BOOST_TEST((run_forward<average_pooling2d<2>, in, B>(x, 1) == std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}),
              boost::test_tools::per_element());
   // 3x3 'same' windows with stride 2 over 4x4: output 2x2, pad 0 top/left, 1 bottom/right (TF),
   // and the average counts only cells inside the input.
-  bind_t<average_pooling2d<3, strides<2>, padding::same>, shape<4, 4, 1>> aps;
   const float tl = (0 + 1 + 2 + 4 + 5 + 6 + 8 + 9 + 10) / 9.0f, br = (10 + 11 + 14 + 15) / 4.0f;
-  const auto out = run_forward(aps, x, 1, {});
+  const auto out = run_forward<average_pooling2d<3, strides<2>, padding::same>, in, B>(x, 1);
   BOOST_TEST(out[0] == tl, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(out[3] == br, boost::test_tools::tolerance(1e-6f));
 }
 
-BOOST_AUTO_TEST_CASE(conv2d_matches_a_direct_convolution) {
-  using L = bind_t<conv2d<2, 3, linear, strides<2>, padding::same>, shape<5, 4, 3>>;
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_matches_a_direct_convolution, B, backends) {
+  using spec = conv2d<2, 3, linear, strides<2>, padding::same>;
+  using L = bind_t<spec, shape<5, 4, 3>>;
   rng r(3);
-  L l;
   std::vector<float> p(param_count_v<L>);
-  l.initialize(p, r);
+  L{}.initialize(p, r);
   for (auto& v : p) v += 0.1f * r.normal();
   const std::size_t n = 2;
   const auto x = dtrain_test::random_vector(n * 5 * 4 * 3, r);
-  const auto y = run_forward(l, x, n, p);
+  const auto y = run_forward<spec, shape<5, 4, 3>, B>(x, n, p);
   // direct loops: out 3x2, total pad rows (3-1)*2+3-5 = 2 -> top 1; cols (2-1)*2+3-4 = 1 -> left 0
   for (std::size_t s = 0; s < n; ++s)
     for (std::size_t oy = 0; oy < 3; ++oy)
@@ -97,12 +106,11 @@ BOOST_AUTO_TEST_CASE(glorot_uniform_bounds_and_zero_bias) {
   for (std::size_t i = 50 * 30; i < p.size(); ++i) BOOST_TEST(p[i] == 0.0f);
 }
 
-BOOST_AUTO_TEST_CASE(dropout_is_identity_at_inference_and_scaled_in_training) {
-  using L = bind_t<dropout<0.25f>, shape<1000>>;
-  L l;
+BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_is_identity_at_inference_and_scaled_in_training, B, backends) {
+  using in = shape<1000>;
   std::vector<float> x(2000, 1.0f);
-  BOOST_TEST(run_forward(l, x, 2, {}, false) == x, boost::test_tools::per_element());
-  const auto y = run_forward(l, x, 2, {}, true, 5);
+  BOOST_TEST((run_forward<dropout<0.25f>, in, B>(x, 2, {}, false) == x), boost::test_tools::per_element());
+  const auto y = run_forward<dropout<0.25f>, in, B>(x, 2, {}, true, 5);
   std::size_t zeros = 0;
   for (float v : y) {
     BOOST_TEST((v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6f));
@@ -110,27 +118,33 @@ BOOST_AUTO_TEST_CASE(dropout_is_identity_at_inference_and_scaled_in_training) {
   }
   BOOST_TEST(zeros > 400u);  // expected 500 of 2000, sd ~19
   BOOST_TEST(zeros < 600u);
-  BOOST_TEST(run_forward(l, x, 2, {}, true, 5) == y, boost::test_tools::per_element());  // same seed, same mask
-  BOOST_TEST(run_forward(l, x, 2, {}, true, 6) != y);
+  BOOST_TEST((run_forward<dropout<0.25f>, in, B>(x, 2, {}, true, 5) == y),
+             boost::test_tools::per_element());  // same seed, same mask
+  BOOST_TEST((run_forward<dropout<0.25f>, in, B>(x, 2, {}, true, 6) != y));
+  BOOST_TEST((run_forward<dropout<0.25f>, in, cpu>(x, 2, {}, true, 5) == y),
+             boost::test_tools::per_element());  // and the same mask on every backend
 }
 
-BOOST_AUTO_TEST_CASE(softmax_rows_sum_to_one_and_gelu_values) {
-  std::vector<float> v{1000.0f, 1001.0f, 1002.0f, -3.0f, 0.0f, 3.0f};
-  softmax::forward(v.data(), 2, 3);
+BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_and_gelu_values, B, backends) {
+  const std::vector<float> v = run_forward<softmax, shape<3>, B>({1000.0f, 1001.0f, 1002.0f, -3.0f, 0.0f, 3.0f}, 2);
   BOOST_TEST(v[0] + v[1] + v[2] == 1.0f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(v[2] == std::exp(2.0f) / (1 + std::exp(1.0f) + std::exp(2.0f)), boost::test_tools::tolerance(1e-6f));
-  std::vector<float> g{-1.0f, 0.0f, 1.0f};
-  gelu::forward(g.data(), 1, 3);
+  const std::vector<float> g = run_forward<gelu, shape<3>, B>({-1.0f, 0.0f, 1.0f}, 1);
   // x * Phi(x): Phi(1) = 0.841344746
   BOOST_TEST(g[2] == 0.841344746f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(g[0] == -(1.0f - 0.841344746f), boost::test_tools::tolerance(1e-5f));
 }
 
-BOOST_AUTO_TEST_CASE(l2_regularizer_penalty_and_gradient) {
-  std::vector<float> w{1.0f, -2.0f, 0.5f}, g(3, 0.0f);
-  const float pen = l2<0.1f>::apply(w, g, 1.0f);
-  BOOST_TEST(pen == 0.1f * (1 + 4 + 0.25f), boost::test_tools::tolerance(1e-6f));
-  BOOST_TEST(g[1] == 2 * 0.1f * -2.0f, boost::test_tools::tolerance(1e-6f));
+BOOST_AUTO_TEST_CASE_TEMPLATE(l2_regularizer_penalty_and_gradient, B, backends) {
+  const B device;
+  auto w = dtrain_test::upload(device, {1.0f, -2.0f, 0.5f}), g = dtrain_test::upload(device, {0.0f, 1.0f, 0.0f});
+  auto penalty = dtrain_test::upload(device, {1.0f});  // the penalty adds to what is there
+  l2<0.1f>::apply(device, 3, pointer_t<B, const float>(w.data()), g.data(), 0.5f, penalty.data());
+  BOOST_TEST(dtrain_test::download(device, penalty)[0] == 1.0f + 0.1f * (1 + 4 + 0.25f), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(dtrain_test::download(device, g)[1] == 1.0f + 0.5f * 2 * 0.1f * -2.0f, boost::test_tools::tolerance(1e-6f));
+  // without gradients: the penalty alone
+  l2<0.1f>::apply(device, 3, pointer_t<B, const float>(w.data()), pointer_t<B, float>{}, 0.5f, penalty.data());
+  BOOST_TEST(dtrain_test::download(device, penalty)[0] == 1.0f + 0.2f * (1 + 4 + 0.25f), boost::test_tools::tolerance(1e-6f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,30 +1,44 @@
-// Loss values worked out by hand, gradients against central differences, reductions and bad input.
+// Loss values worked out by hand, gradients against central differences (on every backend of the
+// suite), reductions, bad input, and a loss of the user's own computed on the host.
 #include "support/gradcheck.hpp"
+#include "support/host_loss.hpp"
 
 using namespace dtrain;
+using dtrain_test::backends;
 
 namespace {
 tensor t2(std::vector<float> v, std::size_t r, std::size_t c) { return from_span(v, {r, c}); }
 tensor t1(std::vector<float> v) { return from_span(v, {v.size()}); }
 
-/// Checks per_example's d_pred against differences of sum(per_example) * scale.
+/// Checks the loss kernel's d_pred on backend B against differences of sum(per_example) * scale.
+template <class B>
 void check_loss_gradient(const std::string& what, const any_loss& l, const tensor& y_true, std::vector<float> pred,
                          const extents& pe) {
   const extents te = extents_of(y_true);
-  const batch_view tv{y_true.data(), te};
-  std::size_t rows = pred.size() / pe.back();
-  std::vector<float> per(rows), d(pred.size());
+  l.validate({y_true.data(), te}, {pred.data(), pe});
+  const B dev;
+  const std::size_t rows = pred.size() / pe.back();
+  auto t = dtrain_test::upload(dev, std::vector<float>(y_true.begin(), y_true.end()));
+  auto p = dev.template allocate<float>(pred.size()), per = dev.template allocate<float>(rows);
+  auto d = dev.template allocate<float>(pred.size());
   const float scale = 0.5f;
-  l.per_example(tv, {pred.data(), pe}, per.data(), d.data(), scale);
+  auto run = [&](bool grad) {
+    dev.upload(pred.size(), pred.data(), p.data());
+    std::visit([&](const auto& o) {
+      dev.loss(o, rows, pe.back(), scale, t.data(), p.data(), per.data(), grad ? d.data() : pointer_t<B, float>{});
+    }, *l.kernel());
+  };
+  run(true);
+  const std::vector<float> analytic = dtrain_test::download(dev, d);
   auto f = [&]() -> double {
-    std::vector<float> q(rows);
-    l.per_example(tv, {pred.data(), pe}, q.data(), nullptr, 1.0f);
+    run(false);
     double s = 0;
-    for (float v : q) s += v;
+    for (float v : dtrain_test::download(dev, per)) s += v;
     return s * scale;
   };
-  dtrain_test::check_gradient(what, pred, d, f);
+  dtrain_test::check_gradient(what, pred, analytic, f);
 }
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(losses)
@@ -70,7 +84,7 @@ BOOST_AUTO_TEST_CASE(categorical_binary_mse_values) {
              boost::test_tools::tolerance(1e-6f));
 }
 
-BOOST_AUTO_TEST_CASE(gradients_match_central_differences) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_central_differences, B, backends) {
   rng r(5);
   for (std::size_t n : {1, 5}) {
     const std::size_t c = 7;
@@ -81,13 +95,13 @@ BOOST_AUTO_TEST_CASE(gradients_match_central_differences) {
     for (auto& v : probs) v = 0.1f + 0.8f * r.uniform();
     for (auto& v : soft) v = r.uniform();
     const tensor y_sparse = from_span(labels, {n}), y_onehot = from_span(onehot, pe), y_soft = from_span(soft, pe);
-    check_loss_gradient("scce logits", sparse_categorical_crossentropy{{.from_logits = true}}, y_sparse, logits, pe);
-    check_loss_gradient("scce probs", sparse_categorical_crossentropy{}, y_sparse, probs, pe);
-    check_loss_gradient("cce logits", categorical_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
-    check_loss_gradient("cce probs", categorical_crossentropy{}, y_onehot, probs, pe);
-    check_loss_gradient("bce logits", binary_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
-    check_loss_gradient("bce probs", binary_crossentropy{}, y_soft, probs, pe);
-    check_loss_gradient("mse", mean_squared_error{}, y_soft, logits, pe);
+    check_loss_gradient<B>("scce logits", sparse_categorical_crossentropy{{.from_logits = true}}, y_sparse, logits, pe);
+    check_loss_gradient<B>("scce probs", sparse_categorical_crossentropy{}, y_sparse, probs, pe);
+    check_loss_gradient<B>("cce logits", categorical_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
+    check_loss_gradient<B>("cce probs", categorical_crossentropy{}, y_onehot, probs, pe);
+    check_loss_gradient<B>("bce logits", binary_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
+    check_loss_gradient<B>("bce probs", binary_crossentropy{}, y_soft, probs, pe);
+    check_loss_gradient<B>("mse", mean_squared_error{}, y_soft, logits, pe);
   }
 }
 
@@ -113,6 +127,14 @@ BOOST_AUTO_TEST_CASE(bad_labels_and_shapes_name_the_loss_and_shapes) {
     BOOST_TEST(m.find("mean_squared_error") != std::string::npos);
     BOOST_TEST(m.find("(2, 4)") != std::string::npos);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_host_loss_through_any_loss) {
+  const any_loss l = dtrain_test::half_squared_error{};
+  BOOST_TEST(!l.kernel().has_value());
+  // rows (1, 2) vs (1, 4): 0.5 * 4; (3, 4) vs (3, 3): 0.5 * 1; the mean of the two rows
+  BOOST_TEST(l(t2({1, 2, 3, 4}, 2, 2), t2({1, 4, 3, 3}, 2, 2))() == (2.0f + 0.5f) / 2, boost::test_tools::tolerance(1e-6f));
+  BOOST_CHECK_THROW(l(t2({1, 2, 3, 4}, 2, 2), t1({1, 2})), shape_error);
 }
 
 BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_as_in_the_seeds) {

@@ -12,32 +12,57 @@ struct batch {
 
 BOOST_AUTO_TEST_SUITE(metrics)
 
+/// A metric's (total, count) after one batch of host values.
+metric_state one_batch(any_metric m, const batch& t, const batch& p) {
+  m.update_state(t.view(), p.view());
+  return m.state();
+}
+
 BOOST_AUTO_TEST_CASE(accuracies_by_hand) {
   const batch pred{{0.1f, 0.7f, 0.2f, 0.6f, 0.3f, 0.1f, 0.2f, 0.2f, 0.6f}, {3, 3}};  // argmax 1, 0, 2
   const batch labels{{1, 1, 2}, {3}};
-  BOOST_TEST(sparse_categorical_accuracy{}.update(labels.view(), pred.view()).total == 2.0);
+  BOOST_TEST(one_batch(sparse_categorical_accuracy{}, labels, pred).values[0] == 2.0f);
   const batch onehot{{0, 1, 0, 0, 0, 1, 0, 0, 1}, {3, 3}};
-  BOOST_TEST(categorical_accuracy{}.update(onehot.view(), pred.view()).total == 2.0);
+  BOOST_TEST(one_batch(categorical_accuracy{}, onehot, pred).values[0] == 2.0f);
   const batch prob{{0.7f, 0.2f, 0.5f, 0.9f}, {2, 2}}, bin{{1, 0, 1, 1}, {2, 2}};
   // row 0: both right; row 1: 0.5 is not above the threshold -> one of two
-  const auto b = binary_accuracy{}.update(bin.view(), prob.view());
-  BOOST_TEST(b.total == 1.5);
-  BOOST_TEST(b.count == 2.0);
+  const metric_state b = one_batch(binary_accuracy{}, bin, prob);
+  BOOST_TEST(b.values[0] == 1.5f);
+  BOOST_TEST(b.values[1] == 2.0f);
+  BOOST_CHECK_THROW(one_batch(categorical_accuracy{}, labels, pred), shape_error);
+}
+
+/// A metric of the user's own, on the host: the mean of the predictions.
+struct mean_prediction {
+  std::string name() const { return "mean_prediction"; }
+  metric_update update(batch_view, batch_view p) const {
+    double s = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) s += p.data[i];
+    return {s, double(p.size())};
+  }
+};
+
+BOOST_AUTO_TEST_CASE(a_host_metric_through_any_metric) {
+  static_assert(metric_function<mean_prediction> && !kernel_metric<mean_prediction>);
+  any_metric m = mean_prediction{};
+  BOOST_TEST(!m.kernel(batch{{1}, {1}}.view(), batch{{1}, {1}}.view()).has_value());
+  m.update_state(batch{{0, 0}, {2}}.view(), batch{{1, 2, 3, 6}, {2, 2}}.view());
+  BOOST_TEST(m.result() == 3.0f);
 }
 
 BOOST_AUTO_TEST_CASE(accuracy_string_resolves_like_keras) {
   const batch pred{{0.1f, 0.7f, 0.2f, 0.6f, 0.3f, 0.1f}, {2, 3}};
   accuracy sparse;
-  sparse.update(batch{{1, 1}, {2}}.view(), pred.view());
+  sparse.kernel(batch{{1, 1}, {2}}.view(), pred.view());
   BOOST_TEST((sparse.resolved == accuracy::kind::sparse));
   accuracy sparse_col;
-  sparse_col.update(batch{{1, 1}, {2, 1}}.view(), pred.view());
+  sparse_col.kernel(batch{{1, 1}, {2, 1}}.view(), pred.view());
   BOOST_TEST((sparse_col.resolved == accuracy::kind::sparse));
   accuracy cat;
-  cat.update(batch{{0, 1, 0, 1, 0, 0}, {2, 3}}.view(), pred.view());
+  cat.kernel(batch{{0, 1, 0, 1, 0, 0}, {2, 3}}.view(), pred.view());
   BOOST_TEST((cat.resolved == accuracy::kind::categorical));
   accuracy bin;
-  bin.update(batch{{1, 0}, {2, 1}}.view(), batch{{0.9f, 0.8f}, {2, 1}}.view());
+  bin.kernel(batch{{1, 0}, {2, 1}}.view(), batch{{0.9f, 0.8f}, {2, 1}}.view());
   BOOST_TEST((bin.resolved == accuracy::kind::binary));
 }
 

@@ -1,7 +1,10 @@
-// fit / evaluate / predict with Keras' epoch semantics, validation, callbacks and arrays.
+// fit / evaluate / predict with Keras' epoch semantics, validation, callbacks and arrays (the loops
+// that see the model through its API only, so the ones that train run on every backend of the suite).
 #include "support/gradcheck.hpp"
 
 using namespace dtrain;
+using dtrain_test::backends;
+using dtrain_test::on;
 namespace tt = boost::test_tools;
 
 namespace {
@@ -19,8 +22,9 @@ std::pair<tensor, tensor> problem(std::size_t n, std::uint64_t seed = 1) {
   }
   return {x, y};
 }
-net compiled(std::uint64_t seed = 3) {
-  net m(seed);
+template <class B = cpu>
+on<net, B> compiled(std::uint64_t seed = 3) {
+  on<net, B> m(seed);
   m.compile({.optimizer = adam{{.learning_rate = 0.02f}},
              .loss = sparse_categorical_crossentropy{{.from_logits = true}},
              .metrics = {accuracy{}}});
@@ -40,9 +44,9 @@ callback_ref counter(counts& c) {
 
 BOOST_AUTO_TEST_SUITE(fit)
 
-BOOST_AUTO_TEST_CASE(full_passes_learn_and_call_every_hook) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(full_passes_learn_and_call_every_hook, B, backends) {
   auto [x, y] = problem(96);
-  auto m = compiled();
+  auto m = compiled<B>();
   counts c;
   const history h = m.fit(data::from_tensor_slices(x, y) | data::shuffle(96) | data::batch(16),
                           {.epochs = 4, .callbacks = {counter(c)}, .verbose = 0});
@@ -99,9 +103,9 @@ BOOST_AUTO_TEST_CASE(validation_frequency_and_initial_epoch) {
                     usage_error);
 }
 
-BOOST_AUTO_TEST_CASE(arrays_with_validation_split_take_the_tail) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(arrays_with_validation_split_take_the_tail, B, backends) {
   auto [x, y] = problem(50);
-  auto m = compiled();
+  auto m = compiled<B>();
   const history h = m.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 8, .validation_split = 0.2});
   BOOST_REQUIRE_EQUAL(h["val_loss"].size(), 2u);
   // validation ran on rows 40..49 with the final weights
@@ -111,20 +115,20 @@ BOOST_AUTO_TEST_CASE(arrays_with_validation_split_take_the_tail) {
   BOOST_CHECK_THROW(m.fit(x, detail::rows_of(y, 0, 10), {.verbose = 0}), shape_error);
 }
 
-BOOST_AUTO_TEST_CASE(predict_concatenates_batches_and_early_stopping_stops_fit) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(predict_concatenates_batches_and_early_stopping_stops_fit, B, backends) {
   auto [x, y] = problem(21);
-  auto m = compiled();
+  auto m = compiled<B>();
   const tensor p = m.predict(x, {.batch_size = 8});
   BOOST_TEST((extents_of(p) == extents{21, 3}));
   const tensor q = m.predict_on_batch(x);
   BOOST_TEST(p == q);
   // patience 0 on a metric that cannot improve after epoch 0 (lr 0): stops after epoch 1
-  net frozen(1);
+  on<net, B> frozen(1);
   frozen.compile({.optimizer = sgd{{.learning_rate = 0.0f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
   const history h = frozen.fit(x, y, {.epochs = 10, .callbacks = {early_stopping({.monitor = "loss"})}, .verbose = 0,
                                       .shuffle = false});
   BOOST_TEST(h.epochs.size() == 2u);
-  BOOST_CHECK_THROW(net{}.fit(x, y, {.verbose = 0}), usage_error);
+  BOOST_CHECK_THROW((on<net, B>{}.fit(x, y, {.verbose = 0})), usage_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,10 +1,14 @@
 // The model: layout, names, summary, compile/steps, training to near-zero loss, custom-loop
-// gradients, determinism and run-time errors.
+// gradients, determinism and run-time errors, on every backend of the suite.
 #include <sstream>
 
 #include "support/gradcheck.hpp"
+#include "support/host_loss.hpp"
 
 using namespace dtrain;
+using dtrain_test::backends;
+using dtrain_test::on;
+using dtrain_test::to_host;
 namespace tt = boost::test_tools;
 
 using cnn = sequential<input<28, 28>, reshape<28, 28, 1>, conv2d<32, 3, relu>, flatten, dense<128, relu>, dense<10>>;
@@ -48,6 +52,11 @@ BOOST_AUTO_TEST_CASE(layout_names_and_counts) {
   BOOST_TEST(ls[4].offset == ls[3].offset + ls[3].param_count);
   BOOST_TEST(m.parameters().size() == m.count_params());
   BOOST_TEST(m.layer_parameters<3>().data() == m.parameters().data() + 320);
+  // the same layout in backend memory, and the same initial weights on every backend
+  on<cnn, opaque> o;
+  BOOST_TEST(o.parameters().size() == m.count_params());
+  BOOST_TEST((o.layer_parameters<3>().data() == o.parameters().data() + 320));
+  BOOST_TEST(o.get_weights() == m.get_weights(), tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(summary_table) {
@@ -62,8 +71,8 @@ BOOST_AUTO_TEST_CASE(summary_table) {
   BOOST_TEST(s.find("Non-trainable params: 0") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(trains_to_near_zero_loss) {
-  small m(3);
+BOOST_AUTO_TEST_CASE_TEMPLATE(trains_to_near_zero_loss, B, backends) {
+  on<small, B> m(3);
   m.compile({.optimizer = adam{{.learning_rate = 0.01f}},
              .loss = sparse_categorical_crossentropy{{.from_logits = true}},
              .metrics = {accuracy{}}});
@@ -83,8 +92,8 @@ BOOST_AUTO_TEST_CASE(trains_to_near_zero_loss) {
   BOOST_TEST(eval["accuracy"] == 1.0f);
 }
 
-BOOST_AUTO_TEST_CASE(conv_pool_model_trains_and_predicts) {
-  pooled m(5);
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv_pool_model_trains_and_predicts, B, backends) {
+  on<pooled, B> m(5);
   m.compile({.optimizer = sgd{{.learning_rate = 0.5f, .momentum = 0.9f}}, .loss = sparse_categorical_crossentropy{},
              .metrics = {sparse_categorical_accuracy{}}});
   rng r(2);
@@ -106,17 +115,17 @@ BOOST_AUTO_TEST_CASE(conv_pool_model_trains_and_predicts) {
   BOOST_TEST(xt::sum(xt::view(p, 0, xt::all()))() == 1.0f, tt::tolerance(1e-5f));  // softmax rows
 }
 
-BOOST_AUTO_TEST_CASE(value_and_gradients_matches_central_differences) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(value_and_gradients_matches_central_differences, B, backends) {
   // the custom-loop step: average over a global batch of 8 (this "replica" holds 4), l2 scaled by 2 replicas
-  pooled m(9);
+  on<pooled, B> m(9);
   rng r(4);
   tensor x = zeros({4, 8, 8, 2}), y = zeros({4});
   for (auto& v : x) v = r.normal();
   for (std::size_t i = 0; i < 4; ++i) y(i) = float(i);
   const any_loss loss = sparse_categorical_crossentropy{};
   m.value_and_gradients(x, y, loss, 8, 2);
-  const std::vector<float> analytic(m.gradients().begin(), m.gradients().end());
-  std::vector<float> params(m.parameters().begin(), m.parameters().end());
+  const std::vector<float> analytic = to_host(m.gradients());
+  std::vector<float> params = m.get_weights();
   auto f = [&]() -> double {
     m.set_weights(params);
     const tensor per = sparse_categorical_crossentropy{{.reduction = reduction::none}}(y, m(x, true));
@@ -125,8 +134,8 @@ BOOST_AUTO_TEST_CASE(value_and_gradients_matches_central_differences) {
   dtrain_test::check_gradient("model", params, analytic, f, 400);
 }
 
-BOOST_AUTO_TEST_CASE(custom_loss_callable) {
-  small m(1);
+BOOST_AUTO_TEST_CASE_TEMPLATE(custom_loss_callable, B, backends) {
+  on<small, B> m(1);
   tensor x = zeros({2, 6});
   // loss = sum of outputs: d loss / d outputs = 1
   const float l = m.value_and_gradients(x, [](const tensor& p, tensor& d) {
@@ -135,13 +144,13 @@ BOOST_AUTO_TEST_CASE(custom_loss_callable) {
   });
   BOOST_TEST(std::isfinite(l));
   float gnorm = 0;
-  for (float g : m.gradients()) gnorm += g * g;
+  for (float g : to_host(m.gradients())) gnorm += g * g;
   BOOST_TEST(gnorm > 0.0f);
 }
 
-BOOST_AUTO_TEST_CASE(same_seed_same_weights_bitwise) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(same_seed_same_weights_bitwise, B, backends) {
   auto train = [](std::uint64_t seed) {
-    small m(seed);
+    on<small, B> m(seed);
     m.compile({.optimizer = rmsprop{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
     auto [x, y] = blobs(16, 7);
     for (int s = 0; s < 5; ++s) m.train_step(x, y);
@@ -151,8 +160,64 @@ BOOST_AUTO_TEST_CASE(same_seed_same_weights_bitwise) {
   BOOST_TEST(train(1) != train(2));
 }
 
-BOOST_AUTO_TEST_CASE(run_time_errors_name_layer_loss_and_shapes) {
-  small m;
+BOOST_AUTO_TEST_CASE(every_backend_trains_to_the_same_bits) {
+  // the opaque backend runs the cpu kernels on its own buffers: a model whose inputs, targets, scalars
+  // and state all travel through the backend seam ends where the cpu model ends
+  auto train = []<class B>(B) {
+    on<pooled, B> m(4);
+    m.compile({.optimizer = adamw{}, .loss = sparse_categorical_crossentropy{}, .metrics = {accuracy{}}});
+    rng r(6);
+    tensor x = zeros({6, 8, 8, 2}), y = zeros({6});
+    for (auto& v : x) v = r.normal();
+    for (std::size_t i = 0; i < 6; ++i) y(i) = float(i % 5);
+    logs l;
+    for (int s = 0; s < 4; ++s) l = m.train_step(x, y);
+    std::vector<float> out = m.get_weights(), state = m.optimizer().state().slots;
+    out.insert(out.end(), state.begin(), state.end());
+    out.push_back(l["loss"]), out.push_back(l["accuracy"]);
+    return out;
+  };
+  BOOST_TEST(train(cpu{}) == train(opaque{}), tt::per_element());
+}
+
+/// A metric of the user's own, computed on the host: the model hands it host copies.
+struct max_abs_error {
+  std::string name() const { return "max_abs_error"; }
+  metric_update update(batch_view t, batch_view p) const {
+    double m = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) m = std::max(m, double(std::abs(p.data[i] - t.data[i])));
+    return {m, 1.0};
+  }
+};
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(host_losses_and_metrics_train_on_any_backend, B, backends) {
+  // half the squared error is mean_squared_error * c / 2: both losses give the same training with the
+  // learning rate scaled to match
+  using reg = basic_sequential<B, input<4>, dense<8, dtrain::tanh>, dense<2>>;
+  rng r(2);
+  tensor x = zeros({16, 4}), y = zeros({16, 2});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 16; ++i) y(i, 0) = x(i, 0) - x(i, 1), y(i, 1) = 0.5f * x(i, 2);
+  reg host(1), kernel(1);
+  host.compile({.optimizer = sgd{{.learning_rate = 0.1f}}, .loss = dtrain_test::half_squared_error{},
+                .metrics = {max_abs_error{}}});
+  kernel.compile({.optimizer = sgd{{.learning_rate = 0.1f}}, .loss = mean_squared_error{}});
+  logs first, last;
+  for (int s = 0; s < 200; ++s) {
+    host.reset_metrics();
+    last = host.train_step(x, y);
+    kernel.train_step(x, y);
+    if (s == 0) first = last;
+  }
+  BOOST_TEST(last["loss"] < 0.1f * first["loss"]);
+  BOOST_TEST(last["max_abs_error"] < first["max_abs_error"]);
+  // d(half squared error)/dp = e; d(mse)/dp = 2 e / c = e with c = 2: the same steps
+  const auto a = host.get_weights(), b = kernel.get_weights();
+  for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i], tt::tolerance(1e-4f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(run_time_errors_name_layer_loss_and_shapes, B, backends) {
+  on<small, B> m;
   tensor x = zeros({4, 6}), y = zeros({4});
   BOOST_CHECK_THROW(m.train_step(x, y), usage_error);
   m.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});

@@ -1,74 +1,85 @@
-// Update rules worked out by hand for two steps, schedules, state save/restore, bad options.
+// Update rules worked out by hand for two steps (on every backend of the suite), schedules, state
+// save/restore (across backends too), bad options.
 #include "support/gradcheck.hpp"
 
 using namespace dtrain;
+using dtrain_test::backends;
 namespace tt = boost::test_tools;
 
 namespace {
+/// One step of `o` on parameters `p` with gradients `g`, both in backend B's memory.
+template <class B, class O>
+void step_on(O& o, const std::vector<float>& g, std::vector<float>& p) {
+  const B dev;
+  auto gd = dtrain_test::upload(dev, g), pd = dtrain_test::upload(dev, p);
+  o.apply_gradients(device_span<float, B>(dev, gd.data(), g.size()), device_span<float, B>(dev, pd.data(), p.size()));
+  p = dtrain_test::download(dev, pd);
+}
+
 /// Two steps on p = (1, -2) with gradients g1 then g2; returns p.
-template <class O>
+template <class B, class O>
 std::vector<float> two_steps(O o) {
   std::vector<float> p{1.0f, -2.0f};
-  o.apply_gradients(std::vector<float>{0.5f, -1.0f}, p);
-  o.apply_gradients(std::vector<float>{0.25f, 2.0f}, p);
+  step_on<B>(o, {0.5f, -1.0f}, p);
+  step_on<B>(o, {0.25f, 2.0f}, p);
   return p;
 }
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(optimizers)
 
-BOOST_AUTO_TEST_CASE(sgd_plain_momentum_nesterov) {
-  auto p = two_steps(sgd{{.learning_rate = 0.1f}});
+BOOST_AUTO_TEST_CASE_TEMPLATE(sgd_plain_momentum_nesterov, B, backends) {
+  auto p = two_steps<B>(sgd{{.learning_rate = 0.1f}});
   BOOST_TEST(p[0] == 1.0f - 0.1f * 0.75f, tt::tolerance(1e-6f));
   BOOST_TEST(p[1] == -2.0f - 0.1f * 1.0f, tt::tolerance(1e-6f));
   // momentum 0.9: m1 = -0.05, p = 0.95; m2 = 0.9 * -0.05 - 0.025 = -0.07, p = 0.88
-  p = two_steps(sgd{{.learning_rate = 0.1f, .momentum = 0.9f}});
+  p = two_steps<B>(sgd{{.learning_rate = 0.1f, .momentum = 0.9f}});
   BOOST_TEST(p[0] == 0.88f, tt::tolerance(1e-6f));
   // nesterov: p1 = 1 + 0.9 * -0.05 - 0.05 = 0.905; m2 = -0.07, p2 = 0.905 + 0.9 * -0.07 - 0.025 = 0.817
-  p = two_steps(sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}});
+  p = two_steps<B>(sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}});
   BOOST_TEST(p[0] == 0.817f, tt::tolerance(1e-6f));
 }
 
-BOOST_AUTO_TEST_CASE(adam_first_step_moves_by_learning_rate) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(adam_first_step_moves_by_learning_rate, B, backends) {
   // With bias correction Adam's first step is lr * g / (|g| + eps') = lr * sign(g)
   adam a{{.learning_rate = 0.01f}};
   std::vector<float> p{1.0f, -2.0f};
-  a.apply_gradients(std::vector<float>{0.5f, -1.0f}, p);
+  step_on<B>(a, {0.5f, -1.0f}, p);
   BOOST_TEST(p[0] == 0.99f, tt::tolerance(1e-5f));
   BOOST_TEST(p[1] == -1.99f, tt::tolerance(1e-5f));
   BOOST_TEST(a.iterations() == 1);
   // second step on parameter 0: m = 0.9*0.05 + 0.1*0.25 = 0.07, v = 0.999*0.00025 + 0.001*0.0625
   const double m = 0.07, v = 0.999 * 0.00025 + 0.001 * 0.0625;
   const double alpha = 0.01 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9);
-  a.apply_gradients(std::vector<float>{0.25f, 2.0f}, p);
+  step_on<B>(a, {0.25f, 2.0f}, p);
   BOOST_TEST(p[0] == 0.99 - alpha * m / (std::sqrt(v) + 1e-7), tt::tolerance(1e-5));
 }
 
-BOOST_AUTO_TEST_CASE(adamw_decays_weights_first) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(adamw_decays_weights_first, B, backends) {
   // zero gradient: Adam moves nothing, AdamW multiplies by 1 - lr * wd
   adamw a{{.learning_rate = 0.1f, .weight_decay = 0.5f}};
   std::vector<float> p{2.0f};
-  a.apply_gradients(std::vector<float>{0.0f}, p);
+  step_on<B>(a, {0.0f}, p);
   BOOST_TEST(p[0] == 2.0f * (1 - 0.05f), tt::tolerance(1e-6f));
 }
 
-BOOST_AUTO_TEST_CASE(rmsprop_plain_momentum_centered) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_plain_momentum_centered, B, backends) {
   // v1 = 0.1 * 0.25 = 0.025; step = 0.01 * 0.5 / sqrt(0.025 + 1e-7)
   rmsprop r{{.learning_rate = 0.01f}};
   std::vector<float> p{1.0f};
-  r.apply_gradients(std::vector<float>{0.5f}, p);
+  step_on<B>(r, {0.5f}, p);
   const double s1 = 0.01 * 0.5 / std::sqrt(0.025 + 1e-7);
   BOOST_TEST(p[0] == 1.0 - s1, tt::tolerance(1e-5));
   // centered: mean g = 0.05, denominator 0.025 - 0.0025
   rmsprop c{{.learning_rate = 0.01f, .centered = true}};
   p = {1.0f};
-  c.apply_gradients(std::vector<float>{0.5f}, p);
+  step_on<B>(c, {0.5f}, p);
   BOOST_TEST(p[0] == 1.0 - 0.01 * 0.5 / std::sqrt(0.0225 + 1e-7), tt::tolerance(1e-5));
   // momentum 0.5: second step adds half of the first
   rmsprop m{{.learning_rate = 0.01f, .momentum = 0.5f}};
   p = {1.0f};
-  m.apply_gradients(std::vector<float>{0.5f}, p);
-  m.apply_gradients(std::vector<float>{0.5f}, p);
+  step_on<B>(m, {0.5f}, p);
+  step_on<B>(m, {0.5f}, p);
   const double v2 = 0.9 * 0.025 + 0.1 * 0.25;
   const double s2 = 0.01 * 0.5 / std::sqrt(v2 + 1e-7);
   BOOST_TEST(p[0] == 1.0 - s1 - (0.5 * s1 + s2), tt::tolerance(1e-5));
@@ -115,6 +126,23 @@ BOOST_AUTO_TEST_CASE(state_round_trip_resumes_bitwise) {
     BOOST_TEST(straight == resumed, tt::per_element());
     BOOST_TEST(half.iterations() == 2);
   }
+}
+
+BOOST_AUTO_TEST_CASE(state_moves_between_backends) {
+  // two steps with the slots on the opaque backend, the state saved, two more on the cpu backend: the
+  // same as four steps on one
+  rng r(8);
+  const auto g = dtrain_test::random_vector(4 * 20, r);
+  auto grads = [&](int s) { return std::vector<float>(g.begin() + s * 20, g.begin() + (s + 1) * 20); };
+  std::vector<float> straight(20, 1.0f), moved(20, 1.0f);
+  adam a{{.amsgrad = true}}, b{{.amsgrad = true}};
+  for (int s = 0; s < 4; ++s) a.apply_gradients(grads(s), straight);
+  for (int s = 0; s < 2; ++s) step_on<opaque>(b, grads(s), moved);
+  adam c{{.amsgrad = true}};
+  c.set_state(b.state());
+  for (int s = 2; s < 4; ++s) c.apply_gradients(grads(s), moved);
+  BOOST_TEST(straight == moved, tt::per_element());
+  BOOST_TEST(c.iterations() == 4);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_state) {

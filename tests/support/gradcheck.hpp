@@ -17,6 +17,8 @@
 
 #include <dtrain/dtrain.hpp>
 
+#include "support/backends.hpp"
+
 namespace dtrain_test {
 
 inline constexpr double grad_atol = 5e-3;
@@ -62,35 +64,42 @@ inline void check_gradient(const std::string& what, std::vector<float>& values, 
   BOOST_CHECK_MESSAGE(skipped * 10 <= checked, what << ": " << skipped << " of " << checked << " entries sat on kinks");
 }
 
-/// Checks d f / d x and d f / d params of bound layer L on a batch of `n` random samples.
-template <class L>
+/// Checks d f / d x and d f / d params of layer spec `Spec` bound to input `In` on backend B, on a batch of
+/// `n` random samples (host values, uploaded for every evaluation).
+template <class Spec, class In, class B = dtrain::cpu>
 void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t seed = 7) {
-  using In = typename L::input_shape;
+  using L = dtrain::bind_t<Spec, In, B>;
   using Out = typename L::output_shape;
   dtrain::rng r(seed);
-  dtrain::cpu device;
+  const B device;
   L layer;
-  std::vector<float> params(dtrain::param_count_v<L>), grads(params.size());
+  std::vector<float> params(dtrain::param_count_v<L>);
   layer.initialize(params, r);
   for (auto& p : params) p += 0.1f * r.normal();  // non-zero biases too
   std::vector<float> x = random_vector(n * In::size, r), proj = random_vector(n * Out::size, r);
-  std::vector<float> y(n * Out::size), dy, dx(n * In::size);
+  auto pd = device.template allocate<float>(params.size()), xd = device.template allocate<float>(x.size());
+  auto yd = device.template allocate<float>(proj.size()), gd = device.template allocate<float>(params.size());
+  auto dxd = device.template allocate<float>(x.size());
 
   auto f = [&]() -> double {
+    device.upload(params.size(), params.data(), pd.data());
+    device.upload(x.size(), x.data(), xd.data());
     dtrain::rng fixed(seed + 1);  // the same dropout mask on every pass
-    dtrain::layer_context<dtrain::cpu> ctx{device, fixed, true};
-    layer.forward(ctx, x.data(), y.data(), n, params);
+    dtrain::layer_context<B> ctx{device, fixed, true};
+    layer.forward(ctx, xd.data(), yd.data(), n, pd.data());
+    const std::vector<float> y = download(device, yd);
     double s = 0.0;
     for (std::size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * proj[i];
     return s;
   };
   f();
-  dy = proj;
+  auto dyd = upload(device, proj);
   {
     dtrain::rng fixed(seed + 1);
-    dtrain::layer_context<dtrain::cpu> ctx{device, fixed, true};
-    layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, params, grads);
+    dtrain::layer_context<B> ctx{device, fixed, true};
+    layer.backward(ctx, xd.data(), yd.data(), dyd.data(), dxd.data(), n, pd.data(), gd.data());
   }
+  const std::vector<float> dx = download(device, dxd), grads = download(device, gd);
   check_gradient(what + " d/dx", x, dx, f);
   if (!params.empty()) check_gradient(what + " d/dparams", params, grads, f);
 }

@@ -3,3 +3,4 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/dtrain.hpp>
+#include "support/backends.hpp"

@@ -42,7 +42,9 @@ struct training_position {
 class training_model {
  public:
   virtual ~training_model() = default;
-  virtual std::span<float> parameters() = 0;
+  /// Keras `model.get_weights()` / `set_weights()`: host copies of every parameter, flattened.
+  virtual std::vector<float> get_weights() = 0;
+  virtual void set_weights(std::span<const float> weights) = 0;
   virtual any_optimizer& optimizer() = 0;
   /// Writes weights, optimizer, generator and metric states plus `extra` to `path` (the chief calls it).
   virtual void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) = 0;

@@ -93,15 +93,12 @@ class early_stopping : public callback {
     if (stopped_epoch_ > 0 && o_.verbose > 0) std::printf("Epoch %d: early stopping\n", stopped_epoch_ + 1);
     if (stopped_epoch_ > 0 && o_.restore_best_weights && !best_weights_.empty()) {
       if (o_.verbose > 0) std::printf("Restoring model weights from the end of the best epoch: %d.\n", best_epoch_ + 1);
-      std::copy(best_weights_.begin(), best_weights_.end(), model().parameters().begin());
+      model().set_weights(best_weights_);
     }
   }
 
  private:
-  void save_weights() {
-    const auto p = model().parameters();
-    best_weights_.assign(p.begin(), p.end());
-  }
+  void save_weights() { best_weights_ = model().get_weights(); }
   early_stopping_options o_;
   detail::monitor m_;
   int wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;

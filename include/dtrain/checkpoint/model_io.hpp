@@ -5,8 +5,8 @@
 /// layers, classes and variable shapes) in the metadata, so a file is never loaded into a model of
 /// another architecture: the error names the first difference.
 ///
-/// Works on any model type with `layers()`, `parameters()` and (for the optimizer) `optimizer()`, so
-/// this folder does not depend on model/.
+/// Works on any model type with `layers()`, `get_weights()` / `set_weights()` (host copies, whatever the
+/// model's backend) and (for the optimizer) `optimizer()`, so this folder does not depend on model/.
 
 #include <filesystem>
 #include <map>
@@ -33,11 +33,10 @@ std::string signature(const Model& m) {
   return s;
 }
 
-/// The weights, named as Keras' .weights.h5 names them.
+/// The weights `p` (a host copy of the model's parameters), named as Keras' .weights.h5 names them.
 template <class Model>
-std::vector<tensor_view> weight_views(const Model& m) {
+std::vector<tensor_view> weight_views(const Model& m, std::span<const float> p) {
   std::vector<tensor_view> out;
-  const auto p = m.parameters();
   for (const auto& l : m.layers())
     for (std::size_t v = 0; v < l.variables.size(); ++v)
       out.push_back({"layers/" + l.name + "/vars/" + std::to_string(v), l.variables[v].shape,
@@ -53,7 +52,7 @@ std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& 
   scalars = {static_cast<float>(st.iterations), learning_rate};
   std::vector<tensor_view> out{{"optimizer/vars/0", {}, std::span<const float>(&scalars[0], 1)},
                                {"optimizer/vars/1", {}, std::span<const float>(&scalars[1], 1)}};
-  const std::size_t n = m.parameters().size();
+  const std::size_t n = m.count_params();
   const std::size_t slots = n ? st.slots.size() / n : 0;
   std::size_t k = 2;
   for (const auto& l : m.layers())
@@ -97,16 +96,17 @@ void check_signature(const Model& m, const safetensors_file& f, const std::strin
                      " in the model");
 }
 
-/// Copies the file's tensors into `dst` views, naming the first missing or mis-shaped one.
+/// Copies the file's tensors into `base`, where the `want` views point, naming the first missing or
+/// mis-shaped one.
 inline void copy_in(const safetensors_file& f, const std::vector<tensor_view>& want, std::span<float> base,
-                    const float* base_data, const std::string& file, const char* what) {
+                    const std::string& file, const char* what) {
   for (const auto& w : want) {
     const named_tensor* t = f.find(w.name);
     if (!t) throw io_error(std::string(what) + ": " + file + " has no tensor '" + w.name + "'");
     if (t->shape != w.shape)
       throw shape_error(std::string(what) + ": " + file + ": tensor '" + w.name + "' has shape " + shape_str(t->shape) +
                      " but the model expects " + shape_str(w.shape));
-    std::copy(t->data.begin(), t->data.end(), base.begin() + (w.data.data() - base_data));
+    std::copy(t->data.begin(), t->data.end(), base.begin() + (w.data.data() - base.data()));
   }
 }
 }  // namespace detail
@@ -114,7 +114,8 @@ inline void copy_in(const safetensors_file& f, const std::vector<tensor_view>& w
 /// Keras `model.save_weights(path)`.
 template <class Model>
 void save_weights(const Model& m, const std::filesystem::path& path) {
-  save_safetensors(path, weight_views(m), detail::metadata(m, "weights"));
+  const std::vector<float> w = m.get_weights();
+  save_safetensors(path, weight_views(m, w), detail::metadata(m, "weights"));
 }
 
 /// Keras `model.load_weights(path)`: the file must hold this architecture's variables.
@@ -122,25 +123,27 @@ template <class Model>
 void load_weights(Model& m, const std::filesystem::path& path) {
   const auto f = load_safetensors(path);
   detail::check_signature(m, f, path.string(), "load_weights");
-  std::vector<float> staged(m.parameters().begin(), m.parameters().end());  // nothing changes unless all fit
-  detail::copy_in(f, weight_views(m), staged, m.parameters().data(), path.string(), "load_weights");
-  std::copy(staged.begin(), staged.end(), m.parameters().begin());
+  std::vector<float> staged = m.get_weights();  // nothing changes unless all fit
+  detail::copy_in(f, weight_views(m, staged), staged, path.string(), "load_weights");
+  m.set_weights(staged);
 }
 
 /// Keras `model.save(path)`: weights, optimizer state and the architecture's signature; extra named
 /// strings (training state) go into the metadata.
 template <class Model>
 void save_model(Model& m, const std::filesystem::path& path, const std::map<std::string, std::string>& extra = {}) {
-  auto tensors = weight_views(m);
+  const std::vector<float> weights = m.get_weights();
+  auto tensors = weight_views(m, weights);
   auto meta = detail::metadata(m, "model");
   std::vector<float> scalars;
+  optimizer_state st;
   if (m.compiled()) {
-    const auto& st = m.optimizer().state();
+    st = m.optimizer().state();
     auto ov = optimizer_views(m, st, m.optimizer().learning_rate(), scalars);
     tensors.insert(tensors.end(), ov.begin(), ov.end());
     meta["dtrain.optimizer"] = m.optimizer().name();
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
-    meta["dtrain.optimizer.slots"] = std::to_string(m.parameters().empty() ? 0 : st.slots.size() / m.parameters().size());
+    meta["dtrain.optimizer.slots"] = std::to_string(m.count_params() == 0 ? 0 : st.slots.size() / m.count_params());
   }
   for (const auto& [k, v] : extra) meta[k] = v;
   save_safetensors(path, tensors, meta);
@@ -153,15 +156,15 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
   const auto f = load_safetensors(path);
   const std::string file = path.string();
   detail::check_signature(m, f, file, "load_model");
-  std::vector<float> staged(m.parameters().begin(), m.parameters().end());
-  detail::copy_in(f, weight_views(m), staged, m.parameters().data(), file, "load_model");
+  std::vector<float> staged = m.get_weights();
+  detail::copy_in(f, weight_views(m, staged), staged, file, "load_model");
   optimizer_state st;
   const bool with_optimizer = m.compiled() && f.metadata.count("dtrain.optimizer.iterations");
   if (with_optimizer) {
     if (f.metadata.at("dtrain.optimizer") != m.optimizer().name())
       throw value_error("load_model: " + file + " holds the state of optimizer " + f.metadata.at("dtrain.optimizer") +
                      " but the model is compiled with " + m.optimizer().name());
-    const std::size_t n = m.parameters().size(), slots = std::stoull(f.metadata.at("dtrain.optimizer.slots"));
+    const std::size_t n = m.count_params(), slots = std::stoull(f.metadata.at("dtrain.optimizer.slots"));
     st.iterations = std::stoll(f.metadata.at("dtrain.optimizer.iterations"));
     st.slots.assign(slots * n, 0.0f);
     std::vector<float> scalars;
@@ -173,7 +176,7 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
       std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
     }
   }
-  std::copy(staged.begin(), staged.end(), m.parameters().begin());
+  m.set_weights(staged);
   if (with_optimizer) {
     m.optimizer().set_state(std::move(st));
     // a constant learning rate may have been changed by a callback (ReduceLROnPlateau): it is state too
@@ -188,7 +191,8 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
 template <class Model>
 void export_npz(const Model& m, const std::filesystem::path& path) {
   std::map<std::string, tensor> arrays;
-  for (const auto& v : weight_views(m)) arrays[v.name] = from_span(v.data, extents(v.shape.begin(), v.shape.end()));
+  const std::vector<float> weights = m.get_weights();
+  for (const auto& v : weight_views(m, weights)) arrays[v.name] = from_span(v.data, extents(v.shape.begin(), v.shape.end()));
   data::write_npz(path, arrays);
 }
 

@@ -14,7 +14,6 @@
 #include <xtensor/xio.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
-#include <xtensor-blas/xlinalg.hpp>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/shape.hpp"
@@ -41,13 +40,6 @@ inline tensor from_span(std::span<const float> data, const extents& e) {
   tensor t = zeros(e);
   std::copy(data.begin(), data.end(), t.data());
   return t;
-}
-
-/// Matrix product of two rank-2 tensors through xtensor-blas (sgemm).
-inline tensor matmul(const tensor& a, const tensor& b) {
-  if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0])
-    throw shape_error("matmul: cannot multiply " + shape_str(a.shape()) + " by " + shape_str(b.shape()));
-  return xt::linalg::dot(a, b);
 }
 
 }  // namespace dtrain

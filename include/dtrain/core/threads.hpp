@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-// OpenBLAS' own controls (its cblas.h clashes with the CBLAS prototypes xtensor-blas declares).
+// OpenBLAS' own controls, declared here: dtrain includes no BLAS header (see backend/cpu/blas.hpp).
 extern "C" {
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);

@@ -3,8 +3,11 @@
 /// Strategies (`tf.distribute.Strategy`): how a model's replicas are laid out and kept in sync.
 /// - `default_strategy`: one replica, no communication (what `get_strategy()` returns);
 /// - `one_device_strategy`: one replica on a named device (the CPU until the CUDA backend exists);
-/// - `multi_worker_mirrored_strategy<Comm>`: one replica per worker of a cluster (TF_CONFIG, Slurm,
-///   torchrun or MPI variables, or an explicit cluster), gradients summed by `Comm` (ring_tcp).
+/// - `multi_worker_mirrored_strategy<Comm, Backend>`: one replica per worker of a cluster (TF_CONFIG,
+///   Slurm, torchrun or MPI variables, or an explicit cluster), gradients summed by `Comm` (ring_tcp),
+///   computed on `Backend` (cpu).
+/// A strategy has a `backend_type`: `make_model<Model>()` builds the model on it, so a program names its
+/// model type once (`sequential<...>`, a cpu model) and the strategy binds it to its hardware.
 /// The user's program changes only in the strategy type: every strategy offers the same members, as
 /// in the seeds: num_replicas_in_sync, make_model (the "scope": every worker starts from the chief's
 /// weights), run, reduce, experimental_local_results, distribute_dataset,
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
@@ -46,15 +50,33 @@ struct task_info {
   int task_id = 0;
 };
 
+namespace detail {
+/// `Model` built on backend B: `Model::rebind<B>` for a model that can be rebound, else `Model`.
+template <class Model, class B>
+struct rebind_model {
+  using type = Model;
+};
+template <class Model, class B>
+  requires requires { typename Model::template rebind<B>; }
+struct rebind_model<Model, B> {
+  using type = typename Model::template rebind<B>;
+};
+}  // namespace detail
+
+/// `Model` as strategy S builds it (on S's backend).
+template <class S, class Model>
+using model_for_t = typename detail::rebind_model<Model, typename S::backend_type>::type;
+
 /// One replica, no communication: what a program without a strategy runs under.
 class default_strategy {
  public:
+  using backend_type = cpu;
   int num_replicas_in_sync() const { return 1; }
   bool is_chief() const { return true; }
   task_info cluster_resolver() const { return {}; }
   template <class Model>
-  Model make_model(std::uint64_t seed = default_seed) {
-    return Model(seed);
+  model_for_t<default_strategy, Model> make_model(std::uint64_t seed = default_seed) {
+    return model_for_t<default_strategy, Model>(seed);
   }
   template <class F, class... A>
   auto run(F&& f, A&&... args) {
@@ -115,14 +137,17 @@ Comm make_communicator(const cluster_info& c, const communication_options& o) {
 }  // namespace detail
 
 /// `tf.distribute.MultiWorkerMirroredStrategy`: synchronous data parallelism over the workers of a cluster.
-template <communicator Comm>
+template <communicator Comm, backend Backend = cpu>
 class multi_worker_mirrored_strategy final : public replica_context {
  public:
+  using backend_type = Backend;
+
   /// Resolves the cluster (explicit spec, else TF_CONFIG, Slurm, torchrun or MPI variables, else one
   /// worker) and connects to the other workers (blocks until all are there).
-  explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {})
+  explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {},
+                                          Backend device = {})
       : o_(o), cluster_(cluster ? std::move(*cluster) : resolve_cluster()), comm_(connect(o_, cluster_)),
-        buckets_(o.first_bucket_bytes, o.bucket_bytes) {}
+        buckets_(o.first_bucket_bytes, o.bucket_bytes), device_(std::move(device)) {}
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
 
@@ -141,11 +166,14 @@ class multi_worker_mirrored_strategy final : public replica_context {
   };
   const communication_stats& stats() const { return stats_; }
 
-  /// The strategy's "scope": builds the model on every worker and gives all of them the chief's weights.
+  /// The strategy's "scope": builds the model on every worker's backend and gives all of them the
+  /// chief's weights.
   template <class Model>
-  Model make_model(std::uint64_t seed = default_seed) {
-    Model m(seed);
-    comm_.broadcast(m.parameters(), 0);
+  model_for_t<multi_worker_mirrored_strategy, Model> make_model(std::uint64_t seed = default_seed) {
+    model_for_t<multi_worker_mirrored_strategy, Model> m(seed, device_);
+    std::vector<float> weights = m.get_weights();
+    comm_.broadcast(std::span<float>(weights), 0);
+    m.set_weights(weights);
     m.set_replica_context(this);
     return m;
   }
@@ -223,6 +251,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
   cluster_info cluster_;
   Comm comm_;
   gradient_buckets<launcher> buckets_;
+  Backend device_;
   std::span<float> grads_;
   communication_stats stats_;
   std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;

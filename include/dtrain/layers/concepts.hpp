@@ -1,21 +1,25 @@
 #pragma once
 /// \file
 /// The layer seam. A layer is written as a *spec* (`dense<128, relu>`) whose nested template
-/// `bind<In>` is the *bound layer* for a per-sample input shape `In`. Binding is where shapes are
-/// checked: a spec that cannot take `In` fails a `static_assert` that says why, so a mismatched
-/// `sequential<...>` does not compile.
+/// `bind<In, B>` is the *bound layer* for a per-sample input shape `In` on backend `B`. Binding is where
+/// shapes are checked: a spec that cannot take `In` fails a `static_assert` that says why, so a
+/// mismatched `sequential<...>` does not compile.
 ///
-/// A bound layer `B` (contract):
-/// - `B::input_shape`, `B::output_shape`: `shape<...>`; `B::keras_name` ("dense"), `B::class_name` ("Dense");
-/// - `B::params`: a `std::array<param_spec, K>` of its variables in Keras order (kernel, then bias),
+/// A bound layer `L` on backend `B` (contract, `layer<L, B>`), with `cptr` / `ptr` the backend's const
+/// and mutable float pointers:
+/// - `L::input_shape`, `L::output_shape`: `shape<...>`; `L::keras_name` ("dense"), `L::class_name` ("Dense");
+/// - `L::params`: a `std::array<param_spec, K>` of its variables in Keras order (kernel, then bias),
 ///   laid out back to back in the model's single parameter buffer;
-/// - `initialize(params, rng)`: Keras' default initialisers (glorot_uniform kernels, zero biases);
+/// - `initialize(params, rng)`: Keras' default initialisers (glorot_uniform kernels, zero biases), on a
+///   host copy of the layer's parameters (the model uploads them), so every backend starts from the
+///   same weights;
 /// - `forward(ctx, x, y, n, params)`: writes `y` (n x output) from `x` (n x input);
 /// - `backward(ctx, x, y, dy, dx, n, params, grads)`: overwrites `grads` with d loss / d params and,
 ///   when `dx` is not null, writes d loss / d x. `x` and `y` are what the last `forward` saw and wrote;
 ///   `dy` is scratch and may be overwritten; the call follows a `forward` with the same `n`;
-/// - `regularization(params, grads)`: returns the layer's penalty (Keras `layer.losses`) and adds
-///   `scale` times its gradient to `grads`.
+/// - `regularization(ctx, params, grads, scale, penalty)`: adds the layer's penalty (Keras `layer.losses`)
+///   to `penalty[0]` and, when `grads` is not null, `scale` times its gradient to `grads`.
+/// Every access to memory goes through `ctx.device`; `backend/opaque.hpp` proves it at compile time.
 /// Buffers a layer keeps between forward and backward grow to the largest batch seen and are reused:
 /// no allocation happens on a training step once the batch size is stable.
 ///
@@ -23,7 +27,6 @@
 /// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output
 /// alias its input, and its input gradient alias its output gradient (`detail::relabels_v`).
 
-#include <algorithm>
 #include <array>
 #include <cmath>
 #include <concepts>
@@ -31,16 +34,15 @@
 #include <span>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
-#include "dtrain/core/backend.hpp"
+#include "dtrain/backend/backend.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/shape.hpp"
 
 namespace dtrain {
 
-/// What a layer sees of the model during one pass.
-template <backend B = cpu>
+/// What a layer sees of the model during one pass: its backend, its generator, the mode.
+template <class B>
 struct layer_context {
   const B& device;
   rng& random;
@@ -61,69 +63,49 @@ struct param_spec {
 };
 
 /// Total parameter count of a bound layer.
-template <class B>
+template <class L>
 inline constexpr std::size_t param_count_v = [] {
   std::size_t s = 0;
-  for (const auto& p : B::params) s += p.size();
+  for (const auto& p : L::params) s += p.size();
   return s;
 }();
 
-/// The bound layer of spec `L` for input shape `In`.
-template <class L, class In>
-using bind_t = typename L::template bind<In>;
+/// The bound layer of spec `L` for input shape `In` on backend `B`.
+template <class L, class In, class B = cpu>
+using bind_t = typename L::template bind<In, B>;
 
-/// Satisfied by a bound layer that keeps the contract above.
-template <class B>
-concept layer = requires(B& l, const B& cl, layer_context<cpu>& ctx, rng& r, const float* cx, float* x,
-                         std::size_t n, std::span<float> p, std::span<const float> cp, float scale) {
-  requires static_shape<typename B::input_shape>;
-  requires static_shape<typename B::output_shape>;
-  { B::keras_name } -> std::convertible_to<const char*>;
-  { B::class_name } -> std::convertible_to<const char*>;
-  { B::params.size() } -> std::convertible_to<std::size_t>;
-  l.initialize(p, r);
-  l.forward(ctx, cx, x, n, cp);
-  l.backward(ctx, cx, cx, x, x, n, cp, p);
-  { cl.regularization(cp, p, scale) } -> std::convertible_to<float>;
+/// Satisfied by a bound layer that keeps the contract above on backend B.
+template <class L, class B>
+concept layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
+                                       pointer_t<B, const float> cx, pointer_t<B, float> x, std::size_t n, float scale) {
+  requires static_shape<typename L::input_shape>;
+  requires static_shape<typename L::output_shape>;
+  { L::keras_name } -> std::convertible_to<const char*>;
+  { L::class_name } -> std::convertible_to<const char*>;
+  { L::params.size() } -> std::convertible_to<std::size_t>;
+  l.initialize(host, r);
+  l.forward(ctx, cx, x, n, cx);
+  l.backward(ctx, cx, cx, x, x, n, cx, x);
+  cl.regularization(ctx, cx, x, scale, x);
 };
 
 namespace detail {
 
 /// True for a bound layer whose output is its input relabelled (see the contract above).
-template <class B>
+template <class L>
 inline constexpr bool relabels_v = [] {
-  if constexpr (requires { B::relabels; })
-    return static_cast<bool>(B::relabels);
+  if constexpr (requires { L::relabels; })
+    return static_cast<bool>(L::relabels);
   else
     return false;
 }();
-
-/// Runs `f(r0, r1)` on blocks of `rows` rows covering [0, m): spread over the thread budget when the
-/// backend offers `for_blocks` (the cpu backend; BLAS calls inside then run on their caller's thread),
-/// else one block after another. Blocks write disjoint memory; `f` must not throw.
-template <class B, class F>
-void for_row_blocks(const B& device, std::size_t m, std::size_t rows, F&& f) {
-  const std::size_t blocks = (m + rows - 1) / rows;
-  auto run = [&](std::size_t first, std::size_t last) {
-    for (std::size_t i = first; i < last; ++i) f(i * rows, std::min(m, (i + 1) * rows));
-  };
-  if constexpr (requires { device.for_blocks(blocks, run); })
-    device.for_blocks(blocks, run);
-  else
-    run(0, blocks);
-}
-
-/// Grows a reusable buffer to at least `n` floats and returns its data.
-inline float* ensure(std::vector<float>& v, std::size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
 
 /// A layer without variables or regularizer.
 struct no_params {
   static constexpr std::array<param_spec, 0> params{};
   void initialize(std::span<float>, rng&) {}
-  float regularization(std::span<const float>, std::span<float>, float) const { return 0.0f; }
+  template <class Ctx, class C, class P>
+  void regularization(Ctx&, C, P, float, P) const {}
 };
 
 /// Glorot (Xavier) uniform: U(-l, l) with l = sqrt(6 / (fan_in + fan_out)), Keras' default kernel init.

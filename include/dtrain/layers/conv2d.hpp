@@ -3,11 +3,10 @@
 /// `conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv2D`, channels last.
 /// Kernel (k, k, in_channels, filters) and bias (filters) as Keras stores them. Options:
 /// `strides<S>` / `strides<Sh, Sw>`, `padding::valid` (default) / `padding::same`, a regularizer.
-/// Computed as im2col + sgemm in blocks of output rows that stay in cache (spread over the thread budget);
-/// the column buffer is reused by backward.
+/// Computed by the backend's conv2d kernels (the cpu backend: im2col + GEMM in blocks of output rows
+/// that stay in cache); the workspace forward fills is what backward reads.
 
 #include <algorithm>
-#include <cstring>
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/regularizers.hpp"
@@ -66,6 +65,8 @@ struct window2d {
   static constexpr window_axis ay = window(h, Kh, sh, Padding::is_same), ax = window(w, Kw, sw, Padding::is_same);
   static constexpr std::size_t oh = ay.out, ow = ax.out, pt = ay.pad, pl = ax.pad;
   static_assert(Padding::is_same || (h >= Kh && w >= Kw), "2-D window layer: the window is larger than the input");
+  /// The geometry the backend's kernels take, with `f` output channels.
+  static constexpr window_geometry with_outputs(std::size_t f) { return {h, w, c, Kh, Kw, sh, sw, pt, pl, oh, ow, f}; }
 };
 }  // namespace detail
 
@@ -82,15 +83,18 @@ struct conv2d {
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
 
-  template <class In>
+  template <class In, class B>
   struct bind {
     using geo = detail::window2d<In, Kernel, Kernel, stride_type, padding_type>;
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "conv2d";
     static constexpr const char* class_name = "Conv2D";
-    static constexpr std::size_t k = Kernel * Kernel * geo::c;  // one im2col row
-    static constexpr std::size_t pixels = geo::oh * geo::ow;
+    static constexpr window_geometry window = geo::with_outputs(Filters);
+    static constexpr activation_kind act = Activation::kind;
+    static constexpr std::size_t k = window.taps();  // one im2col row
     static constexpr std::array<param_spec, 2> params{
         {{"kernel", 4, {Kernel, Kernel, geo::c, Filters}}, {"bias", 1, {Filters, 0, 0, 0}}}};
 
@@ -99,114 +103,23 @@ struct conv2d {
       std::fill(p.begin() + k * Filters, p.end(), 0.0f);
     }
 
-    template <class Ctx>
-    void forward(Ctx& ctx, const float* x, float* y, std::size_t n, std::span<const float> p) {
-      const std::size_t m = n * pixels;
-      float* cols = detail::ensure(cols_, m * k);
-      float* z = Activation::needs_input ? detail::ensure(z_, m * Filters) : nullptr;
-      const float* w = p.data();
-      const float* b = w + k * Filters;
-      // block by block (rows of the output that stay in cache): im2col, bias, GEMM, activation
-      detail::for_row_blocks(ctx.device, m, block_rows, [&](std::size_t r0, std::size_t r1) {
-        im2col(x, cols, r0, r1);
-        float* yb = y + r0 * Filters;
-        for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * Filters, b, Filters * sizeof(float));
-        ctx.device.gemm(transpose::no, transpose::no, r1 - r0, Filters, k, 1.0f, cols + r0 * k, k, w, Filters, 1.0f,
-                        yb, Filters);
-        if constexpr (Activation::needs_input)
-          std::memcpy(z + r0 * Filters, yb, (r1 - r0) * Filters * sizeof(float));
-        Activation::forward(yb, r1 - r0, Filters);
-      });
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
+      const B& dev = ctx.device;
+      const ptr z = needs_input(act) ? ensure(dev, z_, n * output_shape::size) : ptr{};
+      const ptr work = ensure(dev, work_, dev.template conv2d_workspace<window>(n));
+      dev.template conv2d_forward<window, act>(n, x, p, p + k * Filters, y, z, work);
     }
 
-    template <class Ctx>
-    void backward(Ctx& ctx, const float*, const float* y, float* dy, float* dx, std::size_t n,
-                  std::span<const float> p, std::span<float> g) {
-      const std::size_t m = n * pixels;
-      const float* z = z_.data();
-      // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
-      // count), each block of a slice: activation backward, bias and kernel gradients into the slice's
-      // partial sums while the block is in cache; then the slices are added in order.
-      const std::size_t blocks = (m + block_rows - 1) / block_rows;
-      const std::size_t slices = std::min(max_slices, blocks), per_slice = (blocks + slices - 1) / slices;
-      const std::size_t part = k * Filters + Filters;  // one slice's kernel and bias gradient
-      float* parts = detail::ensure(partials_, slices * part);
-      detail::for_row_blocks(ctx.device, slices * per_slice * block_rows, per_slice * block_rows,
-                             [&](std::size_t s0, std::size_t s1) {
-                               const std::size_t s = s0 / (per_slice * block_rows);
-                               float* pw = parts + s * part;
-                               float* pb = pw + k * Filters;
-                               std::fill(pw, pw + part, 0.0f);
-                               for (std::size_t r0 = s0; r0 < std::min(s1, m); r0 += block_rows) {
-                                 const std::size_t r1 = std::min(m, r0 + block_rows);
-                                 float* db = dy + r0 * Filters;
-                                 Activation::backward(z ? z + r0 * Filters : nullptr, y + r0 * Filters, db, r1 - r0,
-                                                      Filters);
-                                 ctx.device.gemm(transpose::yes, transpose::no, k, Filters, r1 - r0, 1.0f,
-                                                 cols_.data() + r0 * k, k, db, Filters, 1.0f, pw, Filters);
-                                 for (std::size_t r = 0; r < r1 - r0; ++r)
-                                   for (std::size_t f = 0; f < Filters; ++f) pb[f] += db[r * Filters + f];
-                               }
-                             });
-      float* gw = g.data();
-      std::copy(parts, parts + part, gw);
-      for (std::size_t s = 1; s < slices; ++s)
-        for (std::size_t i = 0; i < part; ++i) gw[i] += parts[s * part + i];
-      if (!dx) return;
-      float* dcols = detail::ensure(dcols_, m * k);
-      ctx.device.gemm(transpose::no, transpose::yes, m, k, Filters, 1.0f, dy, Filters, p.data(), Filters, 0.0f,
-                      dcols, k);
-      col2im(dcols, dx, n);
+    void backward(layer_context<B>& ctx, cptr, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
+      ctx.device.template conv2d_backward<window, act>(n, z_.data(), y, dy, p, work_.data(), g, dx);
     }
 
-    float regularization(std::span<const float> p, std::span<float> g, float scale) const {
-      return regularizer::apply(p.first(k * Filters), g.first(k * Filters), scale);
+    void regularization(layer_context<B>& ctx, cptr p, ptr g, float scale, ptr penalty) const {
+      regularizer::apply(ctx.device, k * Filters, p, g, scale, penalty);
     }
 
    private:
-    /// Output rows per block: ~64 KiB of output, so a block's im2col, GEMM and activation stay in cache.
-    static constexpr std::size_t block_rows = std::max<std::size_t>(16, 16384 / Filters);
-    static constexpr std::size_t max_slices = 8;
-
-    /// Calls f(col_offset, input_offset or -1) for every tap of output rows [r0, r1) (row = sample,
-    /// then output y, then output x).
-    template <class F>
-    static void for_each_tap(std::size_t r0, std::size_t r1, F&& f) {
-      constexpr std::size_t C = geo::c;
-      std::size_t s = r0 / pixels, oy = r0 % pixels / geo::ow, ox = r0 % geo::ow;
-      for (std::size_t row = r0; row < r1; ++row) {
-        for (std::size_t ky = 0; ky < Kernel; ++ky) {
-          const std::ptrdiff_t iy = std::ptrdiff_t(oy * geo::sh + ky) - std::ptrdiff_t(geo::pt);
-          for (std::size_t kx = 0; kx < Kernel; ++kx) {
-            const std::ptrdiff_t ix = std::ptrdiff_t(ox * geo::sw + kx) - std::ptrdiff_t(geo::pl);
-            const std::size_t col = row * k + (ky * Kernel + kx) * C;
-            const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(geo::h) && ix < std::ptrdiff_t(geo::w);
-            f(col, inside ? std::ptrdiff_t(((s * geo::h + iy) * geo::w + ix) * C) : std::ptrdiff_t(-1));
-          }
-        }
-        if (++ox == geo::ow) {
-          ox = 0;
-          if (++oy == geo::oh) oy = 0, ++s;
-        }
-      }
-    }
-    static void im2col(const float* x, float* cols, std::size_t r0, std::size_t r1) {
-      for_each_tap(r0, r1, [&](std::size_t col, std::ptrdiff_t src) {
-        if (src < 0)
-          std::fill(cols + col, cols + col + geo::c, 0.0f);
-        else
-          std::memcpy(cols + col, x + src, geo::c * sizeof(float));
-      });
-    }
-    static void col2im(const float* dcols, float* dx, std::size_t n) {
-      std::fill(dx, dx + n * In::size, 0.0f);
-      for_each_tap(0, n * pixels, [&](std::size_t col, std::ptrdiff_t dst) {
-        if (dst < 0) return;
-        for (std::size_t c = 0; c < geo::c; ++c) dx[dst + c] += dcols[col + c];
-      });
-    }
-
-    std::vector<float> cols_, dcols_, z_, partials_;
+    buffer_t<B, float> z_, work_;  // pre-activations (when the activation needs them); the kernels' workspace
   };
 };
 

@@ -3,8 +3,12 @@
 /// Kernel regularizers, given to `dense` / `conv2d` as an option: `dense<64, relu, l2<0.01f>>`.
 /// The penalty is what Keras adds to `model.losses`; training adds it to the loss (divided by the
 /// number of replicas under a strategy, as `scale_regularization_loss` does in the seeds).
+///
+/// Regularizer contract: `apply(device, n, w, g, scale, penalty)` adds the penalty of the `n` weights `w`
+/// to `penalty[0]` and, when `g` is not null, `scale` times its gradient to `g`; `active` is false for
+/// the one that does nothing.
 
-#include <span>
+#include <cstddef>
 #include <type_traits>
 
 namespace dtrain {
@@ -13,7 +17,8 @@ namespace dtrain {
 struct no_regularizer {
   static constexpr bool is_regularizer = true;
   static constexpr bool active = false;
-  static float apply(std::span<const float>, std::span<float>, float) { return 0.0f; }
+  template <class B, class C, class P>
+  static void apply(const B&, std::size_t, C, P, float, P) {}
 };
 
 /// Keras `regularizers.L2(l2)`: penalty `l2 * sum(w^2)`, gradient `2 * l2 * w`.
@@ -23,14 +28,9 @@ struct l2 {
   static constexpr bool is_regularizer = true;
   static constexpr bool active = true;
   static constexpr float factor = Factor;
-  /// Returns the penalty and adds `scale` times its gradient to `grads`.
-  static float apply(std::span<const float> w, std::span<float> grads, float scale) {
-    double s = 0.0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      s += static_cast<double>(w[i]) * w[i];
-      grads[i] += scale * 2.0f * Factor * w[i];
-    }
-    return static_cast<float>(Factor * s);
+  template <class B, class C, class P>
+  static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
+    device.l2(n, Factor, scale, w, g, penalty);
   }
 };
 

@@ -4,7 +4,6 @@
 /// becomes: Keras picks binary, sparse categorical or categorical accuracy from the shapes it sees,
 /// and so does `accuracy` on its first batch (reported under the name "accuracy").
 
-#include <algorithm>
 #include <cstddef>
 
 #include "dtrain/metrics/metric.hpp"
@@ -12,10 +11,7 @@
 namespace dtrain {
 
 namespace detail {
-inline std::size_t argmax_row(const float* v, std::size_t n) {
-  return static_cast<std::size_t>(std::max_element(v, v + n) - v);
-}
-inline void metric_shape_error(const char* metric, batch_view t, batch_view p) {
+[[noreturn]] inline void metric_shape_error(const char* metric, batch_view t, batch_view p) {
   throw shape_error(std::string(metric) + ": y_true shape " + t.str() + " does not fit y_pred shape " + p.str());
 }
 }  // namespace detail
@@ -23,26 +19,19 @@ inline void metric_shape_error(const char* metric, batch_view t, batch_view p) {
 /// Keras `SparseCategoricalAccuracy`: argmax of the scores equals the integer label.
 struct sparse_categorical_accuracy {
   std::string name() const { return "sparse_categorical_accuracy"; }
-  metric_update update(batch_view t, batch_view p) const {
-    const std::size_t c = p.last(), rows = p.size() / std::max<std::size_t>(1, c);
-    if (t.size() != rows || t.batch() != p.batch()) detail::metric_shape_error("sparse_categorical_accuracy", t, p);
-    double hits = 0.0;
-    for (std::size_t r = 0; r < rows; ++r)
-      hits += static_cast<float>(detail::argmax_row(p.data + r * c, c)) == t.data[r] ? 1.0 : 0.0;
-    return {hits, static_cast<double>(rows)};
+  op::sparse_categorical_accuracy kernel(batch_view t, batch_view p) const {
+    if (t.size() != std::size_t(detail::metric_rows(p)) || t.batch() != p.batch())
+      detail::metric_shape_error("sparse_categorical_accuracy", t, p);
+    return {};
   }
 };
 
 /// Keras `CategoricalAccuracy`: argmax of the scores equals argmax of the one-hot target.
 struct categorical_accuracy {
   std::string name() const { return "categorical_accuracy"; }
-  metric_update update(batch_view t, batch_view p) const {
-    const std::size_t c = p.last(), rows = p.size() / std::max<std::size_t>(1, c);
+  op::categorical_accuracy kernel(batch_view t, batch_view p) const {
     if (t.size() != p.size() || t.batch() != p.batch()) detail::metric_shape_error("categorical_accuracy", t, p);
-    double hits = 0.0;
-    for (std::size_t r = 0; r < rows; ++r)
-      hits += detail::argmax_row(p.data + r * c, c) == detail::argmax_row(t.data + r * c, c) ? 1.0 : 0.0;
-    return {hits, static_cast<double>(rows)};
+    return {};
   }
 };
 
@@ -50,12 +39,9 @@ struct categorical_accuracy {
 struct binary_accuracy {
   float threshold = 0.5f;
   std::string name() const { return "binary_accuracy"; }
-  metric_update update(batch_view t, batch_view p) const {
-    const std::size_t c = p.last(), rows = p.size() / std::max<std::size_t>(1, c);
+  op::binary_accuracy kernel(batch_view t, batch_view p) const {
     if (t.size() != p.size() || t.batch() != p.batch()) detail::metric_shape_error("binary_accuracy", t, p);
-    double hits = 0.0;
-    for (std::size_t i = 0; i < p.size(); ++i) hits += (p.data[i] > threshold ? 1.0f : 0.0f) == t.data[i] ? 1.0 : 0.0;
-    return {hits / static_cast<double>(c), static_cast<double>(rows)};
+    return {threshold};
   }
 };
 
@@ -67,7 +53,7 @@ struct accuracy {
   kind resolved = kind::unresolved;
 
   std::string name() const { return "accuracy"; }
-  metric_update update(batch_view t, batch_view p) {
+  metric_op kernel(batch_view t, batch_view p) {
     if (resolved == kind::unresolved) {
       if (p.last() == 1)
         resolved = kind::binary;
@@ -77,9 +63,9 @@ struct accuracy {
         resolved = kind::categorical;
     }
     switch (resolved) {
-      case kind::binary: return binary_accuracy{}.update(t, p);
-      case kind::sparse: return sparse_categorical_accuracy{}.update(t, p);
-      default: return categorical_accuracy{}.update(t, p);
+      case kind::binary: return binary_accuracy{}.kernel(t, p);
+      case kind::sparse: return sparse_categorical_accuracy{}.kernel(t, p);
+      default: return categorical_accuracy{}.kernel(t, p);
     }
   }
 };

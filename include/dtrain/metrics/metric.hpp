@@ -4,16 +4,23 @@
 /// total / count, so the states of all workers can be summed by one all-reduce and every worker
 /// reports the same numbers.
 ///
-/// Metric contract (`metric_function`): `name()` is the Keras name; `update(y_true, y_pred)` validates
-/// the shapes (throwing a `shape_error` naming the metric and both shapes) and returns the batch's
-/// contribution `{total, count}`; it does not keep state itself.
+/// Metric contract (`metric_function`): `name()` is the Keras name. A batch's contribution
+/// `{total, count}` (count = rows of y_pred) comes in one of two ways:
+/// - on the model's backend: `kernel(y_true, y_pred)` checks the shapes (extents only; throwing a
+///   `shape_error` naming the metric and both shapes) and returns the `metric_op` every backend
+///   implements, which writes the total (the built-in metrics);
+/// - on the host: `update(y_true, y_pred)` checks and returns `{total, count}` from host views (a metric
+///   of the user's own).
+/// Neither keeps state: the state lives in `any_metric`.
 
 #include <array>
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/view.hpp"
 
@@ -26,10 +33,19 @@ struct metric_update {
 };
 
 template <class M>
-concept metric_function = requires(M& m, batch_view v) {
-  { m.name() } -> std::convertible_to<std::string>;
+concept kernel_metric = requires(M& m, batch_view v) {
+  { m.kernel(v, v) } -> std::convertible_to<metric_op>;
+};
+
+template <class M>
+concept host_metric = requires(M& m, batch_view v) {
   { m.update(v, v) } -> std::same_as<metric_update>;
 };
+
+template <class M>
+concept metric_function = requires(M& m) {
+  { m.name() } -> std::convertible_to<std::string>;
+} && (kernel_metric<M> || host_metric<M>);
 
 /// (total, count): what `update_state` accumulates and what an all-reduce sums.
 struct metric_state {
@@ -44,6 +60,13 @@ struct metric_state {
   }
   void reset() { values = {0.0f, 0.0f}; }
 };
+
+namespace detail {
+/// Rows a metric counts in a batch of predictions.
+inline double metric_rows(batch_view y_pred) {
+  return static_cast<double>(y_pred.size() / std::max<std::size_t>(1, y_pred.last()));
+}
+}  // namespace detail
 
 /// A metric of any type with its state (what `compile` stores; Keras' `Metric` object).
 class any_metric {
@@ -60,6 +83,9 @@ class any_metric {
   any_metric& operator=(any_metric&&) noexcept = default;
 
   std::string name() const { return fn_->name(); }
+  /// The backend kernel for a batch of these shapes (checked), or nothing for a host metric.
+  std::optional<metric_op> kernel(batch_view y_true, batch_view y_pred) { return fn_->kernel(y_true, y_pred); }
+  /// Adds a batch of host values (Keras `update_state(y_true, y_pred)`).
   void update_state(batch_view y_true, batch_view y_pred) { state_.add(fn_->update(y_true, y_pred)); }
   float result() const { return state_.result(); }
   void reset_state() { state_.reset(); }
@@ -70,6 +96,7 @@ class any_metric {
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
+    virtual std::optional<metric_op> kernel(batch_view, batch_view) = 0;
     virtual metric_update update(batch_view, batch_view) = 0;
     virtual std::unique_ptr<concept_t> clone() const = 0;
   };
@@ -77,7 +104,20 @@ class any_metric {
   struct model_t final : concept_t {
     explicit model_t(M m) : m_(std::move(m)) {}
     std::string name() const override { return m_.name(); }
-    metric_update update(batch_view t, batch_view p) override { return m_.update(t, p); }
+    std::optional<metric_op> kernel(batch_view t, batch_view p) override {
+      if constexpr (kernel_metric<M>) return m_.kernel(t, p);
+      else return std::nullopt;
+    }
+    metric_update update(batch_view t, batch_view p) override {
+      if constexpr (kernel_metric<M>) {
+        float total = 0.0f;
+        std::visit([&](const auto& o) { cpu{}.metric(o, std::size_t(detail::metric_rows(p)), p.last(), t.data, p.data, &total); },
+                   metric_op(m_.kernel(t, p)));
+        return {total, detail::metric_rows(p)};
+      } else {
+        return m_.update(t, p);
+      }
+    }
     std::unique_ptr<concept_t> clone() const override { return std::make_unique<model_t>(m_); }
     M m_;
   };

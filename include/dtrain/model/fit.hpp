@@ -7,7 +7,8 @@
 ///   the last epoch stopped); if it runs out, training stops with Keras' warning;
 /// - validation runs every `validation_freq` epochs and adds `val_*` entries to the epoch's logs;
 /// - a progress bar (`progbar_logger`) is added when verbose > 0 and a `history` is returned.
-/// The loops are templates over the model type; `sequential` exposes them as members.
+/// The loops are templates over the model type, gathered in `detail::trainer<Model>`, which the model's
+/// `fit` / `evaluate` / `predict` members call (model/sequential.hpp declares it; this header defines it).
 
 #include <bit>
 #include <cstdio>
@@ -62,7 +63,8 @@ template <class Model>
 class model_handle final : public training_model {
  public:
   explicit model_handle(Model& m) : m_(m) {}
-  std::span<float> parameters() override { return m_.parameters(); }
+  std::vector<float> get_weights() override { return m_.get_weights(); }
+  void set_weights(std::span<const float> w) override { m_.set_weights(w); }
   any_optimizer& optimizer() override { return m_.optimizer(); }
 
   void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) override {
@@ -103,7 +105,9 @@ class model_handle final : public training_model {
     if (m_.optimizer().learning_rate_is_constant())
       m_.optimizer().set_learning_rate(std::bit_cast<float>(std::uint32_t(std::stoul(line))));
     std::getline(in, text, '\0');
-    rc->broadcast(m_.parameters(), 0);
+    std::vector<float> weights = m_.get_weights();
+    rc->broadcast(weights, 0);
+    m_.set_weights(weights);
     rc->broadcast(st.slots, 0);
     m_.optimizer().set_state(std::move(st));
   }
@@ -348,6 +352,39 @@ history run_fit_arrays(Model& m, const tensor& x, const tensor& y, fit_options o
   if (o.shuffle) return run_fit(m, train | data::shuffle(split, o.seed) | data::batch(o.batch_size), std::move(o));
   return run_fit(m, train | data::batch(o.batch_size), std::move(o));
 }
+
+/// What the model's `fit`, `evaluate` and `predict` members call.
+template <class Model>
+struct trainer {
+  using fit_options = dtrain::fit_options;
+  using evaluate_options = dtrain::evaluate_options;
+  using predict_options = dtrain::predict_options;
+
+  template <data::dataset D>
+  static history fit(Model& m, const D& ds, fit_options o) {
+    if (o.validation_split > 0.0)
+      throw usage_error("fit: validation_split is only supported for in-memory arrays; pass validation_data");
+    return run_fit(m, ds, std::move(o));
+  }
+  static history fit(Model& m, const tensor& x, const tensor& y, fit_options o) {
+    return run_fit_arrays(m, x, y, std::move(o));
+  }
+  template <data::dataset D>
+  static logs evaluate(Model& m, const D& ds, evaluate_options o) {
+    if (!m.compiled()) throw usage_error("evaluate: call compile() first (the model has no loss or optimizer)");
+    return run_evaluate(m, ds, o);
+  }
+  static logs evaluate(Model& m, const tensor& x, const tensor& y, evaluate_options o) {
+    return evaluate(m, data::from_tensor_slices(x, y) | data::batch(o.batch_size), o);
+  }
+  template <data::dataset D>
+  static tensor predict(Model& m, const D& ds, predict_options o) {
+    return run_predict(m, ds, o);
+  }
+  static tensor predict(Model& m, const tensor& x, predict_options o) {
+    return run_predict(m, data::from_tensor_slices(x) | data::batch(o.batch_size), o);
+  }
+};
 
 }  // namespace detail
 }  // namespace dtrain

@@ -1,38 +1,42 @@
 #pragma once
 /// \file
-/// `sequential<input<...>, layers...>`: Keras' `Sequential` with every shape fixed at compile time.
+/// `sequential<input<...>, layers...>`: Keras' `Sequential` with every shape fixed at compile time, on
+/// the cpu backend; `basic_sequential<B, input<...>, layers...>` is the same model on backend B (what a
+/// strategy's `make_model` returns).
 ///
-/// All parameters live in ONE contiguous buffer and all gradients in another, layer after layer in
-/// the order of the stack (kernel, then bias), so an all-reduce, a bucket or a checkpoint is a span.
+/// All parameters live in ONE contiguous backend buffer and all gradients in another, layer after layer
+/// in the order of the stack (kernel, then bias), so an all-reduce, a bucket or a checkpoint is a span.
 /// A training step allocates nothing once the batch size is stable: activations, deltas and layer
-/// workspaces grow to the largest batch seen and are reused.
+/// workspaces grow to the largest batch seen and are reused. Host memory meets the backend at the API
+/// edge only: a batch (an xtensor `tensor`) goes in, predictions come out, and each step brings its loss,
+/// penalty and metric totals back in one small download.
+///
+/// `fit`, `evaluate` and `predict` are members whose loops live in model/fit.hpp (dtrain.hpp includes
+/// it): this header brings in no data pipeline, callback or checkpoint code.
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
-#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
-#include "dtrain/core/backend.hpp"
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/logs.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/threads.hpp"
+#include "dtrain/core/view.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/input.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/metrics/metric.hpp"
-#include "dtrain/model/fit.hpp"
-#include "dtrain/core/logs.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 
 namespace dtrain {
@@ -64,34 +68,46 @@ struct layer_info {
 
 namespace detail {
 
-/// Binds each layer spec to the output shape of the one before it.
-template <class In, class... L>
+/// The loops of `fit`, `evaluate` and `predict` for a model type (model/fit.hpp).
+template <class Model>
+struct trainer;
+
+/// Binds each layer spec to the output shape of the one before it, on backend B.
+template <class B, class In, class... L>
 struct chain {
   using type = std::tuple<>;
   using output = In;
 };
-template <class In, class L, class... R>
-struct chain<In, L, R...> {
-  using head = bind_t<L, In>;
-  static_assert(layer<head>, "sequential: this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
-  using next = chain<typename head::output_shape, R...>;
+template <class B, class In, class L, class... R>
+struct chain<B, In, L, R...> {
+  using head = bind_t<L, In, B>;
+  static_assert(layer<head, B>, "sequential: this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
+  using next = chain<B, typename head::output_shape, R...>;
   using type = decltype(std::tuple_cat(std::declval<std::tuple<head>>(), std::declval<typename next::type>()));
   using output = typename next::output;
 };
 
 }  // namespace detail
 
-template <class Input, class... Specs>
-class sequential {
+template <class B, class Input, class... Specs>
+class basic_sequential {
+  static_assert(backend<B>, "basic_sequential: the first template argument must be a backend (dtrain::cpu)");
   static_assert(detail::is_input<Input>::value,
                 "sequential: the first template argument must be dtrain::input<...> (Keras: keras.Input(shape=...))");
   static_assert(sizeof...(Specs) > 0, "sequential: add at least one layer after the input");
 
+  using ptr = pointer_t<B, float>;
+  using cptr = pointer_t<B, const float>;
+
  public:
+  using backend_type = B;
   using input_shape = typename Input::shape;
-  using layer_types = typename detail::chain<input_shape, Specs...>::type;
-  using output_shape = typename detail::chain<input_shape, Specs...>::output;
+  using layer_types = typename detail::chain<B, input_shape, Specs...>::type;
+  using output_shape = typename detail::chain<B, input_shape, Specs...>::output;
   static constexpr std::size_t depth = sizeof...(Specs);
+  /// The same model on backend B2 (what `strategy.make_model<Model>()` builds).
+  template <class B2>
+  using rebind = basic_sequential<B2, Input, Specs...>;
 
   template <std::size_t I>
   using layer_type = std::tuple_element_t<I, layer_types>;
@@ -129,30 +145,42 @@ class sequential {
   /// Total number of parameters (all trainable).
   static constexpr std::size_t param_count = param_offsets[depth];
 
-  /// Builds the model and initialises its weights from `seed` (Keras' default initialisers).
-  explicit sequential(std::uint64_t seed = default_seed) : params_(param_count), grads_(param_count), rng_(seed) {
+  /// Builds the model on `device` and initialises its weights from `seed` (Keras' default initialisers,
+  /// drawn on the host: every backend starts from the same weights).
+  explicit basic_sequential(std::uint64_t seed = default_seed, B device = {})
+      : device_(std::move(device)), rng_(seed) {
     detail::apply_thread_env();
+    params_ = device_.template allocate<float>(param_count);
+    grads_ = device_.template allocate<float>(param_count);
+    std::vector<float> host(param_count);
     std::map<std::string, int> seen;
     each([&]<std::size_t I>() {
       using L = layer_type<I>;
       const int k = seen[L::keras_name]++;
       names_[I] = k == 0 ? std::string(L::keras_name) : std::string(L::keras_name) + "_" + std::to_string(k);
-      std::get<I>(layers_).initialize(param_span<I>(), rng_);
+      std::get<I>(layers_).initialize(std::span<float>(host).subspan(param_offsets[I], param_sizes[I]), rng_);
     });
+    device_.upload(param_count, host.data(), params_.data());
   }
+  basic_sequential(basic_sequential&&) noexcept = default;
+  basic_sequential& operator=(basic_sequential&&) noexcept = default;
+
+  /// The backend the model computes on.
+  const B& device() const { return device_; }
 
   // ---- weights ----------------------------------------------------------------------------------
 
-  /// Every parameter of the model, layer by layer (Keras `model.trainable_variables`, flattened).
-  std::span<float> parameters() { return params_; }
-  std::span<const float> parameters() const { return params_; }
+  /// Every parameter of the model, layer by layer (Keras `model.trainable_variables`, flattened), in the
+  /// backend's memory: a `std::span` on the cpu backend.
+  span_t<B, float> parameters() { return span_of<float>(params_.data(), param_count); }
+  span_t<B, const float> parameters() const { return span_of<const float>(params_.data(), param_count); }
   /// Gradients of the last `train_step` / `value_and_gradients`, laid out like `parameters()`.
-  std::span<float> gradients() { return grads_; }
-  std::span<const float> gradients() const { return grads_; }
+  span_t<B, float> gradients() { return span_of<float>(grads_.data(), param_count); }
+  span_t<B, const float> gradients() const { return span_of<const float>(grads_.data(), param_count); }
   /// Parameters of layer I.
   template <std::size_t I>
-  std::span<float> layer_parameters() {
-    return param_span<I>();
+  span_t<B, float> layer_parameters() {
+    return span_of<float>(param_ptr<I>(), param_sizes[I]);
   }
   /// Layer I itself.
   template <std::size_t I>
@@ -160,13 +188,18 @@ class sequential {
     return std::get<I>(layers_);
   }
   std::size_t count_params() const { return param_count; }
-  /// Keras `model.get_weights()` flattened / `set_weights`.
-  std::vector<float> get_weights() const { return params_; }
+  /// Keras `model.get_weights()`, flattened: a host copy of `parameters()`.
+  std::vector<float> get_weights() const {
+    std::vector<float> w(param_count);
+    device_.download(param_count, params_.data(), w.data());
+    return w;
+  }
+  /// Keras `model.set_weights(w)`: all `count_params()` values at once.
   void set_weights(std::span<const float> w) {
     if (w.size() != param_count)
       throw shape_error("set_weights: got " + std::to_string(w.size()) + " values for a model of " +
                         std::to_string(param_count) + " parameters");
-    std::copy(w.begin(), w.end(), params_.begin());
+    device_.upload(param_count, w.data(), params_.data());
   }
 
   /// Names, shapes and parameter ranges of the layers, in order.
@@ -246,11 +279,16 @@ class sequential {
   dtrain::logs train_step(const tensor& x, const tensor& y) {
     require_compiled("train_step");
     const std::size_t n = check_batch(x, &y);
-    forward(x.data(), n, true);
-    const float loss = data_loss(y, n, true);
-    const float reg = synced_backward(n) * static_cast<float>(replicas());  // the whole penalty, for the logs
-    opt_.apply_gradients(grads_, params_);
-    track(y, n, loss + reg);
+    const step_plan plan = plan_step(loss_, y, n);
+    forward(to_device(x, x_stage_), n, true);
+    const cptr t = to_device(y, y_stage_);
+    compute_loss(loss_, y, t, n, plan.loss_scale / static_cast<float>(replicas()), true);
+    compute_metrics(plan, t, n);
+    synced_backward(n);
+    opt_.apply_gradients(gradients(), parameters());
+    const float* s = read_scalars();
+    const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
+    track(plan, y, n, s[loss_slot] * plan.loss_scale + reg, s);
     return metric_results();
   }
 
@@ -258,40 +296,49 @@ class sequential {
   dtrain::logs test_step(const tensor& x, const tensor& y) {
     require_compiled("test_step");
     const std::size_t n = check_batch(x, &y);
-    forward(x.data(), n, false);
-    track(y, n, data_loss(y, n, false) + regularization_loss());
+    const step_plan plan = plan_step(loss_, y, n);
+    forward(to_device(x, x_stage_), n, false);
+    const cptr t = to_device(y, y_stage_);
+    compute_loss(loss_, y, t, n, 1.0f, false);
+    compute_metrics(plan, t, n);
+    add_penalties(ptr{}, 0.0f);
+    const float* s = read_scalars();
+    track(plan, y, n, s[loss_slot] * plan.loss_scale + s[penalty_slot], s);
     return metric_results();
   }
 
   // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
 
   /// Keras `model.fit(dataset, ...)`: trains on batches of (x, y) and returns the history.
-  template <data::dataset D>
-  history fit(const D& ds, fit_options o = {}) {
-    if (o.validation_split > 0.0)
-      throw usage_error("fit: validation_split is only supported for in-memory arrays; pass validation_data");
-    return detail::run_fit(*this, ds, std::move(o));
+  template <class D, class T = detail::trainer<basic_sequential>>
+    requires(!std::same_as<D, tensor>)
+  auto fit(const D& ds, typename T::fit_options o = {}) {
+    return T::fit(*this, ds, std::move(o));
   }
   /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays.
-  history fit(const tensor& x, const tensor& y, fit_options o = {}) { return detail::run_fit_arrays(*this, x, y, std::move(o)); }
-
+  template <class T = detail::trainer<basic_sequential>>
+  auto fit(const tensor& x, const tensor& y, typename T::fit_options o = {}) {
+    return T::fit(*this, x, y, std::move(o));
+  }
   /// Keras `model.evaluate(dataset, steps=)`: the loss and metrics over the dataset.
-  template <data::dataset D>
-  dtrain::logs evaluate(const D& ds, evaluate_options o = {}) {
-    require_compiled("evaluate");
-    return detail::run_evaluate(*this, ds, o);
+  template <class D, class T = detail::trainer<basic_sequential>>
+    requires(!std::same_as<D, tensor>)
+  dtrain::logs evaluate(const D& ds, typename T::evaluate_options o = {}) {
+    return T::evaluate(*this, ds, std::move(o));
   }
-  dtrain::logs evaluate(const tensor& x, const tensor& y, evaluate_options o = {}) {
-    return evaluate(data::from_tensor_slices(x, y) | data::batch(o.batch_size), o);
+  template <class T = detail::trainer<basic_sequential>>
+  dtrain::logs evaluate(const tensor& x, const tensor& y, typename T::evaluate_options o = {}) {
+    return T::evaluate(*this, x, y, std::move(o));
   }
-
   /// Keras `model.predict(dataset)`: the outputs of every batch, concatenated.
-  template <data::dataset D>
-  tensor predict(const D& ds, predict_options o = {}) {
-    return detail::run_predict(*this, ds, o);
+  template <class D, class T = detail::trainer<basic_sequential>>
+    requires(!std::same_as<D, tensor>)
+  tensor predict(const D& ds, typename T::predict_options o = {}) {
+    return T::predict(*this, ds, std::move(o));
   }
-  tensor predict(const tensor& x, predict_options o = {}) {
-    return predict(data::from_tensor_slices(x) | data::batch(o.batch_size), o);
+  template <class T = detail::trainer<basic_sequential>>
+  tensor predict(const tensor& x, typename T::predict_options o = {}) {
+    return T::predict(*this, x, std::move(o));
   }
 
   /// The model's outputs for a batch, in inference mode (Keras `predict_on_batch`).
@@ -300,7 +347,7 @@ class sequential {
   /// Keras `model(x, training=...)`.
   tensor operator()(const tensor& x, bool training = false) {
     const std::size_t n = check_batch(x, nullptr);
-    forward(x.data(), n, training);
+    forward(to_device(x, x_stage_), n, training);
     return output_tensor(n);
   }
 
@@ -311,69 +358,66 @@ class sequential {
   float value_and_gradients(const tensor& x, const tensor& y, const any_loss& loss_object,
                             std::size_t global_batch_size = 0, std::size_t num_replicas = 1) {
     const std::size_t n = check_batch(x, &y);
-    forward(x.data(), n, true);
-    const auto ey = extents_of(y);
-    const batch_view pv = output_view(n), tv{y.data(), ey};
-    const std::size_t rows = detail::loss_rows(pv);
-    if (global_batch_size == 0) global_batch_size = rows;
-    per_example_.resize(rows);
-    float* d = detail::ensure(delta_a_, n * max_width);
-    loss_object.per_example(tv, pv, per_example_.data(), d, 1.0f / static_cast<float>(global_batch_size));
-    const float avg = compute_average_loss(per_example_, global_batch_size);
-    const float saved = std::exchange(regularization_scale_, 1.0f / static_cast<float>(num_replicas));
-    const float reg = synced_backward(n);
+    const step_plan plan = plan_step(loss_object, y, n, false);
+    forward(to_device(x, x_stage_), n, true);
+    if (global_batch_size == 0) global_batch_size = plan.rows;
+    compute_loss(loss_object, y, to_device(y, y_stage_), n, 1.0f / static_cast<float>(global_batch_size), true);
+    const float scale = 1.0f / static_cast<float>(num_replicas);
+    const float saved = std::exchange(regularization_scale_, scale);
+    synced_backward(n);
     regularization_scale_ = saved;
-    return avg + reg;
+    const float* s = read_scalars();
+    return static_cast<float>(s[loss_slot] / static_cast<double>(global_batch_size)) + scale * s[penalty_slot];
   }
 
   /// The same with any differentiable loss: `f(predictions, d_predictions) -> loss`, where f writes
-  /// d loss / d predictions into its second argument (same shape as the first).
+  /// d loss / d predictions into its second argument (same shape as the first), on the host.
   template <class F>
     requires std::is_invocable_r_v<float, F&, const tensor&, tensor&>
   float value_and_gradients(const tensor& x, F&& f) {
     const std::size_t n = check_batch(x, nullptr);
-    forward(x.data(), n, true);
+    forward(to_device(x, x_stage_), n, true);
     const tensor pred = output_tensor(n);
     tensor dpred = zeros(extents_of(pred));
     const float l = f(pred, dpred);
     if (extents_of(dpred) != extents_of(pred))
       throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
                         shape_str(dpred.shape()) + " (predictions are " + shape_str(pred.shape()) + ")");
-    std::copy(dpred.begin(), dpred.end(), detail::ensure(delta_a_, n * max_width));
-    return l + synced_backward(n);
+    device_.upload(dpred.size(), dpred.data(), ensure(device_, delta_a_, n * max_width));
+    synced_backward(n);
+    return l + regularization_scale_ * read_scalars()[penalty_slot];
   }
 
   /// Sum of the layers' regularization penalties (Keras `sum(model.losses)`).
   float regularization_loss() {
-    float s = 0.0f;
-    each([&]<std::size_t I>() { s += std::get<I>(layers_).regularization(param_span<I>(), grad_span<I>(), 0.0f); });
-    return s;
+    add_penalties(ptr{}, 0.0f);
+    return read_scalars()[penalty_slot];
   }
 
-  /// Runs backward from the loss gradient held in the delta buffer, calling `on_ready(I, offset, count)`
-  /// as soon as layer I's gradients are final (last layer first): the hook distributed training uses
-  /// to launch the all-reduce of a bucket while backward goes on.
+  /// Runs backward from the loss gradient held in the delta buffer, adding the layers' penalties (and
+  /// their gradients, scaled by the regularization scale) on the way, and calling
+  /// `on_ready(I, offset, count)` as soon as layer I's gradients are final (last layer first): the hook
+  /// distributed training uses to launch the all-reduce of a bucket while backward goes on.
   template <class Hook>
-  float backward(std::size_t n, Hook&& on_ready) {
-    float reg = 0.0f;
-    float* dy = delta_a_.data();
-    float* other = detail::ensure(delta_b_, n * max_width);
-    layer_context<cpu> ctx{device_, rng_, true};
+  void backward(std::size_t n, Hook&& on_ready) {
+    ptr dy = delta_a_.data();
+    ptr other = ensure(device_, delta_b_, n * max_width);
+    const ptr penalty = scalar_ptr() + penalty_slot;
+    device_.fill(1, 0.0f, penalty);
+    layer_context<B> ctx{device_, rng_, true};
     each_reversed([&]<std::size_t I>() {
       if constexpr (detail::relabels_v<layer_type<I>>) {  // its input gradient is dy itself
         on_ready(I, param_offsets[I], param_sizes[I]);
         return;
       }
-      const float* x = I == 0 ? input_ : out_[I - 1];
-      float* dx = needs_input_grad[I] ? other : nullptr;
+      const cptr x = I == 0 ? input_ : out_[I - 1];
+      const ptr dx = needs_input_grad[I] ? other : ptr{};
       auto& l = std::get<I>(layers_);
-      l.backward(ctx, x, out_[I], dy, dx, n, param_span<I>(), grad_span<I>());
-      reg += l.regularization(param_span<I>(), grad_span<I>(), regularization_scale_);
+      l.backward(ctx, x, out_[I], dy, dx, n, param_ptr<I>(), grad_ptr<I>());
+      l.regularization(ctx, param_ptr<I>(), grad_ptr<I>(), regularization_scale_, penalty);
       on_ready(I, param_offsets[I], param_sizes[I]);
       if (dx) std::swap(dy, other);
     });
-    // keep delta_a_ pointing at the buffer backward started from
-    return regularization_scale_ * reg;
   }
 
   /// Attaches the model to a strategy (what `strategy.make_model()` does): gradients are then summed over
@@ -389,6 +433,16 @@ class sequential {
   int replicas() const { return replica_ ? replica_->num_replicas_in_sync() : 1; }
 
  private:
+  /// The step's scalars in backend memory: the loss sum, the penalty sum, then each metric's total.
+  static constexpr std::size_t loss_slot = 0, penalty_slot = 1, metric_slot = 2;
+
+  /// What a step computes for a batch of targets, decided (and the targets checked) before it runs.
+  struct step_plan {
+    std::size_t rows;   // loss rows of the predictions
+    float loss_scale;   // 1 / rows, or 1 for a summed loss
+    std::vector<std::optional<metric_op>> metric_ops;  // per metric: its kernel, or none for a host metric
+  };
+
   template <class F>
   static void each(F&& f) {
     [&]<std::size_t... I>(std::index_sequence<I...>) { (f.template operator()<I>(), ...); }
@@ -400,12 +454,17 @@ class sequential {
     (std::make_index_sequence<depth>{});
   }
   template <std::size_t I>
-  std::span<float> param_span() {
-    return std::span<float>(params_).subspan(param_offsets[I], param_sizes[I]);
+  ptr param_ptr() const {
+    return params_.data() + param_offsets[I];
   }
   template <std::size_t I>
-  std::span<float> grad_span() {
-    return std::span<float>(grads_).subspan(param_offsets[I], param_sizes[I]);
+  ptr grad_ptr() const {
+    return grads_.data() + param_offsets[I];
+  }
+  template <class T>
+  span_t<B, T> span_of(pointer_t<B, T> p, std::size_t n) const {
+    if constexpr (host_addressable_v<B>) return span_t<B, T>(p, n);
+    else return span_t<B, T>(device_, p, n);
   }
   void require_compiled(const char* what) const {
     if (!compiled_) throw usage_error(std::string(what) + ": call compile() first (the model has no loss or optimizer)");
@@ -426,78 +485,161 @@ class sequential {
     return ex[0];
   }
 
-  void forward(const float* x, std::size_t n, bool training) {
+  /// Checks the targets against the loss (and the compiled metrics) before anything runs.
+  step_plan plan_step(const any_loss& loss, const tensor& y, std::size_t n, bool with_metrics = true) {
+    const auto ey = extents_of(y);
+    const batch_view tv{y.data(), ey}, pv = output_view(n, nullptr);
+    loss.validate(tv, pv);
+    step_plan p{detail::loss_rows(pv), 1.0f, {}};
+    if (loss.get_reduction() != reduction::sum) p.loss_scale = 1.0f / static_cast<float>(p.rows);
+    if (with_metrics)
+      for (auto& m : metrics_) p.metric_ops.push_back(m.kernel(tv, pv));
+    return p;
+  }
+
+  /// A host array as the backend reads it: the array itself when the backend's memory is host memory,
+  /// else a copy in `staging`.
+  cptr to_device(const tensor& t, buffer_t<B, float>& staging) {
+    if constexpr (host_addressable_v<B>) {
+      return t.data();
+    } else {
+      const ptr p = ensure(device_, staging, t.size());
+      device_.upload(t.size(), t.data(), p);
+      return p;
+    }
+  }
+
+  void forward(cptr x, std::size_t n, bool training) {
     input_ = x;
-    layer_context<cpu> ctx{device_, rng_, training};
-    const float* in = x;
+    layer_context<B> ctx{device_, rng_, training};
+    cptr in = x;
     each([&]<std::size_t I>() {
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
         out_[I] = in;
       } else {
-        float* out = detail::ensure(outputs_[I], n * output_sizes[I]);
-        std::get<I>(layers_).forward(ctx, in, out, n, param_span<I>());
+        const ptr out = ensure(device_, outputs_[I], n * output_sizes[I]);
+        std::get<I>(layers_).forward(ctx, in, out, n, param_ptr<I>());
         out_[I] = out;
       }
       in = out_[I];
     });
   }
-  /// Backward, with the replicas' gradients summed when under a strategy.
-  float synced_backward(std::size_t n) {
+
+  /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
+  /// backward when the gradients are in host memory, else through a host copy once backward is done.
+  void synced_backward(std::size_t n) {
     if (!replica_) return backward(n, [](std::size_t, std::size_t, std::size_t) {});
-    replica_->begin_gradients(grads_);
-    const float reg = backward(n, [&](std::size_t, std::size_t offset, std::size_t count) {
-      replica_->gradients_ready(offset, count);
-    });
-    replica_->finish_gradients();
-    return reg;
+    if constexpr (host_addressable_v<B>) {
+      replica_->begin_gradients(std::span<float>(grads_.data(), param_count));
+      backward(n, [&](std::size_t, std::size_t offset, std::size_t count) { replica_->gradients_ready(offset, count); });
+      replica_->finish_gradients();
+    } else {
+      backward(n, [](std::size_t, std::size_t, std::size_t) {});
+      host_grads_.resize(param_count);
+      device_.download(param_count, grads_.data(), host_grads_.data());
+      replica_->begin_gradients(host_grads_);
+      replica_->gradients_ready(0, param_count);
+      replica_->finish_gradients();
+      device_.upload(param_count, host_grads_.data(), grads_.data());
+    }
   }
 
-  batch_view output_view(std::size_t n) {
+  /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot.
+  void add_penalties(ptr grads, float scale) {
+    const ptr penalty = scalar_ptr() + penalty_slot;
+    device_.fill(1, 0.0f, penalty);
+    layer_context<B> ctx{device_, rng_, false};
+    each([&]<std::size_t I>() {
+      std::get<I>(layers_).regularization(ctx, param_ptr<I>(), grads ? grads + param_offsets[I] : ptr{}, scale,
+                                          penalty);
+    });
+  }
+
+  /// Extents of the last forward's predictions (batch first) with `data`.
+  batch_view output_view(std::size_t n, const float* data) {
     out_extents_[0] = n;
     for (std::size_t i = 0; i < output_shape::rank; ++i) out_extents_[i + 1] = output_shape::dims[i];
-    return {out_[depth - 1], out_extents_};
+    return {data, out_extents_};
+  }
+  /// A host copy of the last forward's predictions.
+  batch_view host_predictions(std::size_t n) {
+    host_pred_.resize(n * output_shape::size);
+    device_.download(host_pred_.size(), out_[depth - 1], host_pred_.data());
+    return output_view(n, host_pred_.data());
   }
   tensor output_tensor(std::size_t n) {
-    const batch_view v = output_view(n);
+    const batch_view v = host_predictions(n);
     return from_span({v.data, v.size()}, extents(out_extents_.begin(), out_extents_.end()));
   }
 
-  /// The compiled loss of the last forward on this replica's rows. With `grad`, its gradient goes to the
-  /// delta buffer, divided by the number of replicas: summed over them it is the gradient of the loss
-  /// averaged over the global batch.
-  float data_loss(const tensor& y, std::size_t n, bool grad) {
-    const auto ey = extents_of(y);
-    const batch_view pv = output_view(n), tv{y.data(), ey};
+  /// The loss of the last forward on this replica's rows, summed into the loss slot; with `grad`, `scale`
+  /// times its gradient into the delta buffer.
+  void compute_loss(const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad) {
+    const batch_view pv = output_view(n, nullptr);
     const std::size_t rows = detail::loss_rows(pv);
-    per_example_.resize(rows);
-    const float scale = loss_.get_reduction() == reduction::sum ? 1.0f : 1.0f / static_cast<float>(rows);
-    loss_.per_example(tv, pv, per_example_.data(), grad ? detail::ensure(delta_a_, n * max_width) : nullptr,
-                      scale / static_cast<float>(replicas()));
-    double s = 0.0;
-    for (float v : per_example_) s += v;
-    return static_cast<float>(s) * scale;
+    const ptr per = ensure(device_, per_example_, rows);
+    const ptr d = grad ? ensure(device_, delta_a_, n * max_width) : ptr{};
+    if (const auto k = loss.kernel()) {
+      std::visit([&](const auto& o) { device_.loss(o, rows, pv.last(), scale, t, out_[depth - 1], per, d); }, *k);
+    } else {  // a host loss: on host copies of the predictions
+      const auto ey = extents_of(y);
+      const batch_view hp = host_predictions(n);
+      std::vector<float> hl(rows), hd(grad ? hp.size() : 0);
+      loss.per_example({y.data(), ey}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
+      device_.upload(rows, hl.data(), per);
+      if (grad) device_.upload(hd.size(), hd.data(), d);
+    }
+    device_.sum(rows, per, scalar_ptr() + loss_slot);
   }
-  void track(const tensor& y, std::size_t n, float loss) {
-    const auto ey = extents_of(y);
-    const batch_view pv = output_view(n), tv{y.data(), ey};
+
+  /// Each kernel metric's batch total into its slot (host metrics are updated in `track`).
+  void compute_metrics(const step_plan& plan, cptr t, std::size_t n) {
+    const batch_view pv = output_view(n, nullptr);
+    for (std::size_t i = 0; i < plan.metric_ops.size(); ++i)
+      if (plan.metric_ops[i])
+        std::visit([&](const auto& o) {
+          device_.metric(o, plan.rows, pv.last(), t, out_[depth - 1], scalar_ptr() + metric_slot + i);
+        }, *plan.metric_ops[i]);
+  }
+
+  void track(const step_plan& plan, const tensor& y, std::size_t n, float loss, const float* s) {
     loss_tracker_.update_state(loss, static_cast<double>(n));
-    for (auto& m : metrics_) m.update_state(tv, pv);
+    std::optional<batch_view> hp;
+    const auto ey = extents_of(y);
+    for (std::size_t i = 0; i < plan.metric_ops.size(); ++i) {
+      if (plan.metric_ops[i]) {
+        metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows)});
+      } else {
+        if (!hp) hp = host_predictions(n);
+        metrics_[i].update_state({y.data(), ey}, *hp);
+      }
+    }
   }
+
+  ptr scalar_ptr() { return ensure(device_, scalars_, metric_slot + metrics_.size()); }
+  /// The step's scalars, downloaded (the step's one synchronisation with the host).
+  const float* read_scalars() {
+    scalar_values_.resize(metric_slot + metrics_.size());
+    device_.download(scalar_values_.size(), scalar_ptr(), scalar_values_.data());
+    return scalar_values_.data();
+  }
+
   static std::string thousands(std::size_t v) {
     std::string s = std::to_string(v);
     for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
     return s;
   }
 
-  cpu device_;
+  B device_;
   layer_types layers_;
   std::array<std::string, depth> names_;
-  std::vector<float> params_, grads_;
-  std::array<std::vector<float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
-  std::array<const float*, depth> out_{};           // where each layer's output of the last forward is
-  std::vector<float> delta_a_, delta_b_, per_example_;
+  buffer_t<B, float> params_, grads_;
+  std::array<buffer_t<B, float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
+  std::array<cptr, depth> out_{};                  // where each layer's output of the last forward is
+  buffer_t<B, float> delta_a_, delta_b_, per_example_, scalars_, x_stage_, y_stage_;
+  std::vector<float> scalar_values_, host_pred_, host_grads_;
   std::array<std::size_t, output_shape::rank + 1> out_extents_{};
-  const float* input_ = nullptr;
+  cptr input_{};
   rng rng_;
   any_optimizer opt_;
   any_loss loss_;
@@ -507,5 +649,9 @@ class sequential {
   replica_context* replica_ = nullptr;
   bool compiled_ = false;
 };
+
+/// Keras' `Sequential` on the cpu backend: `sequential<input<28, 28>, flatten, dense<10>>`.
+template <class Input, class... Specs>
+using sequential = basic_sequential<cpu, Input, Specs...>;
 
 }  // namespace dtrain

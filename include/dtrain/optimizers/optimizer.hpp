@@ -1,12 +1,13 @@
 #pragma once
 /// \file
 /// The optimizer seam. An optimizer updates ONE contiguous parameter buffer from the matching
-/// gradient buffer (the model's), so a step is a few tight loops, and its state is explicit:
-/// `iterations` plus `slots() x n` floats (e.g. Adam's m then v), saved and restored as they are.
+/// gradient buffer (the model's) in one fused backend kernel per step, and its state is explicit:
+/// `iterations` plus `slots() x n` floats (e.g. Adam's m then v), which live on the backend of the
+/// parameters they follow and are saved and restored through host copies (`state()`, `set_state()`).
 ///
 /// Algorithm contract (`optimizer_algorithm`): `name()` (Keras' name), `slots()` (state floats per
-/// parameter), and `update(params, grads, slots, lr, t)` applying step `t` (1 on the first step) with
-/// learning rate `lr`, where `slots` holds `slots() * params.size()` floats that start at zero.
+/// parameter), and `step(lr, t)`: step `t` (1 on the first) with learning rate `lr` as the backend's
+/// `optimizer_op` (backend/backend.hpp gives each one's formula and slot layout).
 
 #include <concepts>
 #include <cstdint>
@@ -15,18 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/optimizers/schedules.hpp"
 
 namespace dtrain {
 
-namespace detail {
-/// Parameters per thread below which an optimizer's update stays on the calling thread (waking a
-/// worker costs tens of microseconds; an update moves ~1 ns of memory traffic per parameter).
-inline constexpr std::size_t update_grain = 65536;
-}  // namespace detail
-
-/// Everything an optimizer carries from step to step.
+/// Everything an optimizer carries from step to step, as host values (what checkpoints hold).
 struct optimizer_state {
   std::int64_t iterations = 0;
   std::vector<float> slots;
@@ -34,57 +30,151 @@ struct optimizer_state {
 };
 
 template <class O>
-concept optimizer_algorithm =
-    requires(const O& o, std::span<float> p, std::span<const float> g, float lr, std::int64_t t) {
-      { o.name() } -> std::convertible_to<std::string>;
-      { o.slots() } -> std::convertible_to<std::size_t>;
-      o.update(p, g, p, lr, t);
-    };
+concept optimizer_algorithm = requires(const O& o, float lr, std::int64_t t) {
+  { o.name() } -> std::convertible_to<std::string>;
+  { o.slots() } -> std::convertible_to<std::size_t>;
+  { o.step(lr, t) } -> std::convertible_to<optimizer_op>;
+};
+
+/// An optimizer's slot values. They are made on the backend of the first parameters they follow (zeros,
+/// or the values `assign` restored) and stay there; copies are deep.
+class optimizer_slots {
+ public:
+  optimizer_slots() = default;
+  optimizer_slots(const optimizer_slots& o) : store_(o.store_ ? o.store_->clone() : nullptr), host_(o.host_) {}
+  optimizer_slots& operator=(const optimizer_slots& o) {
+    if (this != &o) *this = optimizer_slots(o);
+    return *this;
+  }
+  optimizer_slots(optimizer_slots&&) noexcept = default;
+  optimizer_slots& operator=(optimizer_slots&&) noexcept = default;
+
+  std::size_t size() const { return store_ ? store_->size() : host_.size(); }
+  /// A host copy of the values.
+  std::vector<float> values() const { return store_ ? store_->values() : host_; }
+  /// Replaces the values (a restore); they reach the backend on the next step.
+  void assign(std::vector<float> v) {
+    store_.reset();
+    host_ = std::move(v);
+  }
+  /// The `n` values on backend `b`, made there (from the restored values, else zeros) when they are not.
+  template <backend B>
+  pointer_t<B, float> on(const B& b, std::size_t n) {
+    if (auto* s = dynamic_cast<store_on<B>*>(store_.get()); s && s->size() == n) return s->data();
+    std::vector<float> init = values();
+    init.resize(n, 0.0f);
+    auto s = std::make_unique<store_on<B>>(b, n);
+    const pointer_t<B, float> data = s->data();
+    b.upload(n, init.data(), data);
+    store_ = std::move(s);
+    host_.clear();
+    return data;
+  }
+
+ private:
+  struct store {
+    virtual ~store() = default;
+    virtual std::unique_ptr<store> clone() const = 0;
+    virtual std::size_t size() const = 0;
+    virtual std::vector<float> values() const = 0;
+  };
+  template <class B>
+  struct store_on final : store {
+    store_on(const B& b, std::size_t n) : device(b), buffer(b.template allocate<float>(n)), n(n) {}
+    std::unique_ptr<store> clone() const override {
+      auto c = std::make_unique<store_on>(device, n);
+      device.copy(n, buffer.data(), c->data());
+      return c;
+    }
+    std::size_t size() const override { return n; }
+    std::vector<float> values() const override {
+      std::vector<float> v(n);
+      device.download(n, buffer.data(), v.data());
+      return v;
+    }
+    pointer_t<B, float> data() const { return buffer.data(); }
+    B device;
+    buffer_t<B, float> buffer;
+    std::size_t n;
+  };
+  std::unique_ptr<store> store_;
+  std::vector<float> host_;
+};
+
+namespace detail {
+/// Keras `apply_gradients` for an optimizer `O` with `name()`, `begin_step(n)` (which checks the slots,
+/// advances `iterations` and returns the step) and `slot_storage()`: basic_optimizer and any_optimizer.
+template <class O>
+class gradient_steps {
+ public:
+  /// One step over a whole parameter buffer in host memory (the cpu backend)...
+  void apply_gradients(std::span<const float> grads, std::span<float> params) {
+    apply(cpu{}, grads.size(), grads.data(), params.size(), params.data());
+  }
+  /// ...or in a backend's memory (a model's `gradients()` and `parameters()`).
+  template <class G, backend B>
+  void apply_gradients(device_span<G, B> grads, device_span<float, B> params) {
+    apply(params.device(), grads.size(), grads.data(), params.size(), params.data());
+  }
+
+ private:
+  template <class B>
+  void apply(const B& b, std::size_t ng, pointer_t<B, const float> g, std::size_t n, pointer_t<B, float> p) {
+    O& self = static_cast<O&>(*this);
+    if (ng != n)
+      throw shape_error(self.name() + ".apply_gradients: " + std::to_string(ng) + " gradients for " +
+                        std::to_string(n) + " parameters");
+    std::visit([&](const auto& step) { b.update(step, n, g, self.slot_storage().on(b, slot_count(step) * n), p); },
+               optimizer_op(self.begin_step(n)));
+  }
+};
+}  // namespace detail
 
 /// Options, state and `apply_gradients` shared by every optimizer (CRTP over the update rule).
 template <class Derived, class Options>
-class basic_optimizer {
+class basic_optimizer : public detail::gradient_steps<Derived> {
  public:
   basic_optimizer(Options o = {}) : options(std::move(o)) {}
 
   Options options;
 
   /// The learning rate the next step will use.
-  float learning_rate() const { return options.learning_rate(state_.iterations); }
+  float learning_rate() const { return options.learning_rate(iterations_); }
   /// Replaces the learning rate (or schedule) with a constant, as ReduceLROnPlateau does.
   void set_learning_rate(float lr) { options.learning_rate = lr; }
   /// A constant learning rate is state (a callback may have changed it) and is saved and restored with
   /// the slots; a schedule follows from the iterations.
   bool learning_rate_is_constant() const { return options.learning_rate.is_constant(); }
-  std::int64_t iterations() const { return state_.iterations; }
-  const optimizer_state& state() const { return state_; }
-  /// Restores a saved state; its slots must match this optimizer (checked on the next step).
-  void set_state(optimizer_state s) { state_ = std::move(s); }
-
-  /// Keras `apply_gradients`: one step over the whole parameter buffer.
-  void apply_gradients(std::span<const float> grads, std::span<float> params) {
-    const Derived& self = static_cast<const Derived&>(*this);
-    if (grads.size() != params.size())
-      throw shape_error(self.name() + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                        std::to_string(params.size()) + " parameters");
-    const std::size_t need = self.slots() * params.size();
-    if (state_.slots.size() != need) {
-      if (!state_.slots.empty() || state_.iterations != 0)
-        throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(state_.slots.size()) +
-                          " slot values but this model needs " + std::to_string(need));
-      state_.slots.assign(need, 0.0f);
-    }
-    const float lr = learning_rate();
-    ++state_.iterations;
-    self.update(params, grads, state_.slots, lr, state_.iterations);
+  std::int64_t iterations() const { return iterations_; }
+  /// A host copy of the state.
+  optimizer_state state() const { return {iterations_, slots_.values()}; }
+  /// Restores a saved state; its slots must match the parameters (checked on the next step).
+  void set_state(optimizer_state s) {
+    iterations_ = s.iterations;
+    slots_.assign(std::move(s.slots));
   }
 
+  /// Starts the next step over `n` parameters: checks that the slots fit them, advances `iterations` and
+  /// returns the step for the backend, which updates `slot_storage()` with it.
+  auto begin_step(std::size_t n) {
+    const Derived& self = static_cast<const Derived&>(*this);
+    const std::size_t need = self.slots() * n;
+    if (slots_.size() != need && (slots_.size() != 0 || iterations_ != 0))
+      throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(slots_.size()) +
+                        " slot values but this model needs " + std::to_string(need));
+    const float lr = learning_rate();
+    ++iterations_;
+    return self.step(lr, iterations_);
+  }
+  optimizer_slots& slot_storage() { return slots_; }
+
  private:
-  optimizer_state state_;
+  std::int64_t iterations_ = 0;
+  optimizer_slots slots_;
 };
 
 /// An optimizer of any type, held by value (what `compile` stores).
-class any_optimizer {
+class any_optimizer : public detail::gradient_steps<any_optimizer> {
  public:
   any_optimizer() = default;
   template <class O>
@@ -100,23 +190,26 @@ class any_optimizer {
 
   explicit operator bool() const { return self_ != nullptr; }
   std::string name() const { return self_->name(); }
-  void apply_gradients(std::span<const float> g, std::span<float> p) { self_->apply_gradients(g, p); }
   float learning_rate() const { return self_->learning_rate(); }
   void set_learning_rate(float lr) { self_->set_learning_rate(lr); }
   bool learning_rate_is_constant() const { return self_->learning_rate_is_constant(); }
-  std::int64_t iterations() const { return self_->state().iterations; }
-  const optimizer_state& state() const { return self_->state(); }
+  std::int64_t iterations() const { return self_->iterations(); }
+  optimizer_state state() const { return self_->state(); }
   void set_state(optimizer_state s) { self_->set_state(std::move(s)); }
+  optimizer_op begin_step(std::size_t n) { return self_->begin_step(n); }
+  optimizer_slots& slot_storage() { return self_->slot_storage(); }
 
  private:
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
-    virtual void apply_gradients(std::span<const float>, std::span<float>) = 0;
+    virtual optimizer_op begin_step(std::size_t n) = 0;
+    virtual optimizer_slots& slot_storage() = 0;
     virtual float learning_rate() const = 0;
     virtual void set_learning_rate(float) = 0;
     virtual bool learning_rate_is_constant() const = 0;
-    virtual const optimizer_state& state() const = 0;
+    virtual std::int64_t iterations() const = 0;
+    virtual optimizer_state state() const = 0;
     virtual void set_state(optimizer_state) = 0;
     virtual std::unique_ptr<concept_t> clone() const = 0;
   };
@@ -124,11 +217,13 @@ class any_optimizer {
   struct model_t final : concept_t {
     explicit model_t(O o) : o_(std::move(o)) {}
     std::string name() const override { return o_.name(); }
-    void apply_gradients(std::span<const float> g, std::span<float> p) override { o_.apply_gradients(g, p); }
+    optimizer_op begin_step(std::size_t n) override { return o_.begin_step(n); }
+    optimizer_slots& slot_storage() override { return o_.slot_storage(); }
     float learning_rate() const override { return o_.learning_rate(); }
     void set_learning_rate(float lr) override { o_.set_learning_rate(lr); }
     bool learning_rate_is_constant() const override { return o_.learning_rate_is_constant(); }
-    const optimizer_state& state() const override { return o_.state(); }
+    std::int64_t iterations() const override { return o_.iterations(); }
+    optimizer_state state() const override { return o_.state(); }
     void set_state(optimizer_state s) override { o_.set_state(std::move(s)); }
     std::unique_ptr<concept_t> clone() const override { return std::make_unique<model_t>(o_); }
     O o_;

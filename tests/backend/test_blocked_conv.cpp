@@ -1,5 +1,5 @@
-// conv2d works in blocks of output rows spread over the thread budget, and sums its kernel and bias
-// gradients over fixed slices of the rows. On a batch with many blocks and every slice in use, its
+// The cpu backend's conv2d works in blocks of output rows spread over the thread budget, and sums its
+// kernel and bias gradients over fixed slices of the rows. On a batch with many blocks and every slice in use, its
 // forward and backward must match direct loops, and 1 and 2 threads must give the same bits.
 #include "support/gradcheck.hpp"
 
@@ -25,16 +25,16 @@ pass run(int threads, const std::vector<float>& x, const std::vector<float>& p, 
   L l;
   pass out{std::vector<float>(batch * L::output_shape::size), std::vector<float>(p.size()),
            std::vector<float>(x.size())};
-  l.forward(ctx, x.data(), out.y.data(), batch, p);
+  l.forward(ctx, x.data(), out.y.data(), batch, p.data());
   auto d = dy;
-  l.backward(ctx, x.data(), out.y.data(), d.data(), out.dx.data(), batch, p, out.grads);
+  l.backward(ctx, x.data(), out.y.data(), d.data(), out.dx.data(), batch, p.data(), out.grads.data());
   set_num_threads(before);
   return out;
 }
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(layers_blocked)
+BOOST_AUTO_TEST_SUITE(cpu_blocked_conv)
 
 BOOST_AUTO_TEST_CASE(conv2d_blocks_and_slices_match_direct_loops) {
   rng r(5);

@@ -1,0 +1,244 @@
+#pragma once
+/// \file
+/// The backend seam: where a model's memory lives and how every kernel runs. Layers, losses, metrics,
+/// optimizers and the model reach memory only through a backend object, so a backend whose memory is
+/// not host memory (a GPU's) replaces `cpu` without a change to any of them. `opaque.hpp` holds a test
+/// backend whose pointers cannot be used as host pointers: code that compiles against it touches no
+/// memory behind the backend's back.
+///
+/// Contract (`backend`), for a backend `B` and an object `b` of it:
+/// - `B` is a cheap handle: copies refer to the same device and stream. `B::name` names it.
+/// - Memory. `B::pointer<T>` addresses elements of type T (float; `std::uint32_t` for indices) in B's
+///   memory. It is default-constructible (null), tests for null with `!p` / `bool(p)`, converts to
+///   `pointer<const T>`, and moves by `p + n` elements; nothing else is promised (it need not be a host
+///   pointer). `B::buffer<T>` (`value_type` T) owns `size()` elements at `data()`; `b.allocate<T>(n)`
+///   returns one (contents unspecified; a backend may reuse freed memory). Buffers are movable.
+/// - `b.upload(n, host, p)` and `b.download(n, p, host)` copy between host memory and B's; `download`
+///   returns when the host copy is complete. `b.synchronize()` returns when every kernel issued so far
+///   has finished.
+/// - Kernels. Every other member runs one kernel on B's memory. Sizes come first, then parameters, then
+///   inputs, then outputs (BLAS' order). A kernel may run asynchronously; kernels issued through one
+///   backend object run in the order issued. An output must not overlap an input unless the kernel says
+///   it works in place. A kernel never retains a pointer past its call.
+///
+/// The kernels, by what uses them (`cpu.hpp` documents each one's exact arithmetic):
+/// - BLAS-like: `fill`, `copy`, `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows`
+///   (every row of y = x), `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
+/// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
+///   `conv2d_backward<G, A>` with `conv2d_workspace<G>`, `max_pooling2d_*` and `average_pooling2d_*`
+///   `<G>`, `dropout` (mask from a counter-based generator keyed by the model's), `l2` (penalty and its
+///   gradient).
+/// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
+///   `metric(op, ...)`, `update(op, ...)`.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace dtrain {
+
+/// Whether a GEMM operand is used as stored or transposed.
+enum class transpose : bool { no = false, yes = true };
+
+/// The activation functions every backend implements (Keras' names).
+enum class activation_kind { linear, relu, sigmoid, tanh, softmax, gelu };
+
+/// Whether an activation's backward needs its input (the pre-activation), not only its output.
+constexpr bool needs_input(activation_kind a) { return a == activation_kind::gelu; }
+
+/// A 2-D sliding window (conv2d, pooling) over one (h, w, c) sample, channels last: window kh x kw,
+/// strides sh x sw, pt rows and pl columns of padding before the first, output oh x ow x f (f = filters
+/// for conv2d, c for pooling). A structural type, so kernels take it as a template argument.
+struct window_geometry {
+  std::size_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f;
+
+  constexpr std::size_t in_size() const { return h * w * c; }
+  constexpr std::size_t out_size() const { return oh * ow * f; }
+  constexpr std::size_t pixels() const { return oh * ow; }
+  /// Values one output pixel sees (the length of one im2col row).
+  constexpr std::size_t taps() const { return kh * kw * c; }
+};
+
+/// The losses, metrics and optimizer steps a backend implements, as values: `compile()` chooses them at
+/// run time, and the model hands the chosen one to its backend.
+/// Keras' fuzz factor (`keras.backend.epsilon()`): crossentropies on probabilities clip them to
+/// [loss_epsilon, 1 - loss_epsilon].
+inline constexpr float loss_epsilon = 1e-7f;
+
+namespace op {
+
+/// Per-row losses of `rows` rows of `cols` scores; `y_true` holds one class index per row.
+struct sparse_categorical_crossentropy {
+  bool from_logits = false;
+};
+/// `y_true` holds a (soft) one-hot row per row.
+struct categorical_crossentropy {
+  bool from_logits = false;
+};
+/// `y_true` holds targets in [0, 1]; a row's loss is the mean over its `cols` values.
+struct binary_crossentropy {
+  bool from_logits = false;
+};
+/// A row's loss is the mean of (y_pred - y_true)^2 over its `cols` values.
+struct mean_squared_error {};
+
+/// Correct rows: argmax of the scores equals the class index.
+struct sparse_categorical_accuracy {};
+/// Correct rows: argmax of the scores equals argmax of the one-hot target.
+struct categorical_accuracy {};
+/// Correct values (y_pred > threshold equals y_true), divided by `cols`.
+struct binary_accuracy {
+  float threshold = 0.5f;
+};
+
+/// Keras' SGD step: m = momentum m - lr g; p += m (Nesterov: p += momentum m - lr g); plain: p -= lr g.
+/// Slots: m when momentum > 0.
+struct sgd {
+  float learning_rate = 0.01f, momentum = 0.0f;
+  bool nesterov = false;
+};
+/// Keras' Adam step with alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t) already applied: p *= decay
+/// (AdamW's weight decay; 1 for Adam); m += (g - m) one_minus_beta_1; v += (g^2 - v) one_minus_beta_2;
+/// v_hat = max(v_hat, v) with amsgrad; p -= alpha m / (sqrt(v or v_hat) + epsilon).
+/// Slots: m, v, then v_hat with amsgrad.
+struct adam {
+  float alpha = 0.001f, one_minus_beta_1 = 0.1f, one_minus_beta_2 = 0.001f, epsilon = 1e-7f, decay = 1.0f;
+  bool amsgrad = false;
+};
+/// Keras' RMSprop step: v = rho v + (1 - rho) g^2; (centered: a = rho a + (1 - rho) g, v - a^2 below);
+/// step = lr g / sqrt(v + epsilon); with momentum m = momentum m + step, p -= m; else p -= step.
+/// Slots: v, then m when momentum > 0, then a when centered.
+struct rmsprop {
+  float learning_rate = 0.001f, rho = 0.9f, momentum = 0.0f, epsilon = 1e-7f;
+  bool centered = false;
+};
+
+}  // namespace op
+
+/// A loss, a metric and an optimizer step as a backend receives them.
+using loss_op = std::variant<op::sparse_categorical_crossentropy, op::categorical_crossentropy,
+                             op::binary_crossentropy, op::mean_squared_error>;
+using metric_op = std::variant<op::sparse_categorical_accuracy, op::categorical_accuracy, op::binary_accuracy>;
+using optimizer_op = std::variant<op::sgd, op::adam, op::rmsprop>;
+
+/// Slot values an optimizer step keeps per parameter.
+constexpr std::size_t slot_count(const op::sgd& s) { return s.momentum > 0.0f ? 1 : 0; }
+constexpr std::size_t slot_count(const op::adam& s) { return s.amsgrad ? 3 : 2; }
+constexpr std::size_t slot_count(const op::rmsprop& s) {
+  return 1 + (s.momentum > 0.0f ? 1 : 0) + (s.centered ? 1 : 0);
+}
+
+/// The default backend (backend/cpu.hpp): what `sequential<...>` and `bind_t<...>` use unless told.
+struct cpu;
+
+template <class B, class T>
+using pointer_t = typename B::template pointer<T>;
+template <class B, class T>
+using buffer_t = typename B::template buffer<T>;
+
+namespace detail {
+/// One geometry for the concept's checks (any valid one would do).
+inline constexpr window_geometry probe_window{4, 4, 1, 2, 2, 2, 2, 0, 0, 2, 2, 1};
+}  // namespace detail
+
+template <class B>
+concept backend =
+    std::copyable<B> &&
+    requires(const B& b, std::size_t n, float s, std::uint64_t key, const float* host_in, float* host_out,
+             pointer_t<B, float> p, pointer_t<B, const float> cp, pointer_t<B, std::uint32_t> ip,
+             pointer_t<B, const std::uint32_t> cip) {
+      { B::name } -> std::convertible_to<const char*>;
+      // memory
+      { b.template allocate<float>(n) } -> std::same_as<buffer_t<B, float>>;
+      { b.template allocate<std::uint32_t>(n) } -> std::same_as<buffer_t<B, std::uint32_t>>;
+      { std::as_const(std::declval<buffer_t<B, float>&>()).data() } -> std::convertible_to<pointer_t<B, float>>;
+      { std::declval<buffer_t<B, float>&>().size() } -> std::convertible_to<std::size_t>;
+      requires std::same_as<typename buffer_t<B, float>::value_type, float>;
+      { p + n } -> std::same_as<pointer_t<B, float>>;
+      { cp + n } -> std::same_as<pointer_t<B, const float>>;
+      { !p } -> std::convertible_to<bool>;
+      requires std::convertible_to<pointer_t<B, float>, pointer_t<B, const float>>;
+      requires std::is_nothrow_move_constructible_v<buffer_t<B, float>>;
+      b.upload(n, host_in, p);
+      b.download(n, cp, host_out);
+      b.synchronize();
+      // BLAS-like
+      b.fill(n, s, p);
+      b.copy(n, cp, p);
+      b.axpy(n, s, cp, p);
+      b.multiply(n, cp, cp, p);
+      b.gemm(transpose::no, transpose::yes, n, n, n, s, cp, n, cp, n, s, p, n);
+      b.broadcast_rows(n, n, cp, p);
+      b.column_sums(n, n, cp, p);
+      b.sum(n, cp, p);
+      // layers
+      b.template activation_forward<activation_kind::relu>(n, n, p);
+      b.template activation_backward<activation_kind::relu>(n, n, cp, cp, p);
+      { b.template conv2d_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
+      b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
+      b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, p, p, p);
+      b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);
+      b.template max_pooling2d_backward<detail::probe_window>(n, cp, cip, p);
+      b.template average_pooling2d_forward<detail::probe_window>(n, cp, p);
+      b.template average_pooling2d_backward<detail::probe_window>(n, cp, p);
+      b.dropout(n, s, key, cp, p, p);
+      b.l2(n, s, s, cp, p, p);
+      // losses, metrics, optimizer steps
+      b.loss(op::sparse_categorical_crossentropy{}, n, n, s, cp, cp, p, p);
+      b.loss(op::categorical_crossentropy{}, n, n, s, cp, cp, p, p);
+      b.loss(op::binary_crossentropy{}, n, n, s, cp, cp, p, p);
+      b.loss(op::mean_squared_error{}, n, n, s, cp, cp, p, p);
+      b.metric(op::sparse_categorical_accuracy{}, n, n, cp, cp, p);
+      b.metric(op::categorical_accuracy{}, n, n, cp, cp, p);
+      b.metric(op::binary_accuracy{}, n, n, cp, cp, p);
+      b.update(op::sgd{}, n, cp, p, p);
+      b.update(op::adam{}, n, cp, p, p);
+      b.update(op::rmsprop{}, n, cp, p, p);
+    };
+
+/// Whether B's memory is host memory (its pointers are plain pointers): host code may then read and
+/// write it, and the model passes host arrays to its kernels without copying them.
+template <class B>
+inline constexpr bool host_addressable_v = std::is_same_v<pointer_t<B, float>, float*>;
+
+/// Grows `buf` to at least `n` elements (dropping its contents when it grows) and returns its data: the
+/// reusable workspaces of layers and models, allocated once the batch size is stable.
+template <class B, class Buffer>
+auto ensure(const B& b, Buffer& buf, std::size_t n) {
+  if (buf.size() < n) buf = b.template allocate<typename Buffer::value_type>(n);
+  return buf.data();
+}
+
+/// `n` values in a backend's memory together with the backend: what a model whose memory is not host
+/// memory hands out for its parameters and gradients (a host-memory model hands out `std::span`).
+template <class T, class B>
+class device_span {
+ public:
+  device_span(const B& device, pointer_t<B, T> data, std::size_t size) : device_(&device), data_(data), size_(size) {}
+  const B& device() const { return *device_; }
+  pointer_t<B, T> data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  device_span subspan(std::size_t offset, std::size_t count) const { return {*device_, data_ + offset, count}; }
+  device_span first(std::size_t count) const { return subspan(0, count); }
+  operator device_span<const T, B>() const
+    requires(!std::is_const_v<T>)
+  {
+    return {*device_, data_, size_};
+  }
+
+ private:
+  const B* device_;
+  pointer_t<B, T> data_;
+  std::size_t size_;
+};
+
+/// What a model on B hands out for a run of its memory: `std::span` for host memory, else `device_span`.
+template <class B, class T>
+using span_t = std::conditional_t<host_addressable_v<B>, std::span<T>, device_span<T, B>>;
+
+}  // namespace dtrain

@@ -1,0 +1,195 @@
+#pragma once
+/// \file
+/// `cpu`: the host backend. Its memory is host memory (pointers are plain pointers), GEMMs go to BLAS
+/// through dtrain's plans (cpu/gemm.hpp), every other kernel is a loop of its own, and the large ones
+/// (GEMM, conv2d, optimizer steps) are split over dtrain's thread budget (core/threads.hpp). Kernels run
+/// on the caller's thread and are done when they return. The thread split never changes a result:
+/// every split computes the same sums in the same order.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu/activations.hpp"
+#include "dtrain/backend/cpu/gemm.hpp"
+#include "dtrain/backend/cpu/losses.hpp"
+#include "dtrain/backend/cpu/updates.hpp"
+#include "dtrain/backend/cpu/window.hpp"
+#include "dtrain/core/random.hpp"
+#include "dtrain/core/tensor.hpp"
+
+namespace dtrain {
+
+struct cpu {
+  static constexpr const char* name = "cpu";
+
+  template <class T>
+  using pointer = T*;
+
+  /// Host memory, uninitialised when allocated (pages a kernel never writes cost nothing).
+  template <class T>
+  class buffer {
+   public:
+    using value_type = T;
+    buffer() = default;
+    explicit buffer(std::size_t n) : data_(n ? new T[n] : nullptr), size_(n) {}
+    T* data() const { return data_.get(); }
+    std::size_t size() const { return size_; }
+
+   private:
+    std::unique_ptr<T[]> data_;
+    std::size_t size_ = 0;
+  };
+
+  template <class T>
+  buffer<T> allocate(std::size_t n) const {
+    return buffer<T>(n);
+  }
+  template <class T>
+  void upload(std::size_t n, const T* host, T* p) const {
+    if (n) std::memcpy(p, host, n * sizeof(T));
+  }
+  template <class T>
+  void download(std::size_t n, const T* p, T* host) const {
+    if (n) std::memcpy(host, p, n * sizeof(T));
+  }
+  void synchronize() const {}
+
+  // ---- BLAS-like ---------------------------------------------------------------------------------------
+  void fill(std::size_t n, float value, float* x) const { std::fill_n(x, n, value); }
+  void copy(std::size_t n, const float* x, float* y) const {
+    if (n) std::memcpy(y, x, n * sizeof(float));
+  }
+  /// y += alpha x
+  void axpy(std::size_t n, float alpha, const float* x, float* y) const {
+    for (std::size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+  /// z = x * y, element by element (z may be x or y)
+  void multiply(std::size_t n, const float* x, const float* y, float* z) const {
+    for (std::size_t i = 0; i < n; ++i) z[i] = x[i] * y[i];
+  }
+  /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k and op(B) k x n (cblas_sgemm's meaning).
+  void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) const {
+    detail::planned_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  /// Every row of y (rows x cols) = x (cols).
+  void broadcast_rows(std::size_t rows, std::size_t cols, const float* x, float* y) const {
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(y + r * cols, x, cols * sizeof(float));
+  }
+  /// y (cols) = the sum of the rows of x (rows x cols), row after row in float.
+  void column_sums(std::size_t rows, std::size_t cols, const float* x, float* y) const {
+    std::fill_n(y, cols, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) y[j] += x[r * cols + j];
+  }
+  /// out[0] = the sum of x, accumulated in double.
+  void sum(std::size_t n, const float* x, float* out) const {
+    double s = 0.0;
+    for (std::size_t i = 0; i < n; ++i) s += x[i];
+    *out = static_cast<float>(s);
+  }
+
+  // ---- layers ------------------------------------------------------------------------------------------
+  template <activation_kind A>
+  void activation_forward(std::size_t rows, std::size_t cols, float* v) const {
+    detail::activation_forward<A>(rows, cols, v);
+  }
+  template <activation_kind A>
+  void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) const {
+    detail::activation_backward<A>(rows, cols, z, y, d);
+  }
+
+  /// Floats of workspace a conv2d of window G needs for a batch of n (what forward leaves there,
+  /// backward reads).
+  template <window_geometry G>
+  std::size_t conv2d_workspace(std::size_t n) const {
+    return detail::conv2d_kernels<G, activation_kind::linear>::workspace(n);
+  }
+  /// y = A(conv(x, w) + b) for n samples; z = the pre-activation when A needs it (else null).
+  template <window_geometry G, activation_kind A>
+  void conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                      float* work) const {
+    detail::conv2d_kernels<G, A>::forward(n, x, w, b, y, z, work);
+  }
+  /// From d loss / d y (`dy`, overwritten): the kernel and bias gradients into `g` and, when `dx` is not
+  /// null, d loss / d x. `work` is what the last forward left.
+  template <window_geometry G, activation_kind A>
+  void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, float* work,
+                       float* g, float* dx) const {
+    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, g, dx);
+  }
+  template <window_geometry G>
+  void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {
+    detail::pooling_kernels<G, true>::forward(n, x, y, argmax);
+  }
+  template <window_geometry G>
+  void max_pooling2d_backward(std::size_t n, const float* dy, const std::uint32_t* argmax, float* dx) const {
+    detail::pooling_kernels<G, true>::backward(n, dy, argmax, dx);
+  }
+  template <window_geometry G>
+  void average_pooling2d_forward(std::size_t n, const float* x, float* y) const {
+    detail::pooling_kernels<G, false>::forward(n, x, y, nullptr);
+  }
+  template <window_geometry G>
+  void average_pooling2d_backward(std::size_t n, const float* dy, float* dx) const {
+    detail::pooling_kernels<G, false>::backward(n, dy, nullptr, dx);
+  }
+
+  /// mask[i] = 1 / (1 - rate) where the i-th uniform of `key`'s Philox stream is >= rate, else 0;
+  /// y = x * mask.
+  void dropout(std::size_t n, float rate, std::uint64_t key, const float* x, float* y, float* mask) const {
+    const float keep = 1.0f / (1.0f - rate);
+    for (std::size_t i = 0; i < n; i += 4) {
+      const auto u = counter_uniform4(key, i / 4);
+      for (std::size_t j = 0; j < 4 && i + j < n; ++j) {
+        mask[i + j] = u[j] >= rate ? keep : 0.0f;
+        y[i + j] = x[i + j] * mask[i + j];
+      }
+    }
+  }
+
+  /// penalty[0] += factor sum(w^2) (summed in double); when g is not null, g += scale 2 factor w.
+  void l2(std::size_t n, float factor, float scale, const float* w, float* g, float* penalty) const {
+    double s = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      s += static_cast<double>(w[i]) * w[i];
+      if (g) g[i] += scale * 2.0f * factor * w[i];
+    }
+    *penalty += static_cast<float>(factor * s);
+  }
+
+  // ---- losses, metrics, optimizer steps (cpu/losses.hpp, cpu/updates.hpp) --------------------------------
+  template <class Op>
+  void loss(const Op& o, std::size_t rows, std::size_t cols, float scale, const float* y_true, const float* y_pred,
+            float* losses, float* d) const {
+    detail::loss_kernel(o, rows, cols, scale, y_true, y_pred, losses, d);
+  }
+  /// out[0] = the batch's metric total (correct rows; binary accuracy: correct values / cols).
+  template <class Op>
+  void metric(const Op& o, std::size_t rows, std::size_t cols, const float* y_true, const float* y_pred,
+              float* out) const {
+    *out = detail::metric_kernel(o, rows, cols, y_true, y_pred);
+  }
+  template <class Op>
+  void update(const Op& o, std::size_t n, const float* g, float* slots, float* p) const {
+    detail::update_kernel(o, n, g, slots, p);
+  }
+};
+
+static_assert(backend<cpu>);
+
+/// Matrix product of two rank-2 tensors on the host (`keras.ops.matmul`), by the cpu backend's GEMM.
+inline tensor matmul(const tensor& a, const tensor& b) {
+  if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0])
+    throw shape_error("matmul: cannot multiply " + shape_str(a.shape()) + " by " + shape_str(b.shape()));
+  const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  tensor c = zeros({m, n});
+  if (k > 0) cpu{}.gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  return c;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,67 @@
+#pragma once
+/// \file
+/// The cpu backend's activation kernels, in place on `rows` rows of `cols` values (softmax works along
+/// each row). Backward turns d loss / d output into d loss / d input, given the input `z` (read by gelu
+/// only) and the output `y`.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <numbers>
+
+#include "dtrain/backend/backend.hpp"
+
+namespace dtrain::detail {
+
+template <activation_kind A>
+void activation_forward(std::size_t rows, std::size_t cols, float* v) {
+  const std::size_t e = rows * cols;
+  if constexpr (A == activation_kind::relu) {
+    for (std::size_t i = 0; i < e; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+  } else if constexpr (A == activation_kind::sigmoid) {
+    for (std::size_t i = 0; i < e; ++i) v[i] = 1.0f / (1.0f + std::exp(-v[i]));
+  } else if constexpr (A == activation_kind::tanh) {
+    for (std::size_t i = 0; i < e; ++i) v[i] = std::tanh(v[i]);
+  } else if constexpr (A == activation_kind::softmax) {  // stable: the row maximum is subtracted first
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = v + r * cols;
+      const float m = *std::max_element(row, row + cols);
+      float s = 0.0f;
+      for (std::size_t j = 0; j < cols; ++j) s += (row[j] = std::exp(row[j] - m));
+      const float inv = 1.0f / s;
+      for (std::size_t j = 0; j < cols; ++j) row[j] *= inv;
+    }
+  } else if constexpr (A == activation_kind::gelu) {  // exact: x Phi(x), Phi through erf
+    for (std::size_t i = 0; i < e; ++i)
+      v[i] = 0.5f * v[i] * (1.0f + std::erf(v[i] * static_cast<float>(std::numbers::sqrt2 / 2)));
+  }
+}
+
+template <activation_kind A>
+void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) {
+  const std::size_t e = rows * cols;
+  if constexpr (A == activation_kind::relu) {
+    for (std::size_t i = 0; i < e; ++i) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
+  } else if constexpr (A == activation_kind::sigmoid) {
+    for (std::size_t i = 0; i < e; ++i) d[i] *= y[i] * (1.0f - y[i]);
+  } else if constexpr (A == activation_kind::tanh) {
+    for (std::size_t i = 0; i < e; ++i) d[i] *= 1.0f - y[i] * y[i];
+  } else if constexpr (A == activation_kind::softmax) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* yr = y + r * cols;
+      float* dr = d + r * cols;
+      float dot = 0.0f;
+      for (std::size_t j = 0; j < cols; ++j) dot += dr[j] * yr[j];
+      for (std::size_t j = 0; j < cols; ++j) dr[j] = yr[j] * (dr[j] - dot);
+    }
+  } else if constexpr (A == activation_kind::gelu) {
+    constexpr float inv_sqrt_2pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+    for (std::size_t i = 0; i < e; ++i) {
+      const float x = z[i];
+      const float cdf = 0.5f * (1.0f + std::erf(x * static_cast<float>(std::numbers::sqrt2 / 2)));
+      d[i] *= cdf + x * inv_sqrt_2pi * std::exp(-0.5f * x * x);
+    }
+  }
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,197 @@
+#pragma once
+/// \file
+/// The cpu backend's sliding-window kernels: conv2d as im2col + GEMM in blocks of output rows that stay
+/// in cache (spread over the thread budget), and max / average pooling.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "dtrain/backend/cpu/activations.hpp"
+#include "dtrain/backend/cpu/gemm.hpp"
+
+namespace dtrain::detail {
+
+/// Runs `f(r0, r1)` on blocks of `rows` rows covering [0, m), spread over the thread budget (BLAS calls
+/// inside run on their caller's thread). Blocks write disjoint memory; `f` must not throw.
+template <class F>
+void for_row_blocks(std::size_t m, std::size_t rows, F&& f) {
+  const std::size_t blocks = (m + rows - 1) / rows;
+  parallel_for(
+      blocks, 1,
+      [&](std::size_t first, std::size_t last) {
+        for (std::size_t i = first; i < last; ++i) f(i * rows, std::min(m, (i + 1) * rows));
+      },
+      1);
+}
+
+/// Calls f(col_offset, input_offset or -1) for every tap of output rows [r0, r1) of window G (row =
+/// sample, then output y, then output x; a tap outside the input is padding).
+template <window_geometry G, class F>
+void for_each_tap(std::size_t r0, std::size_t r1, F&& f) {
+  constexpr std::size_t C = G.c, pixels = G.pixels(), k = G.taps();
+  std::size_t s = r0 / pixels, oy = r0 % pixels / G.ow, ox = r0 % G.ow;
+  for (std::size_t row = r0; row < r1; ++row) {
+    for (std::size_t ky = 0; ky < G.kh; ++ky) {
+      const std::ptrdiff_t iy = std::ptrdiff_t(oy * G.sh + ky) - std::ptrdiff_t(G.pt);
+      for (std::size_t kx = 0; kx < G.kw; ++kx) {
+        const std::ptrdiff_t ix = std::ptrdiff_t(ox * G.sw + kx) - std::ptrdiff_t(G.pl);
+        const std::size_t col = row * k + (ky * G.kw + kx) * C;
+        const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(G.h) && ix < std::ptrdiff_t(G.w);
+        f(col, inside ? std::ptrdiff_t(((s * G.h + iy) * G.w + ix) * C) : std::ptrdiff_t(-1));
+      }
+    }
+    if (++ox == G.ow) {
+      ox = 0;
+      if (++oy == G.oh) oy = 0, ++s;
+    }
+  }
+}
+
+/// conv2d of window G (f filters) with activation A. The workspace holds the im2col rows (kept from
+/// forward for backward), the per-slice partial gradients and the column gradients.
+template <window_geometry G, activation_kind A>
+struct conv2d_kernels {
+  static constexpr std::size_t k = G.taps(), pixels = G.pixels(), filters = G.f;
+  /// Output rows per block: ~64 KiB of output, so a block's im2col, GEMM and activation stay in cache.
+  static constexpr std::size_t block_rows = std::max<std::size_t>(16, 16384 / filters);
+  static constexpr std::size_t max_slices = 8;
+  static constexpr std::size_t part = k * filters + filters;  // one slice's kernel and bias gradient
+
+  static constexpr std::size_t workspace(std::size_t n) { return 2 * n * pixels * k + max_slices * part; }
+
+  static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                      float* work) {
+    const std::size_t m = n * pixels;
+    float* cols = work;
+    // block by block (rows of the output that stay in cache): im2col, bias, GEMM, activation
+    for_row_blocks(m, block_rows, [&](std::size_t r0, std::size_t r1) {
+      im2col(x, cols, r0, r1);
+      float* yb = y + r0 * filters;
+      for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * filters, b, filters * sizeof(float));
+      planned_gemm(transpose::no, transpose::no, r1 - r0, filters, k, 1.0f, cols + r0 * k, k, w, filters, 1.0f, yb,
+                   filters);
+      if constexpr (needs_input(A)) std::memcpy(z + r0 * filters, yb, (r1 - r0) * filters * sizeof(float));
+      activation_forward<A>(r1 - r0, filters, yb);
+    });
+  }
+
+  static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, float* work,
+                       float* g, float* dx) {
+    const std::size_t m = n * pixels;
+    const float* cols = work;
+    float* parts = work + m * k;
+    // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
+    // count), each block of a slice: activation backward, bias and kernel gradients into the slice's
+    // partial sums while the block is in cache; then the slices are added in order.
+    const std::size_t blocks = (m + block_rows - 1) / block_rows;
+    const std::size_t slices = std::min(max_slices, blocks), per_slice = (blocks + slices - 1) / slices;
+    for_row_blocks(slices * per_slice * block_rows, per_slice * block_rows, [&](std::size_t s0, std::size_t s1) {
+      const std::size_t s = s0 / (per_slice * block_rows);
+      float* pw = parts + s * part;
+      float* pb = pw + k * filters;
+      std::fill(pw, pw + part, 0.0f);
+      for (std::size_t r0 = s0; r0 < std::min(s1, m); r0 += block_rows) {
+        const std::size_t r1 = std::min(m, r0 + block_rows);
+        float* db = dy + r0 * filters;
+        activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db);
+        planned_gemm(transpose::yes, transpose::no, k, filters, r1 - r0, 1.0f, cols + r0 * k, k, db, filters, 1.0f,
+                     pw, filters);
+        for (std::size_t r = 0; r < r1 - r0; ++r)
+          for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
+      }
+    });
+    std::copy(parts, parts + part, g);
+    for (std::size_t s = 1; s < slices; ++s)
+      for (std::size_t i = 0; i < part; ++i) g[i] += parts[s * part + i];
+    if (!dx) return;
+    float* dcols = parts + max_slices * part;
+    planned_gemm(transpose::no, transpose::yes, m, k, filters, 1.0f, dy, filters, w, filters, 0.0f, dcols, k);
+    col2im(dcols, dx, n);
+  }
+
+  static void im2col(const float* x, float* cols, std::size_t r0, std::size_t r1) {
+    for_each_tap<G>(r0, r1, [&](std::size_t col, std::ptrdiff_t src) {
+      if (src < 0)
+        std::fill(cols + col, cols + col + G.c, 0.0f);
+      else
+        std::memcpy(cols + col, x + src, G.c * sizeof(float));
+    });
+  }
+  static void col2im(const float* dcols, float* dx, std::size_t n) {
+    std::fill(dx, dx + n * G.in_size(), 0.0f);
+    for_each_tap<G>(0, n * pixels, [&](std::size_t col, std::ptrdiff_t dst) {
+      if (dst < 0) return;
+      for (std::size_t c = 0; c < G.c; ++c) dx[dst + c] += dcols[col + c];
+    });
+  }
+};
+
+/// Calls f(output_pixel, sample, y0, y1, x0, x1) for every output pixel of window G, the window clipped
+/// to the input.
+template <window_geometry G, class F>
+void for_each_window(std::size_t n, F&& f) {
+  std::size_t out = 0;
+  for (std::size_t s = 0; s < n; ++s)
+    for (std::size_t oy = 0; oy < G.oh; ++oy)
+      for (std::size_t ox = 0; ox < G.ow; ++ox, ++out) {
+        const auto y0 = std::max<std::ptrdiff_t>(0, std::ptrdiff_t(oy * G.sh) - std::ptrdiff_t(G.pt));
+        const auto x0 = std::max<std::ptrdiff_t>(0, std::ptrdiff_t(ox * G.sw) - std::ptrdiff_t(G.pl));
+        const auto y1 = std::min<std::ptrdiff_t>(std::ptrdiff_t(G.h), std::ptrdiff_t(oy * G.sh + G.kh) - std::ptrdiff_t(G.pt));
+        const auto x1 = std::min<std::ptrdiff_t>(std::ptrdiff_t(G.w), std::ptrdiff_t(ox * G.sw + G.kw) - std::ptrdiff_t(G.pl));
+        f(out, s, std::size_t(y0), std::size_t(y1), std::size_t(x0), std::size_t(x1));
+      }
+}
+
+/// Max pooling keeps, per output value, the index (within its sample) of the input that won; average
+/// pooling divides by the window's cells inside the input (TF's rule for 'same' padding).
+template <window_geometry G, bool Max>
+struct pooling_kernels {
+  static void forward(std::size_t n, const float* x, float* y, std::uint32_t* arg) {
+    constexpr std::size_t C = G.c;
+    for_each_window<G>(n, [&](std::size_t out, std::size_t s, std::size_t y0, std::size_t y1, std::size_t x0,
+                              std::size_t x1) {
+      for (std::size_t c = 0; c < C; ++c) {
+        float acc = Max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        std::size_t best = 0;
+        for (std::size_t iy = y0; iy < y1; ++iy)
+          for (std::size_t ix = x0; ix < x1; ++ix) {
+            const std::size_t at = ((s * G.h + iy) * G.w + ix) * C + c;
+            if constexpr (Max) {
+              if (x[at] > acc || (iy == y0 && ix == x0)) acc = x[at], best = at;
+            } else {
+              acc += x[at];
+            }
+          }
+        if constexpr (Max) {
+          y[out * C + c] = acc;
+          arg[out * C + c] = static_cast<std::uint32_t>(best - s * G.in_size());
+        } else {
+          y[out * C + c] = acc / static_cast<float>((y1 - y0) * (x1 - x0));
+        }
+      }
+    });
+  }
+
+  static void backward(std::size_t n, const float* dy, const std::uint32_t* arg, float* dx) {
+    constexpr std::size_t C = G.c;
+    std::fill(dx, dx + n * G.in_size(), 0.0f);
+    for_each_window<G>(n, [&](std::size_t out, std::size_t s, std::size_t y0, std::size_t y1, std::size_t x0,
+                              std::size_t x1) {
+      for (std::size_t c = 0; c < C; ++c) {
+        const float d = dy[out * C + c];
+        if constexpr (Max) {
+          dx[s * G.in_size() + arg[out * C + c]] += d;
+        } else {
+          const float share = d / static_cast<float>((y1 - y0) * (x1 - x0));
+          for (std::size_t iy = y0; iy < y1; ++iy)
+            for (std::size_t ix = x0; ix < x1; ++ix) dx[((s * G.h + iy) * G.w + ix) * C + c] += share;
+        }
+      }
+    });
+  }
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,68 @@
+// The cpu backend's own choices: GEMM plans by shape, and results that do not depend on the thread count.
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+
+BOOST_AUTO_TEST_SUITE(cpu_backend)
+
+// Shapes that take each of the cpu backend's plans (one call, row blocks, k slices, C split by rows or
+// by columns over the pool), every transpose, leading dimensions wider than the operands: the result
+// matches a double-precision loop, and 1 and 2 threads give the same bits.
+BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_count) {
+  struct gemm_case {
+    std::size_t m, n, k;
+    detail::gemm_plan plan;
+  };
+  const gemm_case cases[] = {{5, 7, 3, detail::gemm_plan::one},
+                             {2048, 128, 64, detail::gemm_plan::rows},
+                             {8, 32, 8192, detail::gemm_plan::depth},
+                             {300, 100, 200, detail::gemm_plan::split},
+                             {40, 333, 300, detail::gemm_plan::split}};
+  const int before = num_threads();
+  rng r(11);
+  for (const auto& [m, n, k, plan] : cases) {
+    BOOST_TEST_CONTEXT("m " << m << " n " << n << " k " << k) {
+      BOOST_TEST((detail::plan_gemm(m, n, k) == plan));
+      for (auto ta : {transpose::no, transpose::yes})
+        for (auto tb : {transpose::no, transpose::yes}) {
+          const std::size_t lda = (ta == transpose::yes ? m : k) + 3, ldb = (tb == transpose::yes ? k : n) + 2,
+                            ldc = n + 1;
+          const auto a = dtrain_test::random_vector((ta == transpose::yes ? k : m) * lda, r);
+          const auto b = dtrain_test::random_vector((tb == transpose::yes ? n : k) * ldb, r);
+          const auto c0 = dtrain_test::random_vector(m * ldc, r);
+          std::vector<double> expect(m * ldc), bound(m * ldc);
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) {
+              double acc = 0, mag = 0;
+              for (std::size_t p = 0; p < k; ++p) {
+                const double av = ta == transpose::yes ? a[p * lda + i] : a[i * lda + p];
+                const double bv = tb == transpose::yes ? b[j * ldb + p] : b[p * ldb + j];
+                acc += av * bv, mag += std::abs(av * bv);
+              }
+              expect[i * ldc + j] = 2.0 * acc + 0.5 * c0[i * ldc + j];
+              bound[i * ldc + j] = 1e-5 * (2.0 * mag + 1.0);
+            }
+          std::vector<std::vector<float>> results;
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            auto c = c0;
+            cpu{}.gemm(ta, tb, m, n, k, 2.0f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), ldc);
+            results.push_back(c);
+          }
+          std::size_t wrong = 0, padding_touched = 0;
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < ldc; ++j) {
+              const std::size_t at = i * ldc + j;
+              if (j >= n) padding_touched += results[0][at] != c0[at];
+              else wrong += std::abs(results[0][at] - expect[at]) > bound[at];
+            }
+          BOOST_TEST(wrong == 0u);
+          BOOST_TEST(padding_touched == 0u);
+          BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+        }
+    }
+  }
+  set_num_threads(before);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

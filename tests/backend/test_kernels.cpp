@@ -1,0 +1,96 @@
+// Every backend's kernels against loops written out here: the BLAS-like ones, the bias helpers, the
+// counter-based dropout mask (the same bits on every backend), the losses' and metrics' reductions.
+#include "support/gradcheck.hpp"
+
+using namespace dtrain;
+using dtrain_test::backends;
+using dtrain_test::download;
+using dtrain_test::upload;
+namespace tt = boost::test_tools;
+
+namespace {
+template <class B>
+using cptr = pointer_t<B, const float>;
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(backend_kernels)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gemm_all_transposes_match_naive_loops, B, backends) {
+  rng r(9);
+  const std::size_t m = 5, n = 7, k = 3;
+  for (auto ta : {transpose::no, transpose::yes})
+    for (auto tb : {transpose::no, transpose::yes}) {
+      auto a = dtrain_test::random_vector(m * k, r), b = dtrain_test::random_vector(k * n, r);
+      auto c = dtrain_test::random_vector(m * n, r);
+      auto expect = c;
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (std::size_t p = 0; p < k; ++p) {
+            const float av = ta == transpose::yes ? a[p * m + i] : a[i * k + p];
+            const float bv = tb == transpose::yes ? b[j * k + p] : b[p * n + j];
+            acc += double(av) * bv;
+          }
+          expect[i * n + j] = float(2.0 * acc + 0.5 * c[i * n + j]);
+        }
+      const B dev;
+      auto ad = upload(dev, a), bd = upload(dev, b), cd = upload(dev, c);
+      dev.gemm(ta, tb, m, n, k, 2.0f, cptr<B>(ad.data()), ta == transpose::yes ? m : k, cptr<B>(bd.data()),
+               tb == transpose::yes ? k : n, 0.5f, cd.data(), n);
+      BOOST_TEST(download(dev, cd) == expect, boost::test_tools::tolerance(1e-5f) << boost::test_tools::per_element());
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(blas_like_kernels, B, backends) {
+  const B dev;
+  auto x = upload(dev, {1, 2, 3, 4, 5, 6}), y = upload(dev, {1, 1, 1, 1, 1, 1}), z = dev.template allocate<float>(6);
+  dev.axpy(6, 2.0f, cptr<B>(x.data()), y.data());
+  BOOST_TEST((download(dev, y) == std::vector<float>{3, 5, 7, 9, 11, 13}), tt::per_element());
+  dev.multiply(6, cptr<B>(x.data()), cptr<B>(y.data()), z.data());
+  BOOST_TEST((download(dev, z) == std::vector<float>{3, 10, 21, 36, 55, 78}), tt::per_element());
+  dev.fill(3, -1.0f, z.data() + 2);
+  dev.copy(2, cptr<B>(x.data()) + 4, z.data());
+  BOOST_TEST((download(dev, z) == std::vector<float>{5, 6, -1, -1, -1, 78}), tt::per_element());
+  // x as 2 rows of 3: column sums, a row broadcast, the sum of everything
+  auto cols = dev.template allocate<float>(3), total = dev.template allocate<float>(1);
+  dev.column_sums(2, 3, cptr<B>(x.data()), cols.data());
+  BOOST_TEST((download(dev, cols) == std::vector<float>{5, 7, 9}), tt::per_element());
+  dev.broadcast_rows(2, 3, cptr<B>(cols.data()), z.data());
+  BOOST_TEST((download(dev, z) == std::vector<float>{5, 7, 9, 5, 7, 9}), tt::per_element());
+  dev.sum(6, cptr<B>(x.data()), total.data());
+  BOOST_TEST(download(dev, total)[0] == 21.0f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_mask_depends_on_the_key_and_position_only, B, backends) {
+  const B dev;
+  const std::size_t n = 4099;  // not a multiple of 4
+  auto x = upload(dev, std::vector<float>(n, 2.0f)), y = dev.template allocate<float>(n), mask = dev.template allocate<float>(n);
+  dev.dropout(n, 0.25f, 77, cptr<B>(x.data()), y.data(), mask.data());
+  const auto m = download(dev, mask), out = download(dev, y);
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float u = counter_uniform4(77, i / 4)[i % 4];  // the i-th uniform of key 77
+    BOOST_REQUIRE_EQUAL(m[i], u >= 0.25f ? 1.0f / 0.75f : 0.0f);
+    BOOST_REQUIRE_EQUAL(out[i], 2.0f * m[i]);
+    dropped += m[i] == 0.0f;
+  }
+  BOOST_TEST(dropped > 900u);  // expected 1025 of 4099, sd ~28
+  BOOST_TEST(dropped < 1150u);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(metric_totals, B, backends) {
+  const B dev;
+  auto pred = upload(dev, {0.1f, 0.7f, 0.2f, 0.6f, 0.3f, 0.1f, 0.2f, 0.2f, 0.6f});  // argmax 1, 0, 2
+  auto labels = upload(dev, {1, 1, 2}), onehot = upload(dev, {0, 1, 0, 0, 0, 1, 0, 0, 1});
+  auto out = dev.template allocate<float>(1);
+  dev.metric(op::sparse_categorical_accuracy{}, 3, 3, cptr<B>(labels.data()), cptr<B>(pred.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 2.0f);
+  dev.metric(op::categorical_accuracy{}, 3, 3, cptr<B>(onehot.data()), cptr<B>(pred.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 2.0f);
+  // row 0: both right; row 1: 0.5 is not above the threshold -> one of two
+  auto prob = upload(dev, {0.7f, 0.2f, 0.5f, 0.9f}), bin = upload(dev, {1, 0, 1, 1});
+  dev.metric(op::binary_accuracy{0.5f}, 2, 2, cptr<B>(bin.data()), cptr<B>(prob.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 1.5f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
