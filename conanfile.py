@@ -1,10 +1,5 @@
-# Conan 2 recipe for dtrain, after ConanCenter's header-only template.
-#
-# xtensor-blas has no ConanCenter recipe. dtrain uses only its headers (xtensor-blas/xblas_config.hpp and
-# the bundled xflens/cxxblas, which call CBLAS), so this recipe does not require it: the headers must be
-# on the compiler's include path, as Debian's libxtensor-blas-dev puts them (/usr/include), or from a
-# recipe of your own in a local remote (`conan new header_lib`, copying xtensor-blas' include/ folder),
-# added to requirements() below. OpenBLAS, from ConanCenter, provides the CBLAS they call.
+# Conan 2 recipe for dtrain, after ConanCenter's header-only template. dtrain calls BLAS' sgemm_ itself
+# (include/dtrain/backend/cpu/blas.hpp); OpenBLAS, from ConanCenter, provides it.
 import os
 
 from conan import ConanFile

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages dtrain builds, tests and runs its demo with. Idempotent: it calls
 # apt-get only when a package is missing. Runs as root, or through sudo when there is one.
 set -eu
-packages="cmake g++ ninja-build ccache libxtensor-dev libxtensor-blas-dev libopenblas-dev libboost-test-dev
+packages="cmake g++ ninja-build ccache libxtensor-dev libopenblas-dev libboost-test-dev
 libasio-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist"
 missing=""
 for p in $packages; do
