@@ -13,20 +13,22 @@
 ///   `pointer<const T>`, and moves by `p + n` elements; nothing else is promised (it need not be a host
 ///   pointer). `B::buffer<T>` (`value_type` T) owns `size()` elements at `data()`; `b.allocate<T>(n)`
 ///   returns one (contents unspecified; a backend may reuse freed memory). Buffers are movable.
-/// - `b.upload(n, host, p)` and `b.download(n, p, host)` copy between host memory and B's; `download`
-///   returns when the host copy is complete. `b.synchronize()` returns when every kernel issued so far
-///   has finished.
+/// - `b.upload(n, host, p)` and `b.download(n, p, host)` copy between host memory and B's; `upload`
+///   returns once `host` may be reused, `download` once the host copy is complete (after every kernel
+///   issued before it). `b.synchronize()` returns when every kernel issued so far has finished.
 /// - Kernels. Every other member runs one kernel on B's memory. Sizes come first, then parameters, then
-///   inputs, then outputs (BLAS' order). A kernel may run asynchronously; kernels issued through one
-///   backend object run in the order issued. An output must not overlap an input unless the kernel says
-///   it works in place. A kernel never retains a pointer past its call.
+///   inputs, then outputs (BLAS' order). A kernel may run asynchronously: kernels issued through one
+///   backend object run in the order issued, and memory freed while kernels that use it are pending is
+///   not reused before they have run (the backend's job, so callers may drop a buffer at any time). An
+///   output must not overlap an input unless the kernel says it works in place.
 ///
 /// The kernels, by what uses them (`cpu.hpp` documents each one's exact arithmetic):
 /// - BLAS-like: `fill`, `copy`, `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows`
 ///   (every row of y = x), `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
 /// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
-///   `conv2d_backward<G, A>` with `conv2d_workspace<G>`, `max_pooling2d_*` and `average_pooling2d_*`
-///   `<G>`, `dropout` (mask from a counter-based generator keyed by the model's), `l2` (penalty and its
+///   `conv2d_backward<G, A>` with the workspace sizes `conv2d_workspace<G>` (forward's, which backward
+///   reads) and `conv2d_backward_workspace<G>` (backward's scratch), `max_pooling2d_*` and
+///   `average_pooling2d_*<G>`, `dropout` (mask from a counter-based generator keyed by the model's), `l2` (penalty and its
 ///   gradient).
 /// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
 ///   `metric(op, ...)`, `update(op, ...)`.
@@ -179,8 +181,9 @@ concept backend =
       b.template activation_forward<activation_kind::relu>(n, n, p);
       b.template activation_backward<activation_kind::relu>(n, n, cp, cp, p);
       { b.template conv2d_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
+      { b.template conv2d_backward_workspace<detail::probe_window>(n, true) } -> std::convertible_to<std::size_t>;
       b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
-      b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, p, p, p);
+      b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p);
       b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);
       b.template max_pooling2d_backward<detail::probe_window>(n, cp, cip, p);
       b.template average_pooling2d_forward<detail::probe_window>(n, cp, p);

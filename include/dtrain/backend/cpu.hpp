@@ -103,11 +103,15 @@ struct cpu {
     detail::activation_backward<A>(rows, cols, z, y, d);
   }
 
-  /// Floats of workspace a conv2d of window G needs for a batch of n (what forward leaves there,
-  /// backward reads).
+  /// Floats of workspace a conv2d of window G needs for a batch of n: forward's (what it leaves there,
+  /// backward reads: the im2col rows) and backward's own (scratch; larger with an input gradient).
   template <window_geometry G>
   std::size_t conv2d_workspace(std::size_t n) const {
     return detail::conv2d_kernels<G, activation_kind::linear>::workspace(n);
+  }
+  template <window_geometry G>
+  std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
+    return detail::conv2d_kernels<G, activation_kind::linear>::backward_workspace(n, input_gradient);
   }
   /// y = A(conv(x, w) + b) for n samples; z = the pre-activation when A needs it (else null).
   template <window_geometry G, activation_kind A>
@@ -116,11 +120,11 @@ struct cpu {
     detail::conv2d_kernels<G, A>::forward(n, x, w, b, y, z, work);
   }
   /// From d loss / d y (`dy`, overwritten): the kernel and bias gradients into `g` and, when `dx` is not
-  /// null, d loss / d x. `work` is what the last forward left.
+  /// null, d loss / d x. `work` is what the last forward left; `scratch` is backward's workspace.
   template <window_geometry G, activation_kind A>
-  void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, float* work,
-                       float* g, float* dx) const {
-    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, g, dx);
+  void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
+                       float* scratch, float* g, float* dx) const {
+    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, g, dx);
   }
   template <window_geometry G>
   void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {

@@ -140,6 +140,10 @@ class opaque {
   std::size_t conv2d_workspace(std::size_t n) const {
     return cpu_.conv2d_workspace<G>(n);
   }
+  template <window_geometry G>
+  std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
+    return cpu_.conv2d_backward_workspace<G>(n, input_gradient);
+  }
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w, pointer<const float> b,
                       pointer<float> y, pointer<float> z, pointer<float> work) const {
@@ -151,11 +155,13 @@ class opaque {
   }
   template <window_geometry G, activation_kind A>
   void conv2d_backward(std::size_t n, pointer<const float> z, pointer<const float> y, pointer<float> dy,
-                       pointer<const float> w, pointer<float> work, pointer<float> g, pointer<float> dx) const {
+                       pointer<const float> w, pointer<const float> work, pointer<float> scratch, pointer<float> g,
+                       pointer<float> dx) const {
     const std::size_t out = n * G.out_size();
     cpu_.conv2d_backward<G, A>(n, needs_input(A) ? raw(z, out, "conv2d z") : nullptr, raw(y, out, "conv2d y"),
                                raw(dy, out, "conv2d dy"), raw(w, G.taps() * G.f, "conv2d kernel"),
                                raw(work, conv2d_workspace<G>(n), "conv2d workspace"),
+                               raw(scratch, conv2d_backward_workspace<G>(n, bool(dx)), "conv2d backward workspace"),
                                raw(g, G.taps() * G.f + G.f, "conv2d gradients"),
                                dx ? raw(dx, n * G.in_size(), "conv2d dx") : nullptr);
   }

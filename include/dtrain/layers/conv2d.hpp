@@ -4,7 +4,7 @@
 /// Kernel (k, k, in_channels, filters) and bias (filters) as Keras stores them. Options:
 /// `strides<S>` / `strides<Sh, Sw>`, `padding::valid` (default) / `padding::same`, a regularizer.
 /// Computed by the backend's conv2d kernels (the cpu backend: im2col + GEMM in blocks of output rows
-/// that stay in cache); the workspace forward fills is what backward reads.
+/// that stay in cache); the workspace forward fills is what backward reads, next to a scratch of its own.
 
 #include <algorithm>
 
@@ -111,7 +111,9 @@ struct conv2d {
     }
 
     void backward(layer_context<B>& ctx, cptr, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
-      ctx.device.template conv2d_backward<window, act>(n, z_.data(), y, dy, p, work_.data(), g, dx);
+      const B& dev = ctx.device;
+      const ptr scratch = ensure(dev, scratch_, dev.template conv2d_backward_workspace<window>(n, bool(dx)));
+      dev.template conv2d_backward<window, act>(n, z_.data(), y, dy, p, work_.data(), scratch, g, dx);
     }
 
     void regularization(layer_context<B>& ctx, cptr p, ptr g, float scale, ptr penalty) const {
@@ -119,7 +121,7 @@ struct conv2d {
     }
 
    private:
-    buffer_t<B, float> z_, work_;  // pre-activations (when the activation needs them); the kernels' workspace
+    buffer_t<B, float> z_, work_, scratch_;  // pre-activations (when the activation needs them); workspaces
   };
 };
 

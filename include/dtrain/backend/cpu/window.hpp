@@ -50,8 +50,9 @@ void for_each_tap(std::size_t r0, std::size_t r1, F&& f) {
   }
 }
 
-/// conv2d of window G (f filters) with activation A. The workspace holds the im2col rows (kept from
-/// forward for backward), the per-slice partial gradients and the column gradients.
+/// conv2d of window G (f filters) with activation A. Forward's workspace holds the im2col rows, which
+/// backward reads; backward's holds the per-slice partial gradients and, for an input gradient, the
+/// column gradients.
 template <window_geometry G, activation_kind A>
 struct conv2d_kernels {
   static constexpr std::size_t k = G.taps(), pixels = G.pixels(), filters = G.f;
@@ -60,7 +61,10 @@ struct conv2d_kernels {
   static constexpr std::size_t max_slices = 8;
   static constexpr std::size_t part = k * filters + filters;  // one slice's kernel and bias gradient
 
-  static constexpr std::size_t workspace(std::size_t n) { return 2 * n * pixels * k + max_slices * part; }
+  static constexpr std::size_t workspace(std::size_t n) { return n * pixels * k; }
+  static constexpr std::size_t backward_workspace(std::size_t n, bool input_gradient) {
+    return max_slices * part + (input_gradient ? n * pixels * k : 0);
+  }
 
   static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
                       float* work) {
@@ -78,11 +82,10 @@ struct conv2d_kernels {
     });
   }
 
-  static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, float* work,
-                       float* g, float* dx) {
+  static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* cols,
+                       float* scratch, float* g, float* dx) {
     const std::size_t m = n * pixels;
-    const float* cols = work;
-    float* parts = work + m * k;
+    float* parts = scratch;
     // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
     // count), each block of a slice: activation backward, bias and kernel gradients into the slice's
     // partial sums while the block is in cache; then the slices are added in order.
