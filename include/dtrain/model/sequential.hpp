@@ -152,15 +152,22 @@ class basic_sequential {
     detail::apply_thread_env();
     params_ = device_.template allocate<float>(param_count);
     grads_ = device_.template allocate<float>(param_count);
-    std::vector<float> host(param_count);
+    std::vector<float> staging;  // a host copy, for a backend whose memory is not host memory
+    float* host;
+    if constexpr (host_addressable_v<B>) {
+      host = params_.data();
+    } else {
+      staging.resize(param_count);
+      host = staging.data();
+    }
     std::map<std::string, int> seen;
     each([&]<std::size_t I>() {
       using L = layer_type<I>;
       const int k = seen[L::keras_name]++;
       names_[I] = k == 0 ? std::string(L::keras_name) : std::string(L::keras_name) + "_" + std::to_string(k);
-      std::get<I>(layers_).initialize(std::span<float>(host).subspan(param_offsets[I], param_sizes[I]), rng_);
+      std::get<I>(layers_).initialize(std::span<float>(host + param_offsets[I], param_sizes[I]), rng_);
     });
-    device_.upload(param_count, host.data(), params_.data());
+    if constexpr (!host_addressable_v<B>) device_.upload(param_count, host, params_.data());
   }
   basic_sequential(basic_sequential&&) noexcept = default;
   basic_sequential& operator=(basic_sequential&&) noexcept = default;

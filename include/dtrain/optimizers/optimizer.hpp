@@ -62,10 +62,10 @@ class optimizer_slots {
   pointer_t<B, float> on(const B& b, std::size_t n) {
     if (auto* s = dynamic_cast<store_on<B>*>(store_.get()); s && s->size() == n) return s->data();
     std::vector<float> init = values();
-    init.resize(n, 0.0f);
     auto s = std::make_unique<store_on<B>>(b, n);
     const pointer_t<B, float> data = s->data();
-    b.upload(n, init.data(), data);
+    if (init.size() == n) b.upload(n, init.data(), data);
+    else b.fill(n, 0.0f, data);  // nothing restored (begin_step has checked): zeros
     store_ = std::move(s);
     host_.clear();
     return data;
