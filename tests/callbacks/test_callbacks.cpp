@@ -167,14 +167,19 @@ BOOST_AUTO_TEST_CASE(progbar_lines_when_not_a_terminal) {
   p2.update(70, make({{"loss", 1e-5f}}), true);
   progbar p0(70, 0, f);
   p0.update(70, make({{"loss", 1.0f}}), true);
+  progbar unknown(-1, 1, f);  // an epoch of unknown length
+  unknown.update(8, make({{"loss", 0.5f}}), true);
   const std::string out = read_file(f);
   std::fclose(f);
-  const std::regex line1(R"(70/70 \[==============================\] - \d+(s|ms|us) \d+(s|ms|us)/step - loss: 0\.5000 - accuracy: 0\.2500\n)");
-  const std::regex line2(R"(70/70 - \d+(s|ms|us) - loss: 1\.0000e-05 - \d+(s|ms|us)/epoch - \d+(s|ms|us)/step\n)");
+  // Keras: the epoch's time in whole seconds ("%.0fs"), the step's in s, ms or us
+  const std::regex line1(R"(70/70 \[==============================\] - \d+s \d+(s|ms|us)/step - loss: 0\.5000 - accuracy: 0\.2500\n)");
+  const std::regex line2(R"(70/70 - \d+s - loss: 1\.0000e-05 - \d+(s|ms|us)/epoch - \d+(s|ms|us)/step\n)");
+  const std::regex line3(R"(\n      8/Unknown - \d+s \d+(s|ms|us)/step - loss: 0\.5000\n)");
   std::smatch mm;
   BOOST_TEST(std::regex_search(out, mm, line1));
   BOOST_TEST(std::regex_search(out, mm, line2));
-  BOOST_TEST(std::count(out.begin(), out.end(), '\n') == 2);  // one line each, nothing for verbose 0
+  BOOST_TEST(std::regex_search(out, mm, line3));
+  BOOST_TEST(std::count(out.begin(), out.end(), '\n') == 3);  // one line each, nothing for verbose 0
 }
 
 BOOST_AUTO_TEST_CASE(progbar_logger_prints_epoch_headers) {

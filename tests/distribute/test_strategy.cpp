@@ -1,18 +1,11 @@
 // Strategies end to end over real loopback sockets: N workers (threads, each with its own strategy
 // and sockets) train like one worker with the global batch; runs are deterministic; metrics agree.
-#include <thread>
-
 #include "support/gradcheck.hpp"
-
-#include <dtrain/distribute/comm/ring_tcp.hpp>
-
 #include "support/loopback.hpp"
 
 using namespace dtrain;
 namespace tt = boost::test_tools;
 using mwms = multi_worker_mirrored_strategy<comm::ring_tcp>;
-
-using dtrain_test::free_addresses;
 
 namespace {
 using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
@@ -37,32 +30,18 @@ struct outcome {
 /// worker's outcome.
 template <class B = cpu>
 std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2) {
-  const auto addrs = free_addresses(p);
   std::vector<outcome> out(static_cast<std::size_t>(p));
-  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
-  std::vector<std::thread> ts;
   auto [x, y] = problem(48);
-  for (int r = 0; r < p; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        multi_worker_mirrored_strategy<comm::ring_tcp, B> s(
-            {.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)},
-            make_cluster_info({{{"worker", addrs}}}, "worker", r));
-        static_assert(std::is_same_v<typename decltype(s.template make_model<net>())::backend_type, B>);
-        auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
-        model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
-                       .loss = sparse_categorical_crossentropy{{.from_logits = true}},
-                       .metrics = {accuracy{}}});
-        auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
-        out[std::size_t(r)].hist = model.fit(ds, {.epochs = epochs, .validation_data = data::from_tensor_slices(x, y) | data::batch(10), .verbose = 0});
-        out[std::size_t(r)].weights = model.get_weights();
-      } catch (...) {
-        errs[std::size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : ts) t.join();
-  for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
+  dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
+    static_assert(std::is_same_v<typename decltype(s.template make_model<net>())::backend_type, B>);
+    auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
+    model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                   .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                   .metrics = {accuracy{}}});
+    auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
+    out[std::size_t(r)].hist = model.fit(ds, {.epochs = epochs, .validation_data = data::from_tensor_slices(x, y) | data::batch(10), .verbose = 0});
+    out[std::size_t(r)].weights = model.get_weights();
+  });
   return out;
 }
 }  // namespace
@@ -117,10 +96,15 @@ BOOST_AUTO_TEST_CASE(distribute_dataset_policies) {
   std::vector<float> seen;
   while (auto e = io.next()) seen.push_back(e->second(0));
   BOOST_TEST(seen == (std::vector<float>{0, 2, 4, 6}), tt::per_element());
-  // a global batch that does not divide
-  distributed_dataset<decltype(global)> three(global, 3, 0);
-  auto i3 = three.iterate(0);
-  BOOST_CHECK_THROW(i3.next(), value_error);
+  // a global batch that does not divide: rows [0, 1), [1, 2), [2, 4) of 4, each knowing the global rows
+  for (int r = 0; r < 3; ++r) {
+    distributed_dataset<decltype(global)> three(global, 3, r);
+    auto i3 = three.iterate(0);
+    const auto b = i3.next();
+    BOOST_TEST(b->first.shape()[0] == (r == 2 ? 2u : 1u));
+    BOOST_TEST(b->second(0) == float(r));
+    BOOST_TEST(i3.global_rows() == 4u);
+  }
   auto file = global | data::with_options({.auto_shard = data::auto_shard_policy::file});
   BOOST_CHECK_THROW((distributed_dataset<decltype(file)>(file, 2, 0)), config_error);
   // per-replica batch size for distribute_datasets_from_function
@@ -129,7 +113,9 @@ BOOST_AUTO_TEST_CASE(distribute_dataset_policies) {
 }
 
 BOOST_AUTO_TEST_CASE(single_worker_strategies_and_bad_requests) {
-  default_strategy& d = get_strategy();
+  strategy_ref d = get_strategy();
+  BOOST_TEST(d.is_default());
+  BOOST_TEST(!has_strategy());
   BOOST_TEST(d.num_replicas_in_sync() == 1);
   BOOST_TEST(d.reduce(reduce_op::sum, 2.5f) == 2.5f);
   BOOST_TEST(d.run([](int a) { return a + 1; }, 1) == 2);

@@ -137,12 +137,4 @@ BOOST_AUTO_TEST_CASE(a_host_loss_through_any_loss) {
   BOOST_CHECK_THROW(l(t2({1, 2, 3, 4}, 2, 2), t1({1, 2})), shape_error);
 }
 
-BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_as_in_the_seeds) {
-  // 4 examples on this replica of a global batch of 8: the sum over 8
-  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}, 8) == 10.0f / 8);
-  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);
-  BOOST_TEST(scale_regularization_loss(3.0f, 2) == 1.5f);
-  BOOST_CHECK_THROW(scale_regularization_loss(3.0f, 0), value_error);
-}
-
 BOOST_AUTO_TEST_SUITE_END()

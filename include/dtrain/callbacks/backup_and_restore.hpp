@@ -4,7 +4,9 @@
 /// the backup holds the weights, the optimizer state, the generator and metric states, and the
 /// position (epoch, batch within it, dataset iterator state), so an interrupted run that is restarted
 /// continues with the very batches it would have seen and ends with bitwise the same weights. (Keras
-/// restores only at epoch boundaries and re-runs part of an epoch.)
+/// also backs up every epoch or every `save_freq` batches, as the tutorial shows, and resumes at the
+/// saved epoch and batch; it restores weights, optimizer and counters but not the dataset iterator's
+/// position or the generators, so a resumed shuffled run sees other batches than an uninterrupted one.)
 ///
 /// Multi-worker: only the chief writes (atomically; the previous backup stays until the new one is
 /// durable) and every worker waits until it is; on restart the chief reads the backup and gives its

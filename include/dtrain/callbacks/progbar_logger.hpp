@@ -71,12 +71,12 @@ class progbar {
     if (!finished) return;
     const double per = current > 0 ? elapsed / static_cast<double>(current) : 0.0;
     std::string line = dynamic_ && verbose_ == 1 ? "\r" : "";
+    const std::string total = " - " + std::to_string(std::lround(elapsed)) + "s";  // whole seconds, as Keras
     if (verbose_ == 1) {
-      line += counter(current) + bar(current) + " - " + detail::duration_text(elapsed) + " " +
-              detail::duration_text(per) + "/step" + detail::logs_text(l);
+      line += counter(current) + bar(current) + total + " " + detail::duration_text(per) + "/step" + detail::logs_text(l);
     } else {
-      line += counter(current) + " - " + detail::duration_text(elapsed) + detail::logs_text(l) + " - " +
-              detail::duration_text(elapsed) + "/epoch - " + detail::duration_text(per) + "/step";
+      line += counter(current) + total + detail::logs_text(l) + " - " + detail::duration_text(elapsed) + "/epoch - " +
+              detail::duration_text(per) + "/step";
     }
     if (dynamic_ && line.size() < width_) line += std::string(width_ - line.size(), ' ');
     std::fputs((line + "\n").c_str(), out_);
@@ -89,7 +89,10 @@ class progbar {
     return std::chrono::duration<double>(clock::now() - t).count();
   }
   std::string counter(std::int64_t current) const {
-    if (target_ <= 0) return std::to_string(current);
+    if (target_ <= 0) {  // Keras: "%7d/Unknown"
+      const std::string c = std::to_string(current);
+      return std::string(c.size() < 7 ? 7 - c.size() : 0, ' ') + c + "/Unknown";
+    }
     const std::string t = std::to_string(target_);
     std::string c = std::to_string(current);
     return std::string(t.size() > c.size() ? t.size() - c.size() : 0, ' ') + c + "/" + t;

@@ -108,6 +108,12 @@ class iterator {
   }
   const iterator_state& state() const { return state_; }
   nlohmann::json save() const { return to_json(state_); }
+  /// Over a distributed dataset: the rows of the global batch whose share the last element is (the
+  /// divisor of the summed loss); elsewhere 0.
+  std::size_t global_rows() const {
+    if constexpr (requires { it_->global_rows(); }) return it_->global_rows();
+    else return 0;
+  }
 
   /// Moves to a saved position: the same pass, `produced` elements in.
   void restore(const iterator_state& s) {

@@ -12,14 +12,22 @@
 /// - FILE: shard by input file. It needs a pipeline built per worker, which
 ///   `distribute_datasets_from_function` provides (TF's way for custom sharding); asking
 ///   `distribute_dataset` for FILE is refused with that advice.
-/// A global batch whose rows do not divide by the number of replicas is an error for training; for
-/// evaluation (`even = false`) the rows are split as evenly as they go and the metrics, which are
-/// aggregated by counts, come out exact.
+/// A global batch whose rows do not divide by the number of replicas (the short last batch of an
+/// epoch) is split as evenly as it goes, so a replica may get fewer rows or none; the iterator tells
+/// the global batch's rows (`global_rows()`), by which training divides the summed loss, as TF does.
+///
+/// `per_replica_dataset` (from `distribute_datasets_from_function`) holds this worker's own pipeline,
+/// which may yield more or fewer batches than the other workers'. Its iterator makes the workers agree:
+/// at each batch one small all-reduce tells whether any worker still has data and the global rows; a
+/// worker that ran out yields empty batches (0 rows) until every worker has, and then all end at the
+/// same step, so no worker ever issues a collective the others do not (TF's distributed iterator and
+/// PyTorch's `Join` behave the same way).
 
 #include <optional>
 
 #include "dtrain/data/dataset.hpp"
 #include "dtrain/data/sources.hpp"
+#include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
 
@@ -30,9 +38,8 @@ class distributed_dataset {
   static_assert(std::is_same_v<typename D::element_type, data::example>,
                 "distribute_dataset: the dataset must yield (x, y) batches (data::example)");
 
-  distributed_dataset(D d, int replicas, int replica_id, bool even = true)
-      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_.options().auto_shard),
-        even_(even) {
+  distributed_dataset(D d, int replicas, int replica_id)
+      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_.options().auto_shard) {
     if (policy_ == data::auto_shard_policy::file)
       throw config_error(
           "distribute_dataset: auto_shard_policy::file needs a per-worker pipeline; build it with "
@@ -48,12 +55,12 @@ class distributed_dataset {
 
   class iterator {
    public:
-    iterator(const distributed_dataset& d, std::uint64_t pass)
-        : p_(d.p_), r_(d.r_), policy_(d.policy_), even_(d.even_), up_(d.up_.iterate(pass)) {}
+    iterator(const distributed_dataset& d, std::uint64_t pass) : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)) {}
     std::optional<data::example> next() {
       if (policy_ != data::auto_shard_policy::off) {
         auto b = up_.next();
         if (!b) return std::nullopt;
+        global_rows_ = b->first.shape()[0];
         return slice(*b, r_);
       }
       if (piece_ == 0 || piece_ == p_) {
@@ -61,8 +68,12 @@ class distributed_dataset {
         piece_ = 0;
       }
       if (!held_) return std::nullopt;
-      return slice(*held_, piece_++);
+      auto piece = slice(*held_, piece_++);
+      global_rows_ = piece.first.shape()[0] * p_;  // every replica takes this same piece
+      return piece;
     }
+    /// Rows of the global batch the last element is this replica's share of.
+    std::size_t global_rows() const { return global_rows_; }
     std::int64_t skip(std::int64_t n) {
       if (policy_ != data::auto_shard_policy::off) return up_.skip(n);
       return data::detail::skip_by_next(*this, n);
@@ -71,10 +82,9 @@ class distributed_dataset {
    private:
     data::example slice(const data::example& b, std::size_t part) const {
       const std::size_t rows = b.first.shape()[0], p = p_;
-      if ((even_ && rows % p != 0) || b.second.shape()[0] != rows)
-        throw value_error("distribute_dataset: a global batch of " + std::to_string(rows) + " rows does not split into " +
-                          std::to_string(p) + " equal per-replica batches; make the global batch a multiple of " +
-                          "num_replicas_in_sync (drop_remainder = true drops a short last batch)");
+      if (b.second.dimension() == 0 || b.second.shape()[0] != rows)
+        throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
+                          shape_str(b.second.shape()));
       const std::size_t from = part * rows / p, to = (part + 1) * rows / p;
       return {rows_of(b.first, from, to - from), rows_of(b.second, from, to - from)};
     }
@@ -86,10 +96,9 @@ class distributed_dataset {
     }
     std::size_t p_, r_;
     data::auto_shard_policy policy_;
-    bool even_;
     decltype(std::declval<const D&>().iterate(0)) up_;
     std::optional<data::example> held_;
-    std::size_t piece_ = 0;
+    std::size_t piece_ = 0, global_rows_ = 0;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 
@@ -97,7 +106,6 @@ class distributed_dataset {
   D up_;
   std::size_t p_, r_;
   data::auto_shard_policy policy_;
-  bool even_;
 };
 
 namespace detail {
@@ -121,14 +129,74 @@ struct input_context {
   }
 };
 
-/// A per-worker pipeline that already yields per-replica batches (from `distribute_datasets_from_function`).
+/// A per-worker pipeline that already yields per-replica batches (from `distribute_datasets_from_function`);
+/// with a replica context, its iterator makes the workers agree on every batch (see the file comment).
 template <data::dataset D>
 struct per_replica_dataset {
   using element_type = typename D::element_type;
   D up;
-  std::int64_t cardinality() const { return up.cardinality(); }
+  replica_context* agree = nullptr;  // null: one worker, nothing to agree on
+  std::int64_t cardinality() const {  // the workers' passes end together, at the longest one
+    const std::int64_t c = up.cardinality();
+    return agree && c >= 0 ? data::unknown : c;
+  }
   data::options options() const { return up.options(); }
-  auto iterate(std::uint64_t pass) const { return up.iterate(pass); }
+
+  class iterator {
+   public:
+    iterator(const per_replica_dataset& d, std::uint64_t pass) : up_(d.up.iterate(pass)), rc_(d.agree) {}
+    std::optional<element_type> next() {
+      std::optional<element_type> e = done_ ? std::nullopt : up_.next();
+      done_ = !e;
+      if (e) remember(*e);
+      if (!rc_) {
+        global_rows_ = e ? rows(*e) : 0;
+        return e;
+      }
+      float f[2] = {e ? 1.0f : 0.0f, e ? float(rows(*e)) : 0.0f};  // workers with data, global rows
+      rc_->all_reduce(std::span<float>(f, 2), reduce_op::sum);
+      if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
+      global_rows_ = std::size_t(f[1]);
+      if (e) return e;
+      return empty();  // this worker is out, another is not: an empty batch keeps it in step
+    }
+    std::int64_t skip(std::int64_t n) {
+      std::int64_t got = done_ ? 0 : up_.skip(n);
+      done_ = got < n;
+      if (!rc_) return got;
+      float f = float(got);  // the position is where the worker with the most data is
+      rc_->all_reduce(std::span<float>(&f, 1), reduce_op::max);
+      return std::int64_t(f);
+    }
+    /// Rows of the global batch the last element is this worker's share of (summed over the workers).
+    std::size_t global_rows() const { return global_rows_; }
+
+   private:
+    static const tensor& x_of(const element_type& e) {
+      if constexpr (std::is_same_v<element_type, data::example>) return e.first;
+      else return e;
+    }
+    static std::size_t rows(const element_type& e) { return x_of(e).dimension() ? x_of(e).shape()[0] : 0; }
+    void remember(const element_type& e) {
+      x_shape_ = extents_of(x_of(e));
+      if constexpr (std::is_same_v<element_type, data::example>) y_shape_ = extents_of(e.second);
+    }
+    static tensor no_rows(extents e) {
+      if (e.empty()) e.push_back(0);
+      e[0] = 0;
+      return zeros(e);
+    }
+    element_type empty() const {
+      if constexpr (std::is_same_v<element_type, data::example>) return {no_rows(x_shape_), no_rows(y_shape_)};
+      else return no_rows(x_shape_);
+    }
+    decltype(std::declval<const D&>().iterate(0)) up_;
+    replica_context* rc_;
+    bool done_ = false;
+    std::size_t global_rows_ = 0;
+    extents x_shape_, y_shape_;
+  };
+  iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 };
 namespace detail {
 template <class D>

@@ -83,6 +83,9 @@ class default_strategy {
     return std::forward<F>(f)(std::forward<A>(args)...);
   }
   float reduce(reduce_op, float value) { return value; }
+  tensor reduce(reduce_op op, const tensor& value, std::optional<std::size_t> axis = std::nullopt) {
+    return detail::reduce_tensor(nullptr, op, value, axis);
+  }
   template <class T>
   std::vector<T> experimental_local_results(T value) const {
     return {std::move(value)};
@@ -91,18 +94,56 @@ class default_strategy {
   D distribute_dataset(D d) const {
     return d;
   }
+  /// TF's name for `distribute_dataset`.
+  template <data::dataset D>
+  D experimental_distribute_dataset(D d) const {
+    return d;
+  }
   template <class F>
   auto distribute_datasets_from_function(F&& f) const {
     auto d = std::forward<F>(f)(input_context{});
-    return per_replica_dataset<decltype(d)>{std::move(d)};
+    return per_replica_dataset<decltype(d)>{std::move(d), nullptr};
   }
 };
 
-/// `tf.distribute.get_strategy()` outside any scope: the default strategy.
-inline default_strategy& get_strategy() {
-  static default_strategy s;
-  return s;
-}
+/// What `get_strategy()` returns: the strategy in scope on this thread, seen through what
+/// distribution-aware library code needs of it (the guide's pattern: ask the strategy how many
+/// replicas there are, reduce across them, run a step). Outside any scope it is the default strategy:
+/// one replica, no communication.
+class strategy_ref {
+ public:
+  explicit strategy_ref(replica_context* context = nullptr) : c_(context) {}
+  /// Whether this is the default strategy (no strategy is in scope).
+  bool is_default() const { return c_ == nullptr; }
+  int num_replicas_in_sync() const { return c_ ? c_->num_replicas_in_sync() : 1; }
+  bool is_chief() const { return !c_ || c_->is_chief(); }
+  template <class F, class... A>
+  auto run(F&& f, A&&... args) {
+    strategy_scope scope(c_);
+    return std::forward<F>(f)(std::forward<A>(args)...);
+  }
+  float reduce(reduce_op op, float value) {
+    if (c_) c_->all_reduce(std::span<float>(&value, 1), op);
+    return value;
+  }
+  tensor reduce(reduce_op op, const tensor& value, std::optional<std::size_t> axis = std::nullopt) {
+    return detail::reduce_tensor(c_, op, value, axis);
+  }
+  template <class T>
+  std::vector<T> experimental_local_results(T value) const {
+    return {std::move(value)};
+  }
+
+ private:
+  replica_context* c_;
+};
+
+/// `tf.distribute.get_strategy()`: the strategy whose scope this thread is in (inside `strategy.run`,
+/// `strategy.scope()`, `make_model`, and `fit`/`evaluate`/`predict` of a model a strategy made), else
+/// the default strategy.
+inline strategy_ref get_strategy() { return strategy_ref(detail::current_replica_context()); }
+/// `tf.distribute.has_strategy()`: whether a strategy other than the default is in scope.
+inline bool has_strategy() { return detail::current_replica_context() != nullptr; }
 
 /// `tf.distribute.OneDeviceStrategy(device)`: one replica placed on `device` ("/cpu:0").
 class one_device_strategy : public default_strategy {
@@ -170,6 +211,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
   /// chief's weights.
   template <class Model>
   model_for_t<multi_worker_mirrored_strategy, Model> make_model(std::uint64_t seed = default_seed) {
+    strategy_scope scope(this);
     model_for_t<multi_worker_mirrored_strategy, Model> m(seed, device_);
     std::vector<float> weights = m.get_weights();
     comm_.broadcast(std::span<float>(weights), 0);
@@ -177,15 +219,24 @@ class multi_worker_mirrored_strategy final : public replica_context {
     m.set_replica_context(this);
     return m;
   }
-  /// `strategy.run(fn, args)`: runs the step on this worker's replica.
+  /// TF's `with strategy.scope():`: while the guard lives, `get_strategy()` on this thread is this one.
+  [[nodiscard]] strategy_scope scope() { return strategy_scope(this); }
+  /// `strategy.run(fn, args)`: runs the step on this worker's replica, in the strategy's scope.
   template <class F, class... A>
   auto run(F&& f, A&&... args) {
+    strategy_scope scope(this);
     return std::forward<F>(f)(std::forward<A>(args)...);
   }
-  /// `strategy.reduce(op, per_replica_value, axis=None)`.
+  /// `strategy.reduce(op, value)`: a value of every replica, reduced across them.
   float reduce(reduce_op op, float value) {
     comm_.all_reduce(std::span<float>(&value, 1), op);
     return value;
+  }
+  /// `strategy.reduce(op, per_replica_value, axis)` for tensors: `axis` none reduces element by element
+  /// across replicas; `axis` 0 also over each replica's rows, `mean` dividing by the rows of all
+  /// replicas (which may hold different numbers of rows).
+  tensor reduce(reduce_op op, const tensor& value, std::optional<std::size_t> axis = std::nullopt) {
+    return detail::reduce_tensor(this, op, value, axis);
   }
   template <class T>
   std::vector<T> experimental_local_results(T value) const {
@@ -196,13 +247,20 @@ class multi_worker_mirrored_strategy final : public replica_context {
   distributed_dataset<D> distribute_dataset(D d) const {
     return distributed_dataset<D>(std::move(d), num_replicas_in_sync(), replica_id());
   }
+  /// TF's name for `distribute_dataset`.
+  template <data::dataset D>
+  distributed_dataset<D> experimental_distribute_dataset(D d) const {
+    return distribute_dataset(std::move(d));
+  }
   /// `strategy.distribute_datasets_from_function(fn)`: fn(input_context) builds this worker's pipeline,
-  /// already sharded and batched per replica.
+  /// already sharded and batched per replica. The workers' pipelines may yield different numbers of
+  /// batches: iterating, they agree at every batch (one small all-reduce) on whether any has data, a
+  /// worker that ran out gets empty batches until all have, and the epoch ends on all at the same step.
   template <class F>
-  auto distribute_datasets_from_function(F&& f) const {
+  auto distribute_datasets_from_function(F&& f) {
     const input_context ctx{num_replicas_in_sync(), replica_id(), num_replicas_in_sync()};
     auto d = std::forward<F>(f)(ctx);
-    return per_replica_dataset<decltype(d)>{std::move(d)};
+    return per_replica_dataset<decltype(d)>{std::move(d), num_replicas_in_sync() > 1 ? this : nullptr};
   }
 
   // ---- replica_context: what models made here call ---------------------------------------------------

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// The loss seam, reductions, and the helpers the seeds use in custom training loops
-/// (`compute_average_loss`, `scale_regularization_loss`).
+/// The loss seam and reductions. (`compute_average_loss` and `scale_regularization_loss`, which read the
+/// strategy in scope, are in distribute/replica_context.hpp.)
 ///
 /// Loss contract (`loss_function`): `name()` is the Keras name and `get_reduction()` its reduction. A loss
 /// computes one value per row of `y_pred` (a row is one position of its last axis, so a batch of class
@@ -137,26 +137,5 @@ class any_loss {
   };
   std::shared_ptr<const concept_t> self_;
 };
-
-/// `tf.nn.compute_average_loss`: the sum of per-example losses divided by the GLOBAL batch size
-/// (default: the number of examples given, i.e. one replica's batch times one replica).
-inline float compute_average_loss(std::span<const float> per_example_loss, std::size_t global_batch_size = 0) {
-  if (global_batch_size == 0) global_batch_size = per_example_loss.size();
-  if (global_batch_size == 0) return 0.0f;
-  double s = 0.0;
-  for (float v : per_example_loss) s += v;
-  return static_cast<float>(s / static_cast<double>(global_batch_size));
-}
-inline float compute_average_loss(const tensor& per_example_loss, std::size_t global_batch_size = 0) {
-  return compute_average_loss(std::span<const float>(per_example_loss.data(), per_example_loss.size()),
-                              global_batch_size);
-}
-
-/// `tf.nn.scale_regularization_loss`: a regularization loss divided by the number of replicas, so that
-/// summing the replicas' gradients counts it once.
-inline float scale_regularization_loss(float regularization_loss, std::size_t num_replicas_in_sync = 1) {
-  if (num_replicas_in_sync == 0) throw value_error("scale_regularization_loss: num_replicas_in_sync must be positive");
-  return regularization_loss / static_cast<float>(num_replicas_in_sync);
-}
 
 }  // namespace dtrain

@@ -185,8 +185,8 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
                 "evaluate: the dataset must yield (x, y) batches (data::example)");
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))
-      return run_evaluate(
-          m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), false), o);
+      return run_evaluate(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id()), o);
+  strategy_scope scope(m.replica());
   if (m.replica() && !m.replica()->is_chief()) o.verbose = 0;  // the chief reports
   m.reset_metrics();
   const std::int64_t card = ds.cardinality();
@@ -218,25 +218,72 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
   return l;
 }
 
+/// Under a strategy, the replicas' predictions in the order of the global batches: `local` holds this
+/// replica's rows of each batch (`counts[step]` of them), batch after batch; every replica gets all.
+template <class Model>
+std::vector<float> gather_predictions(Model& m, const std::vector<float>& local, const std::vector<float>& counts) {
+  replica_context* rc = m.replica();
+  const std::size_t p = std::size_t(rc->num_replicas_in_sync()), me = std::size_t(rc->replica_id());
+  const std::size_t width = Model::output_shape::size;
+  // every replica learns every replica's rows per batch: a steps x p table, one column each
+  std::vector<float> rows(counts.size() * p, 0.0f);
+  for (std::size_t s = 0; s < counts.size(); ++s) rows[s * p + me] = counts[s];
+  rc->all_reduce(rows, reduce_op::sum);
+  std::vector<std::size_t> total(p, 0);
+  for (std::size_t s = 0; s < counts.size(); ++s)
+    for (std::size_t r = 0; r < p; ++r) total[r] += std::size_t(rows[s * p + r]);
+  std::vector<std::vector<float>> of(p);  // each replica's rows, broadcast by it
+  for (std::size_t r = 0; r < p; ++r) {
+    of[r] = r == me ? local : std::vector<float>(total[r] * width);
+    rc->broadcast(of[r], int(r));
+  }
+  std::vector<float> out;
+  std::vector<std::size_t> at(p, 0);
+  for (std::size_t s = 0; s < counts.size(); ++s)
+    for (std::size_t r = 0; r < p; ++r) {
+      const std::size_t n = std::size_t(rows[s * p + r]) * width;
+      out.insert(out.end(), of[r].begin() + std::ptrdiff_t(at[r]), of[r].begin() + std::ptrdiff_t(at[r] + n));
+      at[r] += n;
+    }
+  return out;
+}
+
+/// Keras `predict`: under a strategy each replica predicts its share of every global batch, and the
+/// shares are gathered in order, so every worker returns the predictions of the whole dataset.
 template <class Model, data::dataset D>
 tensor run_predict(Model& m, const D& ds, const predict_options& o) {
+  if constexpr (!is_distributed<D>::value && std::is_same_v<typename D::element_type, data::example>)
+    if (replicated(m))
+      return run_predict(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id()), o);
+  if constexpr (!is_distributed<D>::value && !std::is_same_v<typename D::element_type, data::example>)
+    if (replicated(m))  // features only: paired with placeholder labels to reuse the (x, y) split
+      return run_predict(m, ds | data::map([](const tensor& x) { return data::example{x, zeros({x.shape()[0]})}; }), o);
+  strategy_scope scope(m.replica());
   const std::int64_t card = ds.cardinality();
   if (o.steps <= 0 && card == data::infinite) throw usage_error("predict: the dataset repeats forever; pass steps");
   const std::int64_t target = o.steps > 0 ? o.steps : (card >= 0 ? card : -1);
-  progbar bar(target, o.verbose);
+  progbar bar(target, m.replica() && !m.replica()->is_chief() ? 0 : o.verbose);
   auto it = ds.iterate(0);
-  std::vector<float> out;
+  std::vector<float> out, counts;
   std::size_t rows = 0;
   std::int64_t step = 0;
   while (target < 0 || step < target) {
     auto b = it.next();
     if (!b) break;
-    const tensor p = m.predict_on_batch(features(*b));
-    out.insert(out.end(), p.data(), p.data() + p.size());
-    rows += p.shape()[0];
+    const std::size_t n = features(*b).dimension() ? features(*b).shape()[0] : 0;
+    if (n > 0) {  // a replica's share may be empty
+      const tensor p = m.predict_on_batch(features(*b));
+      out.insert(out.end(), p.data(), p.data() + p.size());
+    }
+    rows += n;
+    counts.push_back(float(n));
     bar.update(++step, {});
   }
   bar.update(step, {}, true);
+  if (m.replica() && m.replica()->num_replicas_in_sync() > 1) {
+    out = gather_predictions(m, out, counts);
+    rows = out.size() / Model::output_shape::size;
+  }
   extents e{rows};
   for (std::size_t i = 0; i < Model::output_shape::rank; ++i) e.push_back(Model::output_shape::dims[i]);
   return from_span(out, e);
@@ -250,6 +297,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
     if (replicated(m))  // Keras distributes the dataset of a model made in a strategy's scope
       return run_fit(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id()),
                      std::move(o));
+  strategy_scope scope(m.replica());
   if (!m.compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
   if (o.epochs < 0 || o.initial_epoch < 0 || o.validation_freq < 1)
     throw value_error("fit: epochs and initial_epoch must not be negative, validation_freq must be positive");
@@ -293,7 +341,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
         if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
         break;
       }
-      l = m.train_step(b->first, b->second);
+      l = m.train_step(b->first, b->second, it->global_rows());
       handle.position = {epoch, step + 1, it->save().dump()};
       cbs.on_train_batch_end(step++, l);
       const auto [stop, preempt] = agree_to_stop(m, handle.stop_training, preemption_requested());

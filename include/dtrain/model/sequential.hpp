@@ -283,13 +283,25 @@ class basic_sequential {
 
   /// One optimisation step on a batch (Keras `train_on_batch` / `train_step`): forward, loss averaged
   /// over the batch plus the regularization penalty, backward, optimizer step, running metrics.
-  dtrain::logs train_step(const tensor& x, const tensor& y) {
+  /// Under a strategy, `x` is this replica's share of a global batch of `global_rows` rows (default:
+  /// this batch's rows times the number of replicas): the loss is summed over the share and divided by
+  /// the global rows, so replicas with unequal shares (a short last batch) still give the global mean.
+  /// A replica whose share is empty (0 rows) adds no gradient but takes part in the step.
+  dtrain::logs train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
     require_compiled("train_step");
+    if (empty_share(x)) {
+      zero_gradients_step();
+      opt_.apply_gradients(gradients(), parameters());
+      return metric_results();
+    }
     const std::size_t n = check_batch(x, &y);
     const step_plan plan = plan_step(loss_, y, n);
     forward(to_device(x, x_stage_), n, true);
     const cptr t = to_device(y, y_stage_);
-    compute_loss(loss_, y, t, n, plan.loss_scale / static_cast<float>(replicas()), true);
+    float scale = plan.loss_scale / static_cast<float>(replicas());
+    if (global_rows != 0 && global_rows != n * std::size_t(replicas()) && loss_.get_reduction() != reduction::sum)
+      scale = plan.loss_scale * static_cast<float>(n) / static_cast<float>(global_rows);
+    compute_loss(loss_, y, t, n, scale, true);
     compute_metrics(plan, t, n);
     synced_backward(n);
     opt_.apply_gradients(gradients(), parameters());
@@ -361,16 +373,24 @@ class basic_sequential {
   /// The GradientTape step of a custom training loop: forward in training mode, per-example losses,
   /// `compute_average_loss(per_example, global_batch_size)` plus the regularization penalty scaled by
   /// `scale_regularization_loss(..., num_replicas)`, and backward. Fills `gradients()`, returns the loss.
-  /// `global_batch_size = 0` means this batch's size. No optimizer step and no metric is touched.
+  /// As in TF, `global_batch_size = 0` means this batch's size times the number of replicas and
+  /// `num_replicas = 0` the number of replicas (of the strategy that made the model; 1 without one).
+  /// No optimizer step and no metric is touched. Under a strategy an empty batch (this replica's share
+  /// of a short last batch) gives only its share of the penalty's gradient.
   float value_and_gradients(const tensor& x, const tensor& y, const any_loss& loss_object,
-                            std::size_t global_batch_size = 0, std::size_t num_replicas = 1) {
+                            std::size_t global_batch_size = 0, std::size_t num_replicas = 0) {
+    const float scale = 1.0f / static_cast<float>(num_replicas ? num_replicas : std::size_t(replicas()));
+    const float saved = std::exchange(regularization_scale_, scale);
+    if (empty_share(x)) {
+      zero_gradients_step();
+      regularization_scale_ = saved;
+      return scale * read_scalars()[penalty_slot];
+    }
     const std::size_t n = check_batch(x, &y);
     const step_plan plan = plan_step(loss_object, y, n, false);
     forward(to_device(x, x_stage_), n, true);
-    if (global_batch_size == 0) global_batch_size = plan.rows;
+    if (global_batch_size == 0) global_batch_size = plan.rows * std::size_t(replicas());
     compute_loss(loss_object, y, to_device(y, y_stage_), n, 1.0f / static_cast<float>(global_batch_size), true);
-    const float scale = 1.0f / static_cast<float>(num_replicas);
-    const float saved = std::exchange(regularization_scale_, scale);
     synced_backward(n);
     regularization_scale_ = saved;
     const float* s = read_scalars();
@@ -533,7 +553,7 @@ class basic_sequential {
   }
 
   /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
-  /// backward when the gradients are in host memory, else through a host copy once backward is done.
+  /// backward when the gradients are in host memory, else once backward is done.
   void synced_backward(std::size_t n) {
     if (!replica_) return backward(n, [](std::size_t, std::size_t, std::size_t) {});
     if constexpr (host_addressable_v<B>) {
@@ -542,13 +562,35 @@ class basic_sequential {
       replica_->finish_gradients();
     } else {
       backward(n, [](std::size_t, std::size_t, std::size_t) {});
-      host_grads_.resize(param_count);
-      device_.download(param_count, grads_.data(), host_grads_.data());
-      replica_->begin_gradients(host_grads_);
+      sync_gradients();
+    }
+  }
+  /// Sums the whole gradient buffer over the replicas (through a host copy where it is not host memory).
+  void sync_gradients() {
+    const auto all = [&](std::span<float> g) {
+      replica_->begin_gradients(g);
       replica_->gradients_ready(0, param_count);
       replica_->finish_gradients();
+    };
+    if constexpr (host_addressable_v<B>) {
+      all(std::span<float>(grads_.data(), param_count));
+    } else {
+      host_grads_.resize(param_count);
+      device_.download(param_count, grads_.data(), host_grads_.data());
+      all(host_grads_);
       device_.upload(param_count, host_grads_.data(), grads_.data());
     }
+  }
+
+  /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
+  /// step (the short last batch, or its own data ran out before the other workers').
+  bool empty_share(const tensor& x) const { return replica_ && x.dimension() > 0 && x.shape()[0] == 0; }
+  /// The gradients of a replica without rows: only its share of the penalties' (so the replicas' sum
+  /// still counts them once), summed with the other replicas' gradients.
+  void zero_gradients_step() {
+    device_.fill(param_count, 0.0f, grads_.data());
+    add_penalties(grads_.data(), regularization_scale_);
+    sync_gradients();
   }
 
   /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot.

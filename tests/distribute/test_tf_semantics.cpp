@@ -1,0 +1,226 @@
+// The seeds' programs behave as in TensorFlow under a multi-worker strategy (real loopback sockets,
+// 1, 2 and 3 workers): the guide's custom loop without a global batch size, uneven input (a short
+// last batch, workers whose own pipelines run out at different steps), get_strategy() in scope,
+// strategy.reduce on tensors, and predict split across the workers.
+#include "support/gradcheck.hpp"
+#include "support/loopback.hpp"
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+using dtrain_test::on_workers;
+
+namespace {
+using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
+
+std::pair<tensor, tensor> problem(std::size_t n) {
+  rng r(5);
+  tensor x = zeros({n, 6}), y = zeros({n});
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x(i, j) = r.normal();
+    y(i) = float(r.below(3));
+  }
+  return {x, y};
+}
+
+/// Whether every weight of `a` is within float rounding of `b` (the replicas' gradients are summed in
+/// another order than one worker's GEMMs sum them).
+bool close(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::abs(a[i] - b[i]) > 1e-5f + 1e-4f * std::abs(b[i])) return false;
+  return true;
+}
+
+// Plain SGD: a gradient scaled by the number of workers shows in the weights (Adam would hide it).
+void compile(auto& model) {
+  model.compile({.optimizer = sgd{{.learning_rate = 0.1f}},
+                 .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {accuracy{}}});
+}
+
+/// The distributed training guide's custom loop as a user ports it: no global batch size anywhere
+/// (value_and_gradients and compute_average_loss default to the per-replica batch times the replicas).
+std::vector<std::vector<float>> guide_loop(int p) {
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
+  auto [x, y] = problem(48);
+  on_workers(p, [&](auto& strategy, int r) {
+    auto dist_dataset = strategy.distribute_dataset(data::from_tensor_slices(x, y) | data::batch(12));
+    auto model = strategy.template make_model<net>(3);
+    const any_loss loss_object = sparse_categorical_crossentropy{{.from_logits = true, .reduction = reduction::none}};
+    sgd optimizer{{.learning_rate = 0.1f}};  // plain SGD: N times the gradient would show
+    auto train_step = [&](const data::example& inputs) {
+      const float loss = model.value_and_gradients(inputs.first, inputs.second, loss_object);
+      optimizer.apply_gradients(model.gradients(), model.parameters());
+      return loss;
+    };
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      auto iterator = data::make_iterator(dist_dataset, std::uint64_t(epoch));
+      while (auto batch = iterator.next()) strategy.reduce(reduce_op::sum, strategy.run(train_step, *batch));
+    }
+    out[std::size_t(r)] = model.get_weights();
+  });
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tf_semantics)
+
+BOOST_AUTO_TEST_CASE(guide_loop_without_a_global_batch_size_trains_like_one_worker) {
+  const auto one = guide_loop(1);
+  for (int p : {2, 3}) {
+    const auto many = guide_loop(p);
+    BOOST_TEST_CONTEXT("p = " << p) {
+      BOOST_TEST(close(many[0], one[0]));
+      for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_follow_the_strategy_in_scope) {
+  // outside any strategy: one replica
+  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}, 8) == 10.0f / 8);
+  BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);
+  BOOST_TEST(scale_regularization_loss(3.0f, 2) == 1.5f);
+  BOOST_TEST(scale_regularization_loss(3.0f) == 3.0f);
+  BOOST_CHECK_THROW(scale_regularization_loss(3.0f, -1), value_error);
+  // inside strategy.run on 3 workers: 4 examples are a third of a global batch of 12
+  on_workers(3, [](auto& strategy, int) {
+    const float avg = strategy.run([] { return compute_average_loss(std::vector<float>{1, 2, 3, 4}); });
+    BOOST_TEST(avg == 10.0f / 12);
+    BOOST_TEST(strategy.run([] { return scale_regularization_loss(3.0f); }) == 1.0f);
+    BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);  // out of scope again
+  });
+}
+
+BOOST_AUTO_TEST_CASE(a_short_last_batch_is_split_unevenly_and_averaged_over_the_global_batch) {
+  // 100 examples, global batch 12: the last batch has 4 rows, 1 + 1 + 2 on 3 workers (0 + 1 + ... on 5)
+  auto [x, y] = problem(100);
+  auto train = [&](int p) {
+    std::vector<std::vector<float>> w(static_cast<std::size_t>(p));
+    std::vector<history> h(static_cast<std::size_t>(p));
+    on_workers(p, [&](auto& s, int r) {
+      auto model = s.template make_model<net>(3);
+      compile(model);
+      h[std::size_t(r)] = model.fit(data::from_tensor_slices(x, y) | data::batch(12), {.epochs = 2, .verbose = 0});
+      w[std::size_t(r)] = model.get_weights();
+    });
+    return std::pair{w, h};
+  };
+  const auto [one, one_h] = train(1);
+  for (int p : {3, 5}) {
+    const auto [many, many_h] = train(p);
+    BOOST_TEST_CONTEXT("p = " << p) {
+      BOOST_TEST(close(many[0], one[0]));
+      BOOST_TEST(many_h[0]["loss"][1] == one_h[0]["loss"][1], tt::tolerance(1e-4f));
+      BOOST_TEST(many_h[0]["accuracy"][1] == one_h[0]["accuracy"][1], tt::tolerance(1e-6f));
+      for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(workers_whose_pipelines_run_out_at_different_steps_end_the_epoch_together) {
+  // three "files" of 24, 12 and 24 examples on 2 workers: worker 0 reads files 0 and 2 (8 batches of 6),
+  // worker 1 file 1 (2 batches); both train 8 steps per epoch, worker 1 with empty batches after its 2nd
+  auto [x, y] = problem(60);
+  const std::vector<std::pair<std::size_t, std::size_t>> files{{0, 24}, {24, 36}, {36, 60}};
+  std::vector<std::vector<float>> w(2);
+  std::vector<std::int64_t> steps(2, 0);
+  std::vector<std::size_t> evaluated(2, 0);
+  on_workers(2, [&](auto& s, int r) {
+    auto per_worker = s.distribute_datasets_from_function([&](const input_context& ctx) {
+      tensor xs = zeros({0, 6}), ys = zeros({0});
+      for (std::size_t f = 0; f < files.size(); ++f)
+        if (int(f) % ctx.num_input_pipelines == ctx.input_pipeline_id) {
+          xs = xt::concatenate(xt::xtuple(xs, xt::view(x, xt::range(files[f].first, files[f].second))));
+          ys = xt::concatenate(xt::xtuple(ys, xt::view(y, xt::range(files[f].first, files[f].second))));
+        }
+      return data::from_tensor_slices(xs, ys) | data::batch(ctx.get_per_replica_batch_size(12));
+    });
+    auto model = s.template make_model<net>(3);
+    compile(model);
+    const history h = model.fit(per_worker, {.epochs = 2, .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs&) { ++steps[std::size_t(r)]; }})}, .verbose = 0});
+    BOOST_TEST(h["loss"].size() == 2u);
+    // evaluation sees every worker's examples: 48 + 12 weighted into the aggregated metrics
+    const logs l = model.evaluate(per_worker, {.verbose = 0});
+    BOOST_TEST(std::isfinite(l.at("loss")));
+    evaluated[std::size_t(r)] = std::size_t(model.loss_tracker().state().values[1]);
+    w[std::size_t(r)] = model.get_weights();
+  });
+  BOOST_TEST(steps[0] == 16);  // 2 epochs of 8 steps, on both workers
+  BOOST_TEST(steps[1] == 16);
+  BOOST_TEST(evaluated[0] == 60u);
+  BOOST_TEST(evaluated[1] == 60u);
+  BOOST_TEST(w[0] == w[1], tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(get_strategy_is_the_strategy_in_scope) {
+  BOOST_TEST(get_strategy().is_default());
+  auto [x, y] = problem(24);
+  on_workers(3, [&](auto& s, int) {
+    BOOST_TEST(get_strategy().num_replicas_in_sync() == 1);  // not in scope yet
+    BOOST_TEST(s.run([] { return get_strategy().num_replicas_in_sync(); }) == 3);
+    {
+      auto scope = s.scope();
+      BOOST_TEST(has_strategy());
+      BOOST_TEST(get_strategy().reduce(reduce_op::sum, 1.0f) == 3.0f);  // library code reduces through it
+    }
+    BOOST_TEST(!has_strategy());
+    auto model = s.template make_model<net>(3);
+    compile(model);
+    int seen = 0;
+    model.fit(data::from_tensor_slices(x, y) | data::batch(12),
+              {.epochs = 1, .callbacks = {lambda_callback({.on_epoch_end = [&](int, const logs&) {
+                 seen = get_strategy().num_replicas_in_sync();
+               }})}, .verbose = 0});
+    BOOST_TEST(seen == 3);
+  });
+}
+
+BOOST_AUTO_TEST_CASE(reduce_takes_tensors_with_an_axis) {
+  // worker r holds r + 1 rows of [r, 10 r]: axis 0 reduces the rows of all workers
+  on_workers(3, [](auto& s, int r) {
+    tensor v = zeros({std::size_t(r) + 1, 2});
+    for (std::size_t i = 0; i <= std::size_t(r); ++i) v(i, 0) = float(r), v(i, 1) = 10.0f * float(r);
+    const tensor sum0 = s.reduce(reduce_op::sum, v, 0);
+    BOOST_TEST(sum0.dimension() == 1u);
+    BOOST_TEST(sum0(0) == 0.0f + 2 * 1 + 3 * 2);
+    BOOST_TEST(sum0(1) == 80.0f);
+    const tensor mean0 = s.reduce(reduce_op::mean, v, 0);  // over 6 rows
+    BOOST_TEST(mean0(0) == 8.0f / 6, tt::tolerance(1e-6f));
+    // no axis: element by element across workers (same shapes)
+    tensor u = zeros({2});
+    u(0) = float(r), u(1) = 1.0f;
+    const tensor sum = s.reduce(reduce_op::sum, u);
+    BOOST_TEST(sum(0) == 3.0f);
+    BOOST_TEST(sum(1) == 3.0f);
+    BOOST_TEST(s.reduce(reduce_op::mean, u)(0) == 1.0f);
+    BOOST_TEST(s.reduce(reduce_op::max, u)(0) == 2.0f);
+    // different shapes without an axis: an error on every worker, and the workers stay in step
+    BOOST_CHECK_THROW(s.reduce(reduce_op::sum, v), value_error);
+    BOOST_CHECK_THROW(s.reduce(reduce_op::sum, v, 1), value_error);
+    BOOST_TEST(s.reduce(reduce_op::sum, 1.0f) == 3.0f);
+  });
+  default_strategy d;
+  tensor v = zeros({2, 2});
+  v(0, 0) = 1, v(1, 0) = 3;
+  BOOST_TEST(d.reduce(reduce_op::mean, v, 0)(0) == 2.0f);
+  BOOST_TEST(d.reduce(reduce_op::sum, v)(1, 0) == 3.0f);
+}
+
+BOOST_AUTO_TEST_CASE(predict_is_split_across_workers_and_gathered_in_order) {
+  auto [x, y] = problem(10);
+  net reference(3);  // every worker starts from the chief's weights: those of seed 3
+  const tensor expected = reference.predict(x, {.verbose = 0, .batch_size = 4});
+  on_workers(3, [&](auto& s, int) {
+    auto model = s.template make_model<net>(3);
+    std::int64_t batches = 0;
+    const tensor got = model.predict(data::from_tensor_slices(x) | data::batch(4) |
+                                         data::map([&](const tensor& b) { return ++batches, b; }),
+                                     {.verbose = 0});
+    BOOST_TEST(extents_of(got) == extents_of(expected), tt::per_element());
+    BOOST_TEST(close(std::vector<float>(got.begin(), got.end()), std::vector<float>(expected.begin(), expected.end())));
+    BOOST_TEST(batches == 3);
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
