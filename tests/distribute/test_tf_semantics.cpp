@@ -1,8 +1,11 @@
 // The seeds' programs behave as in TensorFlow under a multi-worker strategy (real loopback sockets,
 // 1, 2 and 3 workers): the guide's custom loop without a global batch size, uneven input (a short
 // last batch, workers whose own pipelines run out at different steps), get_strategy() in scope,
-// strategy.reduce on tensors, and predict split across the workers.
+// strategy.reduce on tensors, predict split across the workers, and AUTO sharding by file.
+#include <fstream>
+
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 #include "support/loopback.hpp"
 
 using namespace dtrain;
@@ -86,9 +89,9 @@ BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_follow_the_strategy_in_s
   // inside strategy.run on 3 workers: 4 examples are a third of a global batch of 12
   on_workers(3, [](auto& strategy, int) {
     const float avg = strategy.run([] { return compute_average_loss(std::vector<float>{1, 2, 3, 4}); });
-    BOOST_TEST(avg == 10.0f / 12);
-    BOOST_TEST(strategy.run([] { return scale_regularization_loss(3.0f); }) == 1.0f);
-    BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);  // out of scope again
+    WORKER_CHECK(avg == 10.0f / 12);
+    WORKER_CHECK(strategy.run([] { return scale_regularization_loss(3.0f); }) == 1.0f);
+    WORKER_CHECK(compute_average_loss(std::vector<float>{1, 2, 3, 4}) == 10.0f / 4);  // out of scope again
   });
 }
 
@@ -139,10 +142,10 @@ BOOST_AUTO_TEST_CASE(workers_whose_pipelines_run_out_at_different_steps_end_the_
     auto model = s.template make_model<net>(3);
     compile(model);
     const history h = model.fit(per_worker, {.epochs = 2, .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs&) { ++steps[std::size_t(r)]; }})}, .verbose = 0});
-    BOOST_TEST(h["loss"].size() == 2u);
+    WORKER_CHECK(h["loss"].size() == 2u);
     // evaluation sees every worker's examples: 48 + 12 weighted into the aggregated metrics
     const logs l = model.evaluate(per_worker, {.verbose = 0});
-    BOOST_TEST(std::isfinite(l.at("loss")));
+    WORKER_CHECK(std::isfinite(l.at("loss")));
     evaluated[std::size_t(r)] = std::size_t(model.loss_tracker().state().values[1]);
     w[std::size_t(r)] = model.get_weights();
   });
@@ -157,14 +160,14 @@ BOOST_AUTO_TEST_CASE(get_strategy_is_the_strategy_in_scope) {
   BOOST_TEST(get_strategy().is_default());
   auto [x, y] = problem(24);
   on_workers(3, [&](auto& s, int) {
-    BOOST_TEST(get_strategy().num_replicas_in_sync() == 1);  // not in scope yet
-    BOOST_TEST(s.run([] { return get_strategy().num_replicas_in_sync(); }) == 3);
+    WORKER_CHECK(get_strategy().num_replicas_in_sync() == 1);  // not in scope yet
+    WORKER_CHECK(s.run([] { return get_strategy().num_replicas_in_sync(); }) == 3);
     {
       auto scope = s.scope();
-      BOOST_TEST(has_strategy());
-      BOOST_TEST(get_strategy().reduce(reduce_op::sum, 1.0f) == 3.0f);  // library code reduces through it
+      WORKER_CHECK(has_strategy());
+      WORKER_CHECK(get_strategy().reduce(reduce_op::sum, 1.0f) == 3.0f);  // library code reduces through it
     }
-    BOOST_TEST(!has_strategy());
+    WORKER_CHECK(!has_strategy());
     auto model = s.template make_model<net>(3);
     compile(model);
     int seen = 0;
@@ -172,7 +175,7 @@ BOOST_AUTO_TEST_CASE(get_strategy_is_the_strategy_in_scope) {
               {.epochs = 1, .callbacks = {lambda_callback({.on_epoch_end = [&](int, const logs&) {
                  seen = get_strategy().num_replicas_in_sync();
                }})}, .verbose = 0});
-    BOOST_TEST(seen == 3);
+    WORKER_CHECK(seen == 3);
   });
 }
 
@@ -182,23 +185,23 @@ BOOST_AUTO_TEST_CASE(reduce_takes_tensors_with_an_axis) {
     tensor v = zeros({std::size_t(r) + 1, 2});
     for (std::size_t i = 0; i <= std::size_t(r); ++i) v(i, 0) = float(r), v(i, 1) = 10.0f * float(r);
     const tensor sum0 = s.reduce(reduce_op::sum, v, 0);
-    BOOST_TEST(sum0.dimension() == 1u);
-    BOOST_TEST(sum0(0) == 0.0f + 2 * 1 + 3 * 2);
-    BOOST_TEST(sum0(1) == 80.0f);
+    WORKER_CHECK(sum0.dimension() == 1u);
+    WORKER_CHECK(sum0(0) == 0.0f + 2 * 1 + 3 * 2);
+    WORKER_CHECK(sum0(1) == 80.0f);
     const tensor mean0 = s.reduce(reduce_op::mean, v, 0);  // over 6 rows
-    BOOST_TEST(mean0(0) == 8.0f / 6, tt::tolerance(1e-6f));
+    WORKER_CHECK(std::abs(mean0(0) - 8.0f / 6) < 1e-6f);
     // no axis: element by element across workers (same shapes)
     tensor u = zeros({2});
     u(0) = float(r), u(1) = 1.0f;
     const tensor sum = s.reduce(reduce_op::sum, u);
-    BOOST_TEST(sum(0) == 3.0f);
-    BOOST_TEST(sum(1) == 3.0f);
-    BOOST_TEST(s.reduce(reduce_op::mean, u)(0) == 1.0f);
-    BOOST_TEST(s.reduce(reduce_op::max, u)(0) == 2.0f);
+    WORKER_CHECK(sum(0) == 3.0f);
+    WORKER_CHECK(sum(1) == 3.0f);
+    WORKER_CHECK(s.reduce(reduce_op::mean, u)(0) == 1.0f);
+    WORKER_CHECK(s.reduce(reduce_op::max, u)(0) == 2.0f);
     // different shapes without an axis: an error on every worker, and the workers stay in step
-    BOOST_CHECK_THROW(s.reduce(reduce_op::sum, v), value_error);
-    BOOST_CHECK_THROW(s.reduce(reduce_op::sum, v, 1), value_error);
-    BOOST_TEST(s.reduce(reduce_op::sum, 1.0f) == 3.0f);
+    WORKER_CHECK_THROW(s.reduce(reduce_op::sum, v), value_error);
+    WORKER_CHECK_THROW(s.reduce(reduce_op::sum, v, 1), value_error);
+    WORKER_CHECK(s.reduce(reduce_op::sum, 1.0f) == 3.0f);
   });
   default_strategy d;
   tensor v = zeros({2, 2});
@@ -213,14 +216,54 @@ BOOST_AUTO_TEST_CASE(predict_is_split_across_workers_and_gathered_in_order) {
   const tensor expected = reference.predict(x, {.verbose = 0, .batch_size = 4});
   on_workers(3, [&](auto& s, int) {
     auto model = s.template make_model<net>(3);
-    std::int64_t batches = 0;
-    const tensor got = model.predict(data::from_tensor_slices(x) | data::batch(4) |
-                                         data::map([&](const tensor& b) { return ++batches, b; }),
-                                     {.verbose = 0});
-    BOOST_TEST(extents_of(got) == extents_of(expected), tt::per_element());
-    BOOST_TEST(close(std::vector<float>(got.begin(), got.end()), std::vector<float>(expected.begin(), expected.end())));
-    BOOST_TEST(batches == 3);
+    // batches of 4, 4, 2: shares of 1, 1, 2 rows, then 1, 1, 2, then 0, 1, 1
+    const tensor got = model.predict(data::from_tensor_slices(x) | data::batch(4), {.verbose = 0});
+    WORKER_CHECK(extents_of(got) == extents_of(expected));
+    WORKER_CHECK(close(std::vector<float>(got.begin(), got.end()), std::vector<float>(expected.begin(), expected.end())));
   });
+}
+
+BOOST_AUTO_TEST_CASE(auto_sharding_reads_files_per_worker_when_the_pipeline_lists_files) {
+  // 5 CSV files of 8 rows on 2 workers, global batch 4: AUTO takes FILE, worker 0 reads files 0, 2, 4
+  // (12 batches of 2), worker 1 files 1, 3 (8 batches); both train 12 steps and end with equal weights
+  dtrain_test::temp_dir t;
+  auto [x, y] = problem(40);
+  for (int f = 0; f < 5; ++f) {
+    std::ofstream out(t.path / ("part-" + std::to_string(f) + ".csv"));
+    out << "a,b,c,d,e,f,label\n";
+    for (std::size_t i = std::size_t(f) * 8; i < std::size_t(f + 1) * 8; ++i) {
+      for (std::size_t j = 0; j < 6; ++j) out << x(i, j) << ',';
+      out << y(i) << '\n';
+    }
+  }
+  const auto pipeline = [&](const std::string& pattern) {
+    return data::list_files((t.path / pattern).string()) |
+           data::interleave([](const std::string& f) { return data::csv_dataset(f); }, 1) | data::batch(4);
+  };
+  std::vector<std::vector<float>> w(2);
+  std::vector<std::int64_t> steps(2, 0);
+  on_workers(2, [&](auto& s, int r) {
+    auto dist = s.distribute_dataset(pipeline("part-*.csv"));
+    WORKER_CHECK((dist.policy() == data::auto_shard_policy::file));
+    auto model = s.template make_model<net>(3);
+    compile(model);
+    model.fit(dist, {.epochs = 1, .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs&) { ++steps[std::size_t(r)]; }})}, .verbose = 0});
+    model.evaluate(pipeline("part-*.csv"), {.verbose = 0});  // fit and evaluate shard it themselves too
+    WORKER_CHECK(std::size_t(model.loss_tracker().state().values[1]) == 40u);  // every row, once
+    w[std::size_t(r)] = model.get_weights();
+    // one file for two workers: AUTO falls back to DATA (with a warning), FILE is refused
+    auto one = s.distribute_dataset(pipeline("part-0.csv"));
+    WORKER_CHECK((one.policy() == data::auto_shard_policy::data));
+    WORKER_CHECK_THROW(s.distribute_dataset(pipeline("part-0.csv") |
+                                           data::with_options({.auto_shard = data::auto_shard_policy::file})),
+                      config_error);
+    // a pipeline that does not read files stays DATA, without a warning
+    WORKER_CHECK((s.distribute_dataset(data::from_tensor_slices(x, y) | data::batch(4)).policy() ==
+                data::auto_shard_policy::data));
+  });
+  BOOST_TEST(steps[0] == 12);
+  BOOST_TEST(steps[1] == 12);
+  BOOST_TEST(w[0] == w[1], tt::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

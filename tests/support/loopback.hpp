@@ -2,8 +2,10 @@
 // Loopback clusters for ring tests: n free addresses "127.0.0.1:port" (all bound at once, then
 // released), and p workers run as threads, each with its own strategy and sockets.
 #include <asio.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,8 +26,38 @@ inline std::vector<std::string> free_addresses(int n) {
   return out;
 }
 
+/// Boost.Test's assertions are not thread-safe: worker threads record their checks here (WORKER_CHECK),
+/// and `on_workers` reports the failed ones from the test's thread once the workers are joined.
+inline std::mutex& checks_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline std::vector<std::string>& failed_checks() {
+  static std::vector<std::string> v;
+  return v;
+}
+inline void record_check(bool ok, const char* what, const char* file, int line) {
+  if (ok) return;
+  std::lock_guard lock(checks_mutex());
+  failed_checks().push_back(std::string(file) + "(" + std::to_string(line) + "): check " + what + " has failed");
+}
+#define WORKER_CHECK(expr) ::dtrain_test::record_check(static_cast<bool>(expr), #expr, __FILE__, __LINE__)
+#define WORKER_CHECK_THROW(expr, E)                                                                            \
+  ::dtrain_test::record_check(                                                                                 \
+      [&] {                                                                                                    \
+        try {                                                                                                  \
+          expr;                                                                                                \
+        } catch (const E&) {                                                                                   \
+          return true;                                                                                         \
+        } catch (...) {                                                                                        \
+        }                                                                                                      \
+        return false;                                                                                          \
+      }(),                                                                                                     \
+      #expr " throws " #E, __FILE__, __LINE__)
+
 /// Runs `f(strategy, rank)` on p workers of a loopback cluster, each a thread with its own
-/// `multi_worker_mirrored_strategy<ring_tcp, B>`; rethrows the first worker's error once all are done.
+/// `multi_worker_mirrored_strategy<ring_tcp, B>`; reports the workers' failed checks, then rethrows a
+/// worker's error (the first that is not a comm_error, which only says that another worker stopped).
 template <class B = dtrain::cpu, class F>
 void on_workers(int p, F f) {
   const auto addrs = free_addresses(p);
@@ -43,8 +75,19 @@ void on_workers(int p, F f) {
       }
     });
   for (auto& t : ts) t.join();
-  for (auto& e : errs)
-    if (e) std::rethrow_exception(e);
+  for (const auto& failure : std::exchange(failed_checks(), {})) BOOST_ERROR(failure);
+  std::exception_ptr first;
+  for (auto& e : errs) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const dtrain::comm_error&) {
+      if (!first) first = e;
+    } catch (...) {
+      throw;
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace dtrain_test

@@ -55,6 +55,12 @@ class file_list {
   data::options options() const { return {}; }
   /// The matching names, sorted (the order of a pass when not shuffled).
   const std::vector<std::string>& names() const { return *names_; }
+  /// Keeps every `num_shards`-th name from `index` on: FILE auto-sharding gives each worker its files.
+  void shard(std::size_t num_shards, std::size_t index) {
+    auto kept = std::make_shared<std::vector<std::string>>();
+    for (std::size_t i = index; i < names_->size(); i += num_shards) kept->push_back((*names_)[i]);
+    names_ = std::move(kept);
+  }
   const std::string& pattern() const { return pattern_; }
 
   class iterator {

@@ -2,16 +2,19 @@
 /// \file
 /// Distributing a dataset of GLOBAL batches among the replicas (`strategy.distribute_dataset`), with
 /// tf.data's auto-shard policies:
-/// - DATA (and AUTO, which is DATA here): every worker runs the same pipeline (same seeds, so the same
-///   global batches) and keeps its share of each: replica r of p takes rows [r B/p, (r+1) B/p). The
-///   union of the replicas' batches at a step is exactly the global batch, so N workers train like one
-///   worker with batch B. (TF keeps every p-th element instead; which replica holds which example
-///   differs, the step's global batch does not.)
+/// - DATA: every worker runs the same pipeline (same seeds, so the same global batches) and keeps its
+///   share of each: replica r of p takes rows [r B/p, (r+1) B/p). The union of the replicas' batches
+///   at a step is exactly the global batch, so N workers train like one worker with batch B. (TF keeps
+///   every p-th element instead; which replica holds which example differs, the step's global batch
+///   does not.)
+/// - FILE: each worker reads only its files: the pipeline's `list_files` keeps every p-th file from
+///   the worker's index on, and its outermost `batch` takes the per-replica size (global / p). The
+///   workers' pipelines then differ in length, so they agree at every batch as described below.
+/// - AUTO: FILE when the pipeline reads from `list_files` and FILE can apply (at least p files, a
+///   global batch that divides by p), else DATA, with one warning when a file-based pipeline falls back
+///   (TF's rule).
 /// - OFF: no sharding; every worker sees every example: each global batch is cut into p per-replica
 ///   batches that every worker takes in turn (TF's rebatching), so all replicas train on the same data.
-/// - FILE: shard by input file. It needs a pipeline built per worker, which
-///   `distribute_datasets_from_function` provides (TF's way for custom sharding); asking
-///   `distribute_dataset` for FILE is refused with that advice.
 /// A global batch whose rows do not divide by the number of replicas (the short last batch of an
 /// epoch) is split as evenly as it goes, so a replica may get fewer rows or none; the iterator tells
 /// the global batch's rows (`global_rows()`), by which training divides the summed loss, as TF does.
@@ -23,13 +26,93 @@
 /// same step, so no worker ever issues a collective the others do not (TF's distributed iterator and
 /// PyTorch's `Join` behave the same way).
 
+#include <cstdio>
 #include <optional>
 
 #include "dtrain/data/dataset.hpp"
+#include "dtrain/data/files.hpp"
 #include "dtrain/data/sources.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
+
+namespace detail {
+/// Keeps workers whose pipelines differ in length in step (see the file comment): for each element, one
+/// all-reduce of (has data, rows) over `rc`; a worker that ran out gets an empty element while any
+/// other has data, and the pass ends for all when none has. Without `rc` elements pass through.
+template <class E>
+class step_agreement {
+ public:
+  explicit step_agreement(replica_context* rc) : rc_(rc) {}
+  /// Whether this worker's own pipeline has ended (then `next(std::nullopt)`).
+  bool done() const { return done_; }
+  std::optional<E> next(std::optional<E> e) {
+    done_ = !e;
+    if (e) remember(*e);
+    if (!rc_) {
+      global_rows_ = e ? rows(*e) : 0;
+      return e;
+    }
+    float f[2] = {e ? 1.0f : 0.0f, e ? float(rows(*e)) : 0.0f};  // workers with data, global rows
+    rc_->all_reduce(std::span<float>(f, 2), reduce_op::sum);
+    if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
+    global_rows_ = std::size_t(f[1]);
+    if (e) return e;
+    return empty();  // this worker is out, another is not: an empty element keeps it in step
+  }
+  /// After this worker skipped `got` of `n` elements: the position the workers agree on (the furthest).
+  std::int64_t skip(std::int64_t got, std::int64_t n) {
+    done_ = got < n;
+    if (!rc_) return got;
+    float f = float(got);
+    rc_->all_reduce(std::span<float>(&f, 1), reduce_op::max);
+    return std::int64_t(f);
+  }
+  std::size_t global_rows() const { return global_rows_; }
+
+ private:
+  static const tensor& x_of(const E& e) {
+    if constexpr (std::is_same_v<E, data::example>) return e.first;
+    else return e;
+  }
+  static std::size_t rows(const E& e) { return x_of(e).dimension() ? x_of(e).shape()[0] : 0; }
+  void remember(const E& e) {
+    x_shape_ = extents_of(x_of(e));
+    if constexpr (std::is_same_v<E, data::example>) y_shape_ = extents_of(e.second);
+  }
+  static tensor no_rows(extents e) {
+    if (e.empty()) e.push_back(0);
+    e[0] = 0;
+    return zeros(e);
+  }
+  E empty() const {
+    if constexpr (std::is_same_v<E, data::example>) return {no_rows(x_shape_), no_rows(y_shape_)};
+    else return no_rows(x_shape_);
+  }
+  replica_context* rc_;
+  bool done_ = false;
+  std::size_t global_rows_ = 0;
+  extents x_shape_, y_shape_;
+};
+
+/// Calls `f(stage)` on the dataset `d` and on every dataset upstream of it, outermost first.
+template <class D, class F>
+void each_stage(D& d, F&& f) {
+  f(d);
+  if constexpr (requires { d.up; }) each_stage(d.up, f);
+}
+/// Whether the pipeline `D` reads from `list_files` (its source, through each stage's `up`).
+template <class D>
+constexpr bool lists_files() {
+  if constexpr (std::is_same_v<D, data::file_list>) return true;
+  else if constexpr (requires(D& d) { d.up; }) return lists_files<std::remove_cvref_t<decltype(std::declval<D&>().up)>>();
+  else return false;
+}
+template <class S>
+struct is_batch_stage : std::false_type {};
+template <class D>
+struct is_batch_stage<data::batch_dataset<D>> : std::true_type {};
+}  // namespace detail
 
 template <data::dataset D>
 class distributed_dataset {
@@ -38,25 +121,33 @@ class distributed_dataset {
   static_assert(std::is_same_v<typename D::element_type, data::example>,
                 "distribute_dataset: the dataset must yield (x, y) batches (data::example)");
 
-  distributed_dataset(D d, int replicas, int replica_id)
-      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_.options().auto_shard) {
-    if (policy_ == data::auto_shard_policy::file)
-      throw config_error(
-          "distribute_dataset: auto_shard_policy::file needs a per-worker pipeline; build it with "
-          "distribute_datasets_from_function(f), sharding your file list with input_context");
+  /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
+  distributed_dataset(D d, int replicas, int replica_id, replica_context* agree = nullptr)
+      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_.options().auto_shard),
+        agree_(agree) {
+    if (policy_ == data::auto_shard_policy::auto_ || policy_ == data::auto_shard_policy::file) shard_files();
   }
 
   std::int64_t cardinality() const {
     const auto c = up_.cardinality();
+    if (policy_ == data::auto_shard_policy::file) return c >= 0 ? data::unknown : c;  // ends with the longest
     return policy_ == data::auto_shard_policy::off && c >= 0 ? c * std::int64_t(p_) : c;
   }
+  /// The policy in effect: DATA, FILE or OFF (AUTO resolved).
+  data::auto_shard_policy policy() const { return policy_; }
   data::options options() const { return up_.options(); }
   std::size_t replicas() const { return p_; }
 
   class iterator {
    public:
-    iterator(const distributed_dataset& d, std::uint64_t pass) : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)) {}
+    iterator(const distributed_dataset& d, std::uint64_t pass)
+        : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)), agree_(d.agree_) {}
     std::optional<data::example> next() {
+      if (policy_ == data::auto_shard_policy::file) {  // this worker's own files, already per replica
+        auto e = agree_.next(agree_.done() ? std::nullopt : up_.next());
+        global_rows_ = agree_.global_rows();
+        return e;
+      }
       if (policy_ != data::auto_shard_policy::off) {
         auto b = up_.next();
         if (!b) return std::nullopt;
@@ -75,6 +166,7 @@ class distributed_dataset {
     /// Rows of the global batch the last element is this replica's share of.
     std::size_t global_rows() const { return global_rows_; }
     std::int64_t skip(std::int64_t n) {
+      if (policy_ == data::auto_shard_policy::file) return agree_.skip(agree_.done() ? 0 : up_.skip(n), n);
       if (policy_ != data::auto_shard_policy::off) return up_.skip(n);
       return data::detail::skip_by_next(*this, n);
     }
@@ -97,15 +189,54 @@ class distributed_dataset {
     std::size_t p_, r_;
     data::auto_shard_policy policy_;
     decltype(std::declval<const D&>().iterate(0)) up_;
+    detail::step_agreement<data::example> agree_;
     std::optional<data::example> held_;
     std::size_t piece_ = 0, global_rows_ = 0;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 
  private:
+  /// AUTO and FILE: shards the pipeline's file list and divides its outermost batch when FILE can apply,
+  /// else AUTO falls back to DATA (with a warning when the pipeline reads files) and FILE is refused.
+  void shard_files() {
+    const bool asked = policy_ == data::auto_shard_policy::file;
+    policy_ = data::auto_shard_policy::data;
+    if constexpr (!detail::lists_files<D>()) {
+      if (asked) throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: the pipeline does not "
+                                    "read from list_files (for other sources, build a per-worker pipeline with "
+                                    "distribute_datasets_from_function)");
+    } else if (p_ > 1) {
+      data::file_list* files = nullptr;
+      std::size_t* batch = nullptr;
+      detail::each_stage(up_, [&](auto& s) {
+        using S = std::remove_cvref_t<decltype(s)>;
+        if constexpr (std::is_same_v<S, data::file_list>) files = &s;
+        else if constexpr (detail::is_batch_stage<S>::value) if (!files && !batch) batch = &s.size;
+      });
+      const std::size_t n = files->names().size();
+      std::string why;
+      if (n < p_) why = "it lists " + std::to_string(n) + (n == 1 ? " file" : " files") + " for " + std::to_string(p_) + " workers";
+      else if (!batch) why = "it has no batch stage after list_files to cut into per-replica batches";
+      else if (*batch % p_ != 0)
+        why = "its global batch of " + std::to_string(*batch) + " does not divide among " + std::to_string(p_) + " workers";
+      else if (!agree_) why = "it was not made by a strategy (strategy.distribute_dataset), which keeps workers in step";
+      if (why.empty()) {
+        files->shard(p_, r_);
+        *batch /= p_;
+        policy_ = data::auto_shard_policy::file;
+      } else if (asked) {
+        throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: " + why);
+      } else {
+        std::fprintf(stderr, "WARNING: distribute_dataset: AUTO sharding by file is not possible (%s); sharding by "
+                     "data instead: every worker reads every file and keeps its share of each batch.\n", why.c_str());
+      }
+    }
+  }
+
   D up_;
   std::size_t p_, r_;
   data::auto_shard_policy policy_;
+  replica_context* agree_;
 };
 
 namespace detail {
@@ -144,57 +275,15 @@ struct per_replica_dataset {
 
   class iterator {
    public:
-    iterator(const per_replica_dataset& d, std::uint64_t pass) : up_(d.up.iterate(pass)), rc_(d.agree) {}
-    std::optional<element_type> next() {
-      std::optional<element_type> e = done_ ? std::nullopt : up_.next();
-      done_ = !e;
-      if (e) remember(*e);
-      if (!rc_) {
-        global_rows_ = e ? rows(*e) : 0;
-        return e;
-      }
-      float f[2] = {e ? 1.0f : 0.0f, e ? float(rows(*e)) : 0.0f};  // workers with data, global rows
-      rc_->all_reduce(std::span<float>(f, 2), reduce_op::sum);
-      if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
-      global_rows_ = std::size_t(f[1]);
-      if (e) return e;
-      return empty();  // this worker is out, another is not: an empty batch keeps it in step
-    }
-    std::int64_t skip(std::int64_t n) {
-      std::int64_t got = done_ ? 0 : up_.skip(n);
-      done_ = got < n;
-      if (!rc_) return got;
-      float f = float(got);  // the position is where the worker with the most data is
-      rc_->all_reduce(std::span<float>(&f, 1), reduce_op::max);
-      return std::int64_t(f);
-    }
+    iterator(const per_replica_dataset& d, std::uint64_t pass) : up_(d.up.iterate(pass)), agree_(d.agree) {}
+    std::optional<element_type> next() { return agree_.next(agree_.done() ? std::nullopt : up_.next()); }
+    std::int64_t skip(std::int64_t n) { return agree_.skip(agree_.done() ? 0 : up_.skip(n), n); }
     /// Rows of the global batch the last element is this worker's share of (summed over the workers).
-    std::size_t global_rows() const { return global_rows_; }
+    std::size_t global_rows() const { return agree_.global_rows(); }
 
    private:
-    static const tensor& x_of(const element_type& e) {
-      if constexpr (std::is_same_v<element_type, data::example>) return e.first;
-      else return e;
-    }
-    static std::size_t rows(const element_type& e) { return x_of(e).dimension() ? x_of(e).shape()[0] : 0; }
-    void remember(const element_type& e) {
-      x_shape_ = extents_of(x_of(e));
-      if constexpr (std::is_same_v<element_type, data::example>) y_shape_ = extents_of(e.second);
-    }
-    static tensor no_rows(extents e) {
-      if (e.empty()) e.push_back(0);
-      e[0] = 0;
-      return zeros(e);
-    }
-    element_type empty() const {
-      if constexpr (std::is_same_v<element_type, data::example>) return {no_rows(x_shape_), no_rows(y_shape_)};
-      else return no_rows(x_shape_);
-    }
     decltype(std::declval<const D&>().iterate(0)) up_;
-    replica_context* rc_;
-    bool done_ = false;
-    std::size_t global_rows_ = 0;
-    extents x_shape_, y_shape_;
+    detail::step_agreement<element_type> agree_;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 };

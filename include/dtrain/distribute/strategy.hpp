@@ -244,12 +244,12 @@ class multi_worker_mirrored_strategy final : public replica_context {
   }
   /// Splits a dataset of global batches among the replicas by its auto-shard policy (see input.hpp).
   template <data::dataset D>
-  distributed_dataset<D> distribute_dataset(D d) const {
-    return distributed_dataset<D>(std::move(d), num_replicas_in_sync(), replica_id());
+  distributed_dataset<D> distribute_dataset(D d) {
+    return distributed_dataset<D>(std::move(d), num_replicas_in_sync(), replica_id(), this);
   }
   /// TF's name for `distribute_dataset`.
   template <data::dataset D>
-  distributed_dataset<D> experimental_distribute_dataset(D d) const {
+  distributed_dataset<D> experimental_distribute_dataset(D d) {
     return distribute_dataset(std::move(d));
   }
   /// `strategy.distribute_datasets_from_function(fn)`: fn(input_context) builds this worker's pipeline,
