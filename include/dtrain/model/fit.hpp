@@ -173,6 +173,12 @@ bool replicated(const Model& m) {
   return m.replica() && m.replica()->num_replicas_in_sync() > 1;
 }
 
+/// `ds` split among the replicas of the strategy that made `m`, by the dataset's auto-shard policy.
+template <class Model, data::dataset D>
+distributed_dataset<D> distributed(Model& m, const D& ds) {
+  return distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), m.replica());
+}
+
 template <class E>
 const tensor& features(const E& e) {
   if constexpr (std::is_same_v<E, data::example>) return e.first;
@@ -185,7 +191,7 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
                 "evaluate: the dataset must yield (x, y) batches (data::example)");
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))
-      return run_evaluate(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), m.replica()), o);
+      return run_evaluate(m, distributed(m, ds), o);
   strategy_scope scope(m.replica());
   if (m.replica() && !m.replica()->is_chief()) o.verbose = 0;  // the chief reports
   m.reset_metrics();
@@ -248,21 +254,15 @@ std::vector<float> gather_predictions(Model& m, const std::vector<float>& local,
   return out;
 }
 
-/// `ds` sharded by DATA whatever its options: every replica's share of each batch, so that the
-/// gathered predictions come in the dataset's order.
-template <class Model, data::dataset D>
-auto data_sharded(Model& m, const D& ds) {
-  auto d = ds | data::with_options({.auto_shard = data::auto_shard_policy::data});
-  return distributed_dataset<decltype(d)>(d, m.replica()->num_replicas_in_sync(), m.replica()->replica_id());
-}
 
-/// Keras `predict`: under a strategy each replica predicts its share of every global batch, and the
-/// shares are gathered in order, so every worker returns the predictions of the whole dataset.
+/// Keras `predict`: under a strategy each replica predicts its share of every global batch (DATA
+/// sharding whatever the dataset's options), and the shares are gathered in order, so every worker
+/// returns the predictions of the whole dataset in the dataset's order.
 template <class Model, data::dataset D>
 tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   if constexpr (!is_distributed<D>::value && std::is_same_v<typename D::element_type, data::example>)
     if (replicated(m))
-      return run_predict(m, data_sharded(m, ds), o);
+      return run_predict(m, distributed(m, ds | data::with_options({.auto_shard = data::auto_shard_policy::data})), o);
   if constexpr (!is_distributed<D>::value && !std::is_same_v<typename D::element_type, data::example>)
     if (replicated(m))  // features only: paired with placeholder labels to reuse the (x, y) split
       return run_predict(m, ds | data::map([](const tensor& x) { return data::example{x, zeros({x.shape()[0]})}; }), o);
@@ -303,8 +303,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
                 "fit: the dataset must yield (x, y) batches (data::example)");
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))  // Keras distributes the dataset of a model made in a strategy's scope
-      return run_fit(m, distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), m.replica()),
-                     std::move(o));
+      return run_fit(m, distributed(m, ds), std::move(o));
   strategy_scope scope(m.replica());
   if (!m.compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
   if (o.epochs < 0 || o.initial_epoch < 0 || o.validation_freq < 1)
