@@ -36,6 +36,7 @@ net compiled(std::uint64_t seed = 1) {
              .metrics = {accuracy{}}});
   return m;
 }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 void flip_byte(const fs::path& p, std::size_t at) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(std::streamoff(at));
@@ -110,6 +111,16 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_detected) {
   bytes += h + std::string(280, '\0');
   std::ofstream(t.path / "f64.safetensors", std::ios::binary) << bytes;
   BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "f64.safetensors"); }).find("dtype \"F64\"") != std::string::npos);
+  // [security] a shape whose element count wraps 2^64 (4 * 2^62 * 2^2 bytes "fit" offsets of 0), and a folder
+  const std::string wrap = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
+  std::string wb(8, '\0');
+  wb[0] = char(wrap.size());
+  std::ofstream(t.path / "wrap.safetensors", std::ios::binary) << wb + wrap;
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "wrap.safetensors"); }).find("more values than the file holds") !=
+             std::string::npos);
+  fs::create_directory(t.path / "folder.safetensors");
+  BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "folder.safetensors"); }).find("not a regular file") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(mismatched_models_are_refused_naming_the_difference) {
@@ -145,6 +156,48 @@ BOOST_AUTO_TEST_CASE(model_with_optimizer_resumes_bitwise) {
   BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
   auto loaded = checkpoint::load_model<net>(t.path / "m.safetensors");
   BOOST_TEST(loaded.get_weights() == first.get_weights(), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(damaged_optimizer_metadata_is_an_io_error_and_allocates_nothing_it_claims) {
+  // [security] every value is a claim of the file: a clear error, the model untouched
+  temp_dir t;
+  net m = compiled();
+  auto [x, y] = problem(16);
+  m.train_step(x, y);
+  const auto bad = [&](const std::string& key, const std::string& value) {
+    checkpoint::save_model(m, t.path / "bad.safetensors", {{key, value}});
+    net r = compiled(5);
+    const auto before = r.get_weights();
+    const std::string e = error_of([&] { checkpoint::restore_model(r, t.path / "bad.safetensors"); });
+    BOOST_TEST(r.get_weights() == before, tt::per_element());
+    return e;
+  };
+  for (const std::string v : {"abc", "-5", "99999999999999999999", ""})
+    BOOST_TEST(contains(bad("dtrain.optimizer.iterations", v), "metadata 'dtrain.optimizer.iterations' is"));
+  // 10^15 slots of the parameters: refused before allocating (the file cannot hold them)
+  BOOST_TEST(contains(bad("dtrain.optimizer.slots", "1000000000000000"), "metadata 'dtrain.optimizer.slots' is"));
+  BOOST_TEST(contains(bad("dtrain.optimizer.slots", "1000"), "metadata 'dtrain.optimizer.slots' is"));
+  BOOST_TEST(contains(bad("dtrain.optimizer", "sgd"), "holds the state of optimizer sgd"));
+}
+
+BOOST_AUTO_TEST_CASE(an_edited_checkpoint_index_is_a_dtrain_error_or_ignored) {
+  // [security] names are parsed without exceptions that escape, and never lead outside the folder
+  temp_dir t;
+  net m = compiled();
+  checkpoint::checkpoint_manager mgr(t.path, 2);
+  const auto index = [&](const std::string& name) {
+    std::ofstream(t.path / "checkpoint") << "model_checkpoint_path: \"" << name << "\"\nall_model_checkpoint_paths: \""
+                                         << name << "\"\n";
+  };
+  index("ckpt-final");  // no number: numbering starts at 1
+  BOOST_TEST(mgr.save(m).filename() == "ckpt-1.safetensors");
+  index("ckpt-99999999999999999999");  // does not fit: ignored as well
+  BOOST_TEST(mgr.save(m).filename() == "ckpt-1.safetensors");
+  index("ckpt-9223372036854775807");  // the last number: nothing after it
+  BOOST_CHECK_THROW(mgr.save(m), value_error);
+  index("../outside");
+  BOOST_TEST(contains(error_of([&] { mgr.save(m); }), "is not a checkpoint name in this folder"));
+  BOOST_CHECK_THROW(checkpoint::latest_checkpoint(t.path), io_error);
 }
 
 BOOST_AUTO_TEST_CASE(checkpoint_manager_keeps_n_and_falls_back) {
@@ -315,6 +368,24 @@ BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
       error_of([&] { with_sgd.fit(x, y, {.epochs = 3, .callbacks = {backup_and_restore({.backup_dir = t.path})}, .verbose = 0}); });
   BOOST_TEST(e2.find("holds the state of optimizer adam but the model is compiled with SGD") != std::string::npos, e2);
   BOOST_CHECK_THROW(backup_and_restore({.backup_dir = t.path, .save_freq = std::string("batch")}), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(a_backup_with_a_damaged_position_is_an_io_error) {
+  // [security] "0 5 not-json", negative numbers, words: a clear error naming the file, never a crash
+  temp_dir t;
+  auto [x, y] = problem(16);
+  net m = compiled();
+  m.train_step(x, y);
+  for (const std::string position : {"0 5 not-json", "-1 0 {}", "0 -3 {}", "abc", "0 5 [1, 2]", ""}) {
+    checkpoint::save_model(m, t.path / "backup-0.safetensors",
+                           {{"dtrain.backup.position", position}, {"dtrain.backup.world_size", "1"}});
+    net r = compiled();
+    const std::string e = error_of([&] {
+      r.fit(x, y, {.epochs = 1, .callbacks = {backup_and_restore({.backup_dir = t.path, .delete_checkpoint = false})},
+                   .verbose = 0});
+    });
+    BOOST_TEST(contains(e, "backup-0.safetensors: the training position"), position << ": " << e);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {

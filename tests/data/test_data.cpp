@@ -249,6 +249,22 @@ BOOST_AUTO_TEST_CASE(corrupt_and_missing_files_are_named) {
   m = error_of([&] { data::load_fashion_mnist(data::split::test, t.path); });
   BOOST_TEST(m.find("has 3 images but") != std::string::npos);
   BOOST_TEST(m.find("has 2 labels") != std::string::npos);
+  // [security] labels outside 0..9: -1 as int8 (type 0x09), NaN as float32 (type 0x0D)
+  const auto labels = [&](unsigned char type, std::vector<unsigned char> data) {
+    std::vector<unsigned char> b{0, 0, type, 1, 0, 0, 0, 3};
+    b.insert(b.end(), data.begin(), data.end());
+    gzFile f = gzopen((t.path / "t10k-labels-idx1-ubyte.gz").c_str(), "wb");
+    gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
+    gzclose(f);
+    return error_of([&] { data::load_fashion_mnist(data::split::test, t.path); });
+  };
+  m = labels(0x09, {1, 0xff, 2});
+  BOOST_TEST(m.find("label -1.000000 at index 1 is not a class in 0..9") != std::string::npos, m);
+  m = labels(0x0D, {0x7f, 0xc0, 0, 0, 0x7f, 0xc0, 0, 0, 0x7f, 0xc0, 0, 0});  // big-endian quiet NaNs
+  BOOST_TEST(m.find("label nan at index 0") != std::string::npos, m);
+  // [security] dimensions whose product wraps around 2^64 are refused, not read as an empty tensor
+  write_idx(t.path / "wrap.idx", {65536, 65536, 65536, 65536}, 16, false);
+  BOOST_TEST(error_of([&] { data::read_idx(t.path / "wrap.idx"); }).find("more than 4294967296 values") != std::string::npos);
   // and a good small set loads, scaled to [0, 1]
   write_idx(t.path / "t10k-labels-idx1-ubyte.gz", {3}, 3, true);
   auto [x, y] = data::load_fashion_mnist(data::split::test, t.path);

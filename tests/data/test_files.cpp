@@ -286,6 +286,23 @@ BOOST_AUTO_TEST_CASE(corrupt_numpy_files_are_named) {
     write(t.path / "far.npz", far);
   }
   BOOST_TEST(contains(err("far.npz", npz_), "far.npz: corrupt zip"));
+  // [security] sizes the archive cannot hold are refused before anything is allocated: a stored entry
+  // whose sizes disagree, a deflated entry claiming ~4 GiB from a few bytes
+  std::size_t cd = 0;  // the central directory entry of "x.npy", where the end record says
+  for (int i = 3; i >= 0; --i) cd = cd << 8 | static_cast<unsigned char>(z[z.size() - 22 + 16 + std::size_t(i)]);
+  {
+    std::string lying = z;
+    lying[cd + 24 + 3] = '\x7f';  // uncompressed size ~2 GiB
+    write(t.path / "stored.npz", lying);
+  }
+  BOOST_TEST(contains(err("stored.npz", npz_), "stored.npz: corrupt stored entry 'x.npy'"));
+  {
+    std::string deflated = z;
+    deflated[cd + 10] = 8;  // method deflate
+    deflated[cd + 24 + 3] = '\xff', deflated[cd + 24 + 2] = '\xff';
+    write(t.path / "bomb.npz", deflated);
+  }
+  BOOST_TEST(contains(err("bomb.npz", npz_), "bytes cannot inflate to the"));
 }
 
 // ---- CSV -----------------------------------------------------------------------------------------------------

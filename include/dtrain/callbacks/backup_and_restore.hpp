@@ -20,6 +20,8 @@
 #include <string>
 #include <variant>
 
+#include <nlohmann/json.hpp>
+
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/core/preemption.hpp"
 
@@ -48,12 +50,7 @@ class backup_and_restore : public callback {
     std::string text;  // "epoch step data_state" of the backup, empty when there is none
     if (m.is_chief()) text = restore_on_chief();
     m.sync_from_chief(text);
-    if (text.empty()) return;
-    training_position p;
-    std::istringstream in(text);
-    in >> p.epoch >> p.step;
-    std::getline(in >> std::ws, p.data_state);
-    m.resume = p;
+    if (!text.empty()) m.resume = parse_position(text, file(0).string());
   }
   void on_train_batch_end(std::int64_t, const logs&) override {
     const auto* every = std::get_if<std::int64_t>(&o_.save_freq);
@@ -99,13 +96,28 @@ class backup_and_restore : public callback {
       throw config_error("backup_and_restore: the backup in " + o_.backup_dir.string() + " was written by " + workers +
                          " workers but this run has " + std::to_string(m.num_replicas_in_sync()) +
                          "; resume with the same number of workers or delete the backup");
-    const std::string position = meta.at("dtrain.backup.position");
-    int epoch = 0;
-    long long step = 0;
-    std::sscanf(position.c_str(), "%d %lld", &epoch, &step);
-    std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", epoch + 1, step,
-                 file(0).string().c_str());
-    return position;
+    const auto position = meta.find("dtrain.backup.position");
+    if (position == meta.end())
+      throw io_error("backup_and_restore: " + file(0).string() + " holds no training position "
+                     "(dtrain.backup.position); it is not a backup of fit, or damaged: delete it to start over");
+    const training_position p = parse_position(position->second, file(0).string());  // before any worker uses it
+    std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", p.epoch + 1,
+                 static_cast<long long>(p.step), file(0).string().c_str());
+    return position->second;
+  }
+
+  /// "epoch step data_state" as written by `save`: both numbers not negative, the data state a JSON
+  /// object; anything else is an `io_error` naming the file.
+  static training_position parse_position(const std::string& text, const std::string& file) {
+    training_position p;
+    std::istringstream in(text);
+    const bool numbers = static_cast<bool>(in >> p.epoch >> p.step);
+    if (numbers) std::getline(in >> std::ws, p.data_state);
+    const auto state = nlohmann::json::parse(p.data_state, nullptr, false);
+    if (!numbers || p.epoch < 0 || p.step < 0 || state.is_discarded() || !state.is_object())
+      throw io_error("backup_and_restore: " + file + ": the training position \"" + text.substr(0, 80) +
+                     "\" is damaged (expected \"epoch batch {dataset state}\"); delete the backup to start over");
+    return p;
   }
 
   backup_and_restore_options o_;

@@ -6,12 +6,15 @@
 /// at any instant leaves the previous good one as latest; on restore a damaged latest checkpoint is
 /// reported and the previous one used.
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrain/checkpoint/model_io.hpp"
@@ -20,15 +23,33 @@ namespace dtrain::checkpoint {
 
 namespace detail {
 /// The checkpoints the index lists, oldest first.
+/// The checkpoint names the index lists. A name must be a plain file name in the folder: the manager
+/// deletes files by these names, so an edited index must not reach outside it.
 inline std::vector<std::string> read_index(const std::filesystem::path& dir) {
   std::ifstream in(dir / "checkpoint");
   std::vector<std::string> all;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int n = 1; std::getline(in, line); ++n) {
     const auto q1 = line.find('"'), q2 = line.rfind('"');
-    if (line.rfind("all_model_checkpoint_paths:", 0) == 0 && q1 != q2) all.push_back(line.substr(q1 + 1, q2 - q1 - 1));
+    if (line.rfind("all_model_checkpoint_paths:", 0) != 0 || q1 == q2) continue;
+    std::string name = line.substr(q1 + 1, q2 - q1 - 1);
+    if (name.empty() || name == "." || name == ".." || name.find_first_of("/\\") != std::string::npos ||
+        name.find('\0') != std::string::npos)
+      throw io_error("checkpoint index " + (dir / "checkpoint").string() + ", line " + std::to_string(n) + ": \"" +
+                     name + "\" is not a checkpoint name in this folder");
+    all.push_back(std::move(name));
   }
   return all;
+}
+/// N of a checkpoint named `<prefix>-N`; nothing when the name does not end in a number that fits.
+inline std::optional<std::int64_t> checkpoint_number(std::string_view name) {
+  const auto dash = name.rfind('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  std::int64_t v = 0;
+  const char *b = name.data() + dash + 1, *e = name.data() + name.size();
+  const auto [end, ec] = std::from_chars(b, e, v);
+  if (b == e || ec != std::errc{} || end != e || v < 0) return std::nullopt;
+  return v;
 }
 inline void write_index(const std::filesystem::path& dir, const std::vector<std::string>& all) {
   std::string s = "model_checkpoint_path: \"" + all.back() + "\"\n";
@@ -66,7 +87,12 @@ class checkpoint_manager {
     auto all = detail::read_index(dir_);
     if (number < 0) {
       number = 1;
-      for (const auto& a : all) number = std::max<std::int64_t>(number, std::stoll(a.substr(a.rfind('-') + 1)) + 1);
+      for (const auto& a : all)
+        if (const auto k = detail::checkpoint_number(a)) {
+          if (*k == std::numeric_limits<std::int64_t>::max())
+            throw value_error("checkpoint_manager: the index lists " + a + ", after which no number is left");
+          number = std::max<std::int64_t>(number, *k + 1);
+        }
     }
     const std::string name = "ckpt-" + std::to_string(number);
     const auto path = dir_ / (name + ".safetensors");

@@ -8,7 +8,9 @@
 /// Works on any model type with `layers()`, `get_weights()` / `set_weights()` (host copies, whatever the
 /// model's backend) and (for the optimizer) `optimizer()`, so this folder does not depend on model/.
 
+#include <charconv>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -149,8 +151,28 @@ void save_model(Model& m, const std::filesystem::path& path, const std::map<std:
   save_safetensors(path, tensors, meta);
 }
 
+namespace detail {
+/// The metadata value `key` of `f`, which must be there.
+inline const std::string& meta_text(const safetensors_file& f, const std::string& key, const std::string& file) {
+  const auto it = f.metadata.find(key);
+  if (it == f.metadata.end()) throw io_error("load_model: " + file + ": the metadata has no '" + key + "'");
+  return it->second;
+}
+/// The metadata value `key` of `f` as a whole number in [lo, hi].
+inline std::int64_t meta_int(const safetensors_file& f, const std::string& key, const std::string& file, std::int64_t lo,
+                             std::int64_t hi) {
+  const std::string& v = meta_text(f, key, file);
+  std::int64_t x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || x < lo || x > hi)
+    throw io_error("load_model: " + file + ": metadata '" + key + "' is \"" + v.substr(0, 40) +
+                   "\", not a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+}  // namespace detail
+
 /// Restores what `save_model` wrote into `m` (weights, and the optimizer state when `m` is compiled with
-/// the same optimizer); returns the file's metadata.
+/// the same optimizer); returns the file's metadata. A damaged file is an `io_error` and leaves `m` as it was.
 template <class Model>
 std::map<std::string, std::string> restore_model(Model& m, const std::filesystem::path& path) {
   const auto f = load_safetensors(path);
@@ -161,11 +183,17 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
   optimizer_state st;
   const bool with_optimizer = m.compiled() && f.metadata.count("dtrain.optimizer.iterations");
   if (with_optimizer) {
-    if (f.metadata.at("dtrain.optimizer") != m.optimizer().name())
-      throw value_error("load_model: " + file + " holds the state of optimizer " + f.metadata.at("dtrain.optimizer") +
-                     " but the model is compiled with " + m.optimizer().name());
-    const std::size_t n = m.count_params(), slots = std::stoull(f.metadata.at("dtrain.optimizer.slots"));
-    st.iterations = std::stoll(f.metadata.at("dtrain.optimizer.iterations"));
+    const std::string name = detail::meta_text(f, "dtrain.optimizer", file);
+    if (name != m.optimizer().name())
+      throw value_error("load_model: " + file + " holds the state of optimizer " + name +
+                        " but the model is compiled with " + m.optimizer().name());
+    // every slot is a copy of the parameters that the file must hold: that bounds what is allocated
+    std::size_t in_file = 0;
+    for (const auto& t : f.tensors) in_file += t.data.size();
+    const std::size_t n = m.count_params();
+    const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0,
+                                                    std::int64_t(n ? in_file / n : 0)));
+    st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());
     st.slots.assign(slots * n, 0.0f);
     std::vector<float> scalars;
     const auto want = optimizer_views(m, st, 0.0f, scalars);

@@ -92,10 +92,15 @@ inline void write_file_atomic(const std::filesystem::path& path, std::span<const
 }
 
 inline std::vector<char> read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))  // a folder opens as a stream of unknown size
+    throw io_error(path.string() + ": cannot open (" + (ec ? ec.message() : "not a regular file") + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw io_error(path.string() + ": cannot open");
   in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(in.tellg());
+  const auto end = in.tellg();
+  if (end < 0) throw io_error(path.string() + ": cannot read its size");
+  const auto size = static_cast<std::size_t>(end);
   in.seekg(0);
   std::vector<char> b(size);
   if (size && !in.read(b.data(), static_cast<std::streamsize>(size))) throw io_error(path.string() + ": read failed");
@@ -187,6 +192,8 @@ inline safetensors_file load_safetensors(const std::filesystem::path& path) {
     for (const auto& d : t["shape"]) {
       if (!d.is_number_unsigned()) throw io_error(f + ": tensor '" + it.key() + "' has a bad shape");
       nt.shape.push_back(d.get<std::size_t>());
+      if (nt.shape.back() != 0 && n > data_size / 4 / nt.shape.back())  // checked before it can wrap
+        throw io_error(f + ": tensor '" + it.key() + "' has shape " + shape_str(nt.shape) + "..., more values than the file holds");
       n *= nt.shape.back();
     }
     const auto& off = t["data_offsets"];

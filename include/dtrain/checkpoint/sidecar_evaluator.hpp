@@ -76,12 +76,7 @@ class sidecar_evaluator {
  private:
   /// N of `ckpt-N.safetensors` (0 when the name has no number).
   static long long number(const std::filesystem::path& p) {
-    const std::string stem = p.stem().string();
-    const auto dash = stem.rfind('-');
-    if (dash == std::string::npos || dash + 1 == stem.size() ||
-        stem.find_first_not_of("0123456789", dash + 1) != std::string::npos)
-      return 0;
-    return std::stoll(stem.substr(dash + 1));
+    return detail::checkpoint_number(p.stem().string()).value_or(0);
   }
 
   Model& m_;

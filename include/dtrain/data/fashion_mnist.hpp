@@ -5,6 +5,7 @@
 /// environment variable `DTRAIN_FASHION_MNIST_DIR`. Same format and sizes as MNIST: 60,000 training
 /// and 10,000 test images of 28x28 grey pixels, labels 0..9.
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -49,7 +50,7 @@ inline example load_fashion_mnist(split s, const std::filesystem::path& dir = fa
     throw io_error("fashion_mnist: " + ip.string() + " has " + std::to_string(images.shape()[0]) + " images but " +
                    lp.string() + " has " + std::to_string(labels.shape()[0]) + " labels");
   for (std::size_t i = 0; i < labels.size(); ++i)
-    if (labels.data()[i] > 9.0f)
+    if (const float v = labels.data()[i]; !(v >= 0.0f && v <= 9.0f) || v != std::floor(v))  // NaN too
       throw io_error("fashion_mnist: " + lp.string() + ": label " + std::to_string(labels.data()[i]) + " at index " +
                      std::to_string(i) + " is not a class in 0..9");
   images /= 255.0f;

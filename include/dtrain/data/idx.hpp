@@ -18,6 +18,9 @@
 
 namespace dtrain::data {
 
+/// The most values an IDX file may hold (2^32: 16 GiB of float32).
+inline constexpr std::size_t max_idx_values = std::size_t{1} << 32;
+
 namespace detail {
 class gz_file {
  public:
@@ -76,9 +79,13 @@ inline tensor read_idx(const std::filesystem::path& path) {
     unsigned char b[4];
     if (f.read(b, 4) != 4) throw io_error(f.path() + ": truncated IDX header");
     d = (std::size_t(b[0]) << 24) | (std::size_t(b[1]) << 16) | (std::size_t(b[2]) << 8) | b[3];
+  }
+  for (const std::size_t d : dims) {  // the product, checked at every factor so that it cannot wrap
+    if (d != 0 && count > max_idx_values / d)
+      throw io_error(f.path() + ": IDX header claims shape " + shape_str(dims) + ", more than " +
+                     std::to_string(max_idx_values) + " values");
     count *= d;
   }
-  if (count > (std::size_t{1} << 32)) throw io_error(f.path() + ": IDX header claims " + shape_str(dims) + " values");
   std::vector<unsigned char> raw(count * width);
   const std::size_t got = f.read(raw.data(), raw.size());
   if (got != raw.size())

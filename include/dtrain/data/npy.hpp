@@ -185,7 +185,7 @@ inline tensor parse_npy(const char* b, std::size_t size, const std::string& what
   float* o = t.data();
   const char kind = h.descr[1];
   if (kind == 'f' && width == 4 && std::endian::native == std::endian::little) {
-    std::memcpy(o, d, need);
+    if (need != 0) std::memcpy(o, d, need);  // an empty array's data() may be null: no memcpy from or to it
     return t;
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -339,13 +339,19 @@ inline std::map<std::string, tensor> read_npz(const std::filesystem::path& path)
     if (data > cd || csize > cd - data)
       throw io_error(f + ": truncated: entry '" + name + "' (" + std::to_string(csize) +
                      " bytes) runs past the end of its data");
-    std::string raw(usize, '\0');
+    // the sizes are claims of the file: they are checked against what its bytes can hold before
+    // anything is allocated (deflate expands at most 1032:1)
+    std::string raw;
     if (method == 0) {
       if (csize != usize)
         throw io_error(f + ": corrupt stored entry '" + name + "' (sizes " + std::to_string(csize) + " and " +
                        std::to_string(usize) + " differ)");
-      std::memcpy(raw.data(), z + data, usize);
+      raw.assign(z + data, usize);
     } else if (method == 8) {
+      if (usize > csize * 1032 + 64)
+        throw io_error(f + ": corrupt compressed entry '" + name + "': " + std::to_string(csize) +
+                       " bytes cannot inflate to the " + std::to_string(usize) + " bytes the archive records");
+      raw.assign(usize, '\0');
       z_stream s{};
       if (inflateInit2(&s, -MAX_WBITS) != Z_OK) throw io_error(f + ": zlib cannot start inflating '" + name + "'");
       s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(z + data));

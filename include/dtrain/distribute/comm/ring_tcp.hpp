@@ -363,8 +363,13 @@ class ring_tcp {
     h.listen_port = listen_port_;
     return h;
   }
-  static void write_all(asio::ip::tcp::socket& s, const void* p, std::size_t n) {
-    asio::write(s, asio::buffer(p, n));
+  /// Writes all of [p, p + n) to `who`; a peer that reset or closed the connection is a comm_error.
+  void write_all(asio::ip::tcp::socket& s, const void* p, std::size_t n, const std::string& who) const {
+    std::error_code ec;
+    asio::write(s, asio::buffer(p, n), ec);
+    if (ec)
+      throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + who + " closed the connection (" +
+                       ec.message() + ") during the rendezvous; it died or stopped");
   }
 
   /// Accepts one connection before `deadline` and reads its handshake; nullopt when it is not one
@@ -431,14 +436,14 @@ class ring_tcp {
     put32(detail::table_magic);
     put32(std::uint32_t(size()));
     for (const auto& p : peers_) put32(std::uint32_t(p.size())), table += p;
-    for (int r = 1; r < size(); ++r) asio::write(*joined[std::size_t(r)], asio::buffer(table));
+    for (int r = 1; r < size(); ++r) write_all(*joined[std::size_t(r)], table.data(), table.size(), peer_name(r));
   }
 
   void join_master(clock::time_point deadline) {
     const std::string master = o_.addresses[0];
     asio::ip::tcp::socket s = connect_with_retry(master, deadline, "rank 0 (" + master + ")");
     const detail::hello h = my_hello(detail::hello_kind::join);
-    write_all(s, &h, sizeof h);
+    write_all(s, &h, sizeof h, "rank 0 (" + master + ")");
     detail::hello reply;
     read_exact(s, &reply, sizeof reply, deadline, "rank 0 (" + master + ") during the handshake");
     if (reply.magic != detail::hello_magic || !reply.accepted)
@@ -504,7 +509,7 @@ class ring_tcp {
   void connect_ring(clock::time_point deadline) {
     next_ = connect_with_retry(peers_[std::size_t(next_rank())], deadline, peer_name(next_rank()));
     const detail::hello h = my_hello(detail::hello_kind::ring);
-    write_all(next_, &h, sizeof h);
+    write_all(next_, &h, sizeof h, peer_name(next_rank()));
     for (;;) {  // accept until the previous rank shows up, rejecting anything else
       auto accepted = accept_hello(deadline, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
       if (!accepted) continue;
