@@ -252,7 +252,7 @@ BOOST_AUTO_TEST_CASE(auto_sharding_reads_files_per_worker_when_the_pipeline_list
     WORKER_CHECK(std::size_t(model.loss_tracker().state().values[1]) == 40u);  // every row, once
     w[std::size_t(r)] = model.get_weights();
     // one file for two workers: AUTO falls back to DATA (with a warning), FILE is refused
-    auto one = s.distribute_dataset(pipeline("part-0.csv"));
+    auto one = s.experimental_distribute_dataset(pipeline("part-0.csv"));  // TF's name, the same member
     WORKER_CHECK((one.policy() == data::auto_shard_policy::data));
     WORKER_CHECK_THROW(s.distribute_dataset(pipeline("part-0.csv") |
                                            data::with_options({.auto_shard = data::auto_shard_policy::file})),
