@@ -112,6 +112,17 @@ BOOST_AUTO_TEST_CASE(endpoint_parse_and_print) {
     BOOST_TEST(msg.find("\"" + text + "\"") != std::string::npos, msg << " does not quote " << text);
     BOOST_TEST(msg.find(expect) != std::string::npos, msg << " lacks " << expect);
   }
+  // [security] names no resolver accepts are configuration errors (exit 1), not transient (138): 100 kB
+  // of letters, a label over 63 characters, an empty label; the message quotes only the start
+  const std::string huge(100'000, 'a');
+  const auto msg = error_of([&] { endpoint::parse(huge + ":80"); });
+  BOOST_TEST(msg.find("is not a host name") != std::string::npos, msg.substr(0, 200));
+  BOOST_TEST(msg.find("(100003 characters)") != std::string::npos, msg.substr(0, 200));
+  BOOST_TEST(msg.size() < 300u);
+  BOOST_CHECK_THROW(endpoint::parse(std::string(64, 'b') + ".example:80"), config_error);
+  BOOST_CHECK_THROW(endpoint::parse("a..b:80"), config_error);
+  BOOST_TEST(endpoint::parse(std::string(63, 'b') + ".example.:80").port == 80);  // a full name with its root dot
+  BOOST_TEST(endpoint::parse("10.0.0.1:80").host == "10.0.0.1");
 }
 
 BOOST_AUTO_TEST_CASE(tf_config_good) {

@@ -208,6 +208,12 @@ inline std::uint16_t parse_port(const std::string& v, const std::string& what) {
 /// Host names, IPv4 and (inside brackets) IPv6 addresses with an optional %zone.
 inline bool valid_host(const std::string& h, bool bracketed) {
   if (h.empty()) return false;
+  if (!bracketed) {  // a name no resolver can ever accept is a configuration error, not a transient one:
+    if (h.size() > 253) return false;  // RFC 1123, at most 253 characters in labels of 1..63
+    std::size_t label = 0;
+    for (const char c : h)
+      if (c != '.' ? ++label > 63 : std::exchange(label, 0) == 0) return false;
+  }
   return std::all_of(h.begin(), h.end(), [&](unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
            c == '_' || (bracketed && (c == ':' || c == '%'));
@@ -271,7 +277,10 @@ inline std::string endpoint::str() const {
 }
 
 inline endpoint endpoint::parse(const std::string& s) {
-  const auto bad = [&](const std::string& why) { return config_error("bad address \"" + s + "\": " + why); };
+  const auto bad = [&](const std::string& why) {
+    const std::string shown = s.size() > 80 ? s.substr(0, 80) + "... (" + std::to_string(s.size()) + " characters)" : s;
+    return config_error("bad address \"" + shown + "\": " + why);
+  };
   std::string host, port;
   bool bracketed = false;
   if (!s.empty() && s.front() == '[') {
@@ -286,7 +295,9 @@ inline endpoint endpoint::parse(const std::string& s) {
     if (host.find(':') != std::string::npos) throw bad("write IPv6 hosts as [address]:port");
   }
   if (host.empty()) throw bad("the host is empty");
-  if (!detail::valid_host(host, bracketed)) throw bad("\"" + host + "\" is not a host name or address");
+  if (!detail::valid_host(host, bracketed))
+    throw bad("the host is not a host name or address (letters, digits, '.', '-', '_'; labels of at most 63 "
+              "characters, 253 in all)");
   if (!detail::all_digits(port) || port.size() > 5) throw bad("port \"" + port + "\" is not a number");
   const int p = std::stoi(port);
   if (p < 1 || p > 65535) throw bad("port " + port + " is out of range 1..65535");
