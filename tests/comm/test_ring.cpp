@@ -47,19 +47,10 @@ comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& 
 template <class F>
 std::vector<std::exception_ptr> run_ranks(int p, F f, std::function<comm::ring_tcp_options(int)> make = {}) {
   const auto addrs = free_addresses(p);
-  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < p; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        ring_tcp c(make ? make(r) : options(r, p, addrs));
-        f(r, c);
-      } catch (...) {
-        errs[std::size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : ts) t.join();
-  return errs;
+  return dtrain_test::run_threads(p, [&](int r) {
+    ring_tcp c(make ? make(r) : options(r, p, addrs));
+    f(r, c);
+  });
 }
 std::string message(const std::exception_ptr& e) {
   try {
@@ -335,15 +326,7 @@ BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_end
     }
   });
   asio::io_context io;
-  asio::ip::tcp::socket fake(io);
-  const asio::ip::tcp::endpoint master(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10))));
-  for (int i = 0; i < 400; ++i) {
-    std::error_code ec;
-    fake.connect(master, ec);
-    if (!ec) break;
-    fake = asio::ip::tcp::socket(io);
-    std::this_thread::sleep_for(5ms);
-  }
+  asio::ip::tcp::socket fake = dtrain_test::connect_when_listening(io, addrs[0]);
   comm::detail::hello h;
   h.kind = 1, h.world_size = 3, h.rank = 1, h.fingerprint = 0xfeed;
   asio::write(fake, asio::buffer(&h, sizeof h));
@@ -384,14 +367,7 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   asio::io_context io;
   asio::ip::tcp::acceptor own(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
                                                           std::uint16_t(std::stoi(addrs[1].substr(10)))));
-  asio::ip::tcp::socket join(io);
-  for (int i = 0; i < 200; ++i) {
-    std::error_code ec;
-    join.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
-    if (!ec) break;
-    join = asio::ip::tcp::socket(io);
-    std::this_thread::sleep_for(5ms);
-  }
+  asio::ip::tcp::socket join = dtrain_test::connect_when_listening(io, addrs[0]);
   comm::detail::hello h;
   h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
   asio::write(join, asio::buffer(&h, sizeof h));

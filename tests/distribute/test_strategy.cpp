@@ -2,24 +2,15 @@
 // and sockets) train like one worker with the global batch; runs are deterministic; metrics agree.
 #include "support/gradcheck.hpp"
 #include "support/loopback.hpp"
+#include "support/mirrored.hpp"
 
 using namespace dtrain;
 namespace tt = boost::test_tools;
 using mwms = multi_worker_mirrored_strategy<comm::ring_tcp>;
 
 namespace {
-using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
-
-
-std::pair<tensor, tensor> problem(std::size_t n) {
-  rng r(5);
-  tensor x = zeros({n, 6}), y = zeros({n});
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < 6; ++j) x(i, j) = r.normal();
-    y(i) = float(r.below(3));
-  }
-  return {x, y};
-}
+using net = dtrain_test::small_net;
+using dtrain_test::three_class_problem;
 
 struct outcome {
   std::vector<float> weights;
@@ -31,7 +22,7 @@ struct outcome {
 template <class B = cpu>
 std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2) {
   std::vector<outcome> out(static_cast<std::size_t>(p));
-  auto [x, y] = problem(48);
+  auto [x, y] = three_class_problem(48);
   dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
     static_assert(std::is_same_v<typename decltype(s.template make_model<net>())::backend_type, B>);
     auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win

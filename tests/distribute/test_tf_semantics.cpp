@@ -7,32 +7,16 @@
 #include "support/gradcheck.hpp"
 #include "support/helpers.hpp"
 #include "support/loopback.hpp"
+#include "support/mirrored.hpp"
 
 using namespace dtrain;
 namespace tt = boost::test_tools;
 using dtrain_test::on_workers;
 
 namespace {
-using net = sequential<input<6>, dense<16, dtrain::tanh, l2<0.001f>>, dense<3>>;
-
-std::pair<tensor, tensor> problem(std::size_t n) {
-  rng r(5);
-  tensor x = zeros({n, 6}), y = zeros({n});
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < 6; ++j) x(i, j) = r.normal();
-    y(i) = float(r.below(3));
-  }
-  return {x, y};
-}
-
-/// Whether every weight of `a` is within float rounding of `b` (the replicas' gradients are summed in
-/// another order than one worker's GEMMs sum them).
-bool close(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::abs(a[i] - b[i]) > 1e-5f + 1e-4f * std::abs(b[i])) return false;
-  return true;
-}
+using net = dtrain_test::small_net;
+using dtrain_test::three_class_problem;
+using dtrain_test::weights_close;
 
 // Plain SGD: a gradient scaled by the number of workers shows in the weights (Adam would hide it).
 void compile(auto& model) {
@@ -45,7 +29,7 @@ void compile(auto& model) {
 /// (value_and_gradients and compute_average_loss default to the per-replica batch times the replicas).
 std::vector<std::vector<float>> guide_loop(int p) {
   std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
-  auto [x, y] = problem(48);
+  auto [x, y] = three_class_problem(48);
   on_workers(p, [&](auto& strategy, int r) {
     auto dist_dataset = strategy.distribute_dataset(data::from_tensor_slices(x, y) | data::batch(12));
     auto model = strategy.template make_model<net>(3);
@@ -73,7 +57,7 @@ BOOST_AUTO_TEST_CASE(guide_loop_without_a_global_batch_size_trains_like_one_work
   for (int p : {2, 3}) {
     const auto many = guide_loop(p);
     BOOST_TEST_CONTEXT("p = " << p) {
-      BOOST_TEST(close(many[0], one[0]));
+      BOOST_TEST(weights_close(many[0], one[0]));
       for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
     }
   }
@@ -97,7 +81,7 @@ BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_follow_the_strategy_in_s
 
 BOOST_AUTO_TEST_CASE(a_short_last_batch_is_split_unevenly_and_averaged_over_the_global_batch) {
   // 100 examples, global batch 12: the last batch has 4 rows, 1 + 1 + 2 on 3 workers (0 + 1 + ... on 5)
-  auto [x, y] = problem(100);
+  auto [x, y] = three_class_problem(100);
   auto train = [&](int p) {
     std::vector<std::vector<float>> w(static_cast<std::size_t>(p));
     std::vector<history> h(static_cast<std::size_t>(p));
@@ -113,7 +97,7 @@ BOOST_AUTO_TEST_CASE(a_short_last_batch_is_split_unevenly_and_averaged_over_the_
   for (int p : {3, 5}) {
     const auto [many, many_h] = train(p);
     BOOST_TEST_CONTEXT("p = " << p) {
-      BOOST_TEST(close(many[0], one[0]));
+      BOOST_TEST(weights_close(many[0], one[0]));
       BOOST_TEST(many_h[0]["loss"][1] == one_h[0]["loss"][1], tt::tolerance(1e-4f));
       BOOST_TEST(many_h[0]["accuracy"][1] == one_h[0]["accuracy"][1], tt::tolerance(1e-6f));
       for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
@@ -124,7 +108,7 @@ BOOST_AUTO_TEST_CASE(a_short_last_batch_is_split_unevenly_and_averaged_over_the_
 BOOST_AUTO_TEST_CASE(workers_whose_pipelines_run_out_at_different_steps_end_the_epoch_together) {
   // three "files" of 24, 12 and 24 examples on 2 workers: worker 0 reads files 0 and 2 (8 batches of 6),
   // worker 1 file 1 (2 batches); both train 8 steps per epoch, worker 1 with empty batches after its 2nd
-  auto [x, y] = problem(60);
+  auto [x, y] = three_class_problem(60);
   const std::vector<std::pair<std::size_t, std::size_t>> files{{0, 24}, {24, 36}, {36, 60}};
   std::vector<std::vector<float>> w(2);
   std::vector<std::int64_t> steps(2, 0);
@@ -158,7 +142,7 @@ BOOST_AUTO_TEST_CASE(workers_whose_pipelines_run_out_at_different_steps_end_the_
 
 BOOST_AUTO_TEST_CASE(get_strategy_is_the_strategy_in_scope) {
   BOOST_TEST(get_strategy().is_default());
-  auto [x, y] = problem(24);
+  auto [x, y] = three_class_problem(24);
   on_workers(3, [&](auto& s, int) {
     WORKER_CHECK(get_strategy().num_replicas_in_sync() == 1);  // not in scope yet
     WORKER_CHECK(s.run([] { return get_strategy().num_replicas_in_sync(); }) == 3);
@@ -211,7 +195,7 @@ BOOST_AUTO_TEST_CASE(reduce_takes_tensors_with_an_axis) {
 }
 
 BOOST_AUTO_TEST_CASE(predict_is_split_across_workers_and_gathered_in_order) {
-  auto [x, y] = problem(10);
+  auto [x, y] = three_class_problem(10);
   net reference(3);  // every worker starts from the chief's weights: those of seed 3
   const tensor expected = reference.predict(x, {.verbose = 0, .batch_size = 4});
   on_workers(3, [&](auto& s, int) {
@@ -219,7 +203,7 @@ BOOST_AUTO_TEST_CASE(predict_is_split_across_workers_and_gathered_in_order) {
     // batches of 4, 4, 2: shares of 1, 1, 2 rows, then 1, 1, 2, then 0, 1, 1
     const tensor got = model.predict(data::from_tensor_slices(x) | data::batch(4), {.verbose = 0});
     WORKER_CHECK(extents_of(got) == extents_of(expected));
-    WORKER_CHECK(close(std::vector<float>(got.begin(), got.end()), std::vector<float>(expected.begin(), expected.end())));
+    WORKER_CHECK(weights_close(std::vector<float>(got.begin(), got.end()), std::vector<float>(expected.begin(), expected.end())));
   });
 }
 
@@ -227,7 +211,7 @@ BOOST_AUTO_TEST_CASE(auto_sharding_reads_files_per_worker_when_the_pipeline_list
   // 5 CSV files of 8 rows on 2 workers, global batch 4: AUTO takes FILE, worker 0 reads files 0, 2, 4
   // (12 batches of 2), worker 1 files 1, 3 (8 batches); both train 12 steps and end with equal weights
   dtrain_test::temp_dir t;
-  auto [x, y] = problem(40);
+  auto [x, y] = three_class_problem(40);
   for (int f = 0; f < 5; ++f) {
     std::ofstream out(t.path / ("part-" + std::to_string(f) + ".csv"));
     out << "a,b,c,d,e,f,label\n";

@@ -26,6 +26,36 @@ inline std::vector<std::string> free_addresses(int n) {
   return out;
 }
 
+/// Runs `f(rank)` on p threads; returns each thread's exception (or null) once all are done.
+template <class F>
+std::vector<std::exception_ptr> run_threads(int p, F f) {
+  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < p; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        f(r);
+      } catch (...) {
+        errs[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errs;
+}
+
+/// A socket connected to `address` ("127.0.0.1:port"), retried for up to 2 s while nothing listens yet.
+inline asio::ip::tcp::socket connect_when_listening(asio::io_context& io, const std::string& address) {
+  const asio::ip::tcp::endpoint to(asio::ip::make_address("127.0.0.1"),
+                                   static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  for (int i = 0;; ++i) {
+    asio::ip::tcp::socket s(io);
+    std::error_code ec;
+    s.connect(to, ec);
+    if (!ec || i == 400) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 /// Boost.Test's assertions are not thread-safe: worker threads record their checks here (WORKER_CHECK),
 /// and `on_workers` reports the failed ones from the test's thread once the workers are joined.
 inline std::mutex& checks_mutex() {
@@ -61,20 +91,12 @@ inline void record_check(bool ok, const char* what, const char* file, int line) 
 template <class B = dtrain::cpu, class F>
 void on_workers(int p, F f) {
   const auto addrs = free_addresses(p);
-  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(p));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < p; ++r)
-    ts.emplace_back([&, r] {
-      try {
-        dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, B> s(
-            {.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)},
-            dtrain::make_cluster_info({{{"worker", addrs}}}, "worker", r));
-        f(s, r);
-      } catch (...) {
-        errs[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : ts) t.join();
+  const auto errs = run_threads(p, [&](int r) {
+    dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, B> s(
+        {.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)},
+        dtrain::make_cluster_info({{{"worker", addrs}}}, "worker", r));
+    f(s, r);
+  });
   for (const auto& failure : std::exchange(failed_checks(), {})) BOOST_ERROR(failure);
   std::exception_ptr first;
   for (auto& e : errs) {

@@ -37,6 +37,25 @@
 namespace dtrain {
 
 namespace detail {
+/// The features of a dataset element: x of an (x, y) batch, or the batch itself.
+template <class E>
+const tensor& features(const E& e) {
+  if constexpr (std::is_same_v<E, data::example>) return e.first;
+  else return e;
+}
+/// Rows of a batch (0 for an empty placeholder).
+template <class E>
+std::size_t batch_rows(const E& e) {
+  return features(e).dimension() ? features(e).shape()[0] : 0;
+}
+/// Rows [from, to) of `t` as a new tensor.
+inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
+  extents e = extents_of(t);
+  const std::size_t per = e[0] ? t.size() / e[0] : 0;
+  e[0] = to - from;
+  return from_span({t.data() + from * per, (to - from) * per}, e);
+}
+
 /// Keeps workers whose pipelines differ in length in step (see the file comment): for each element, one
 /// all-reduce of (has data, rows) over `rc`; a worker that ran out gets an empty element while any
 /// other has data, and the pass ends for all when none has. Without `rc` elements pass through.
@@ -48,12 +67,12 @@ class step_agreement {
   bool done() const { return done_; }
   std::optional<E> next(std::optional<E> e) {
     done_ = !e;
-    if (e) remember(*e);
+    if (e && x_shape_.empty()) remember(*e);  // past the batch axis, every batch has the same shape
     if (!rc_) {
-      global_rows_ = e ? rows(*e) : 0;
+      global_rows_ = e ? batch_rows(*e) : 0;
       return e;
     }
-    float f[2] = {e ? 1.0f : 0.0f, e ? float(rows(*e)) : 0.0f};  // workers with data, global rows
+    float f[2] = {e ? 1.0f : 0.0f, e ? float(batch_rows(*e)) : 0.0f};  // workers with data, global rows
     rc_->all_reduce(std::span<float>(f, 2), reduce_op::sum);
     if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
     global_rows_ = std::size_t(f[1]);
@@ -71,13 +90,8 @@ class step_agreement {
   std::size_t global_rows() const { return global_rows_; }
 
  private:
-  static const tensor& x_of(const E& e) {
-    if constexpr (std::is_same_v<E, data::example>) return e.first;
-    else return e;
-  }
-  static std::size_t rows(const E& e) { return x_of(e).dimension() ? x_of(e).shape()[0] : 0; }
   void remember(const E& e) {
-    x_shape_ = extents_of(x_of(e));
+    x_shape_ = extents_of(features(e));
     if constexpr (std::is_same_v<E, data::example>) y_shape_ = extents_of(e.second);
   }
   static tensor no_rows(extents e) {
@@ -117,9 +131,9 @@ struct is_batch_stage<data::batch_dataset<D>> : std::true_type {};
 template <data::dataset D>
 class distributed_dataset {
  public:
-  using element_type = data::example;
-  static_assert(std::is_same_v<typename D::element_type, data::example>,
-                "distribute_dataset: the dataset must yield (x, y) batches (data::example)");
+  using element_type = typename D::element_type;
+  static_assert(std::is_same_v<element_type, data::example> || std::is_same_v<element_type, tensor>,
+                "distribute_dataset: the dataset must yield batches: (x, y) (data::example) or x (tensor)");
 
   /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
   distributed_dataset(D d, int replicas, int replica_id, replica_context* agree = nullptr)
@@ -142,7 +156,7 @@ class distributed_dataset {
    public:
     iterator(const distributed_dataset& d, std::uint64_t pass)
         : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)), agree_(d.agree_) {}
-    std::optional<data::example> next() {
+    std::optional<element_type> next() {
       if (policy_ == data::auto_shard_policy::file) {  // this worker's own files, already per replica
         auto e = agree_.next(agree_.done() ? std::nullopt : up_.next());
         global_rows_ = agree_.global_rows();
@@ -151,7 +165,7 @@ class distributed_dataset {
       if (policy_ != data::auto_shard_policy::off) {
         auto b = up_.next();
         if (!b) return std::nullopt;
-        global_rows_ = b->first.shape()[0];
+        global_rows_ = detail::batch_rows(*b);
         return slice(*b, r_);
       }
       if (piece_ == 0 || piece_ == p_) {
@@ -160,7 +174,7 @@ class distributed_dataset {
       }
       if (!held_) return std::nullopt;
       auto piece = slice(*held_, piece_++);
-      global_rows_ = piece.first.shape()[0] * p_;  // every replica takes this same piece
+      global_rows_ = detail::batch_rows(piece) * p_;  // every replica takes this same piece
       return piece;
     }
     /// Rows of the global batch the last element is this replica's share of.
@@ -172,25 +186,22 @@ class distributed_dataset {
     }
 
    private:
-    data::example slice(const data::example& b, std::size_t part) const {
-      const std::size_t rows = b.first.shape()[0], p = p_;
-      if (b.second.dimension() == 0 || b.second.shape()[0] != rows)
-        throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
-                          shape_str(b.second.shape()));
-      const std::size_t from = part * rows / p, to = (part + 1) * rows / p;
-      return {rows_of(b.first, from, to - from), rows_of(b.second, from, to - from)};
-    }
-    static tensor rows_of(const tensor& t, std::size_t from, std::size_t count) {
-      extents e = extents_of(t);
-      const std::size_t per = t.size() / e[0];
-      e[0] = count;
-      return from_span({t.data() + from * per, count * per}, e);
+    element_type slice(const element_type& b, std::size_t part) const {
+      const std::size_t rows = detail::batch_rows(b), from = part * rows / p_, to = (part + 1) * rows / p_;
+      if constexpr (std::is_same_v<element_type, data::example>) {
+        if (b.second.dimension() == 0 || b.second.shape()[0] != rows)
+          throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
+                            shape_str(b.second.shape()));
+        return {detail::rows_of(b.first, from, to), detail::rows_of(b.second, from, to)};
+      } else {
+        return detail::rows_of(b, from, to);
+      }
     }
     std::size_t p_, r_;
     data::auto_shard_policy policy_;
     decltype(std::declval<const D&>().iterate(0)) up_;
-    detail::step_agreement<data::example> agree_;
-    std::optional<data::example> held_;
+    detail::step_agreement<element_type> agree_;
+    std::optional<element_type> held_;
     std::size_t piece_ = 0, global_rows_ = 0;
   };
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }

@@ -179,12 +179,6 @@ distributed_dataset<D> distributed(Model& m, const D& ds) {
   return distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), m.replica());
 }
 
-template <class E>
-const tensor& features(const E& e) {
-  if constexpr (std::is_same_v<E, data::example>) return e.first;
-  else return e;
-}
-
 template <class Model, data::dataset D>
 logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
   static_assert(std::is_same_v<typename D::element_type, data::example>,
@@ -260,12 +254,9 @@ std::vector<float> gather_predictions(Model& m, const std::vector<float>& local,
 /// returns the predictions of the whole dataset in the dataset's order.
 template <class Model, data::dataset D>
 tensor run_predict(Model& m, const D& ds, const predict_options& o) {
-  if constexpr (!is_distributed<D>::value && std::is_same_v<typename D::element_type, data::example>)
+  if constexpr (!is_distributed<D>::value)
     if (replicated(m))
       return run_predict(m, distributed(m, ds | data::with_options({.auto_shard = data::auto_shard_policy::data})), o);
-  if constexpr (!is_distributed<D>::value && !std::is_same_v<typename D::element_type, data::example>)
-    if (replicated(m))  // features only: paired with placeholder labels to reuse the (x, y) split
-      return run_predict(m, ds | data::map([](const tensor& x) { return data::example{x, zeros({x.shape()[0]})}; }), o);
   strategy_scope scope(m.replica());
   const std::int64_t card = ds.cardinality();
   if (o.steps <= 0 && card == data::infinite) throw usage_error("predict: the dataset repeats forever; pass steps");
@@ -278,7 +269,7 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   while (target < 0 || step < target) {
     auto b = it.next();
     if (!b) break;
-    const std::size_t n = features(*b).dimension() ? features(*b).shape()[0] : 0;
+    const std::size_t n = batch_rows(*b);
     if (n > 0) {  // a replica's share may be empty
       const tensor p = m.predict_on_batch(features(*b));
       out.insert(out.end(), p.data(), p.data() + p.size());
@@ -376,14 +367,6 @@ history run_fit(Model& m, const D& ds, fit_options o) {
   cbs.on_train_end(l);
   cbs.set_model(nullptr);
   return *hist;
-}
-
-/// The arrays' rows [from, to) as a new tensor.
-inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
-  extents e = extents_of(t);
-  const std::size_t per = t.size() / e[0];
-  e[0] = to - from;
-  return from_span({t.data() + from * per, (to - from) * per}, e);
 }
 
 template <class Model>
