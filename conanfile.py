@@ -34,6 +34,7 @@ class DtrainConan(ConanFile):
         self.requires("zlib/[>=1.2.13 <2]")
         if self.options.with_ring_tcp:
             self.requires("asio/1.29.0", transitive_headers=True)
+            self.requires("openssl/[>=3 <4]")
 
     def package_id(self):
         self.info.clear()
@@ -61,6 +62,6 @@ class DtrainConan(ConanFile):
         if self.options.with_ring_tcp:
             ring = self.cpp_info.components["ring_tcp"]
             ring.set_property("cmake_target_name", "dtrain::ring_tcp")
-            ring.requires = ["dtrain", "asio::asio"]
+            ring.requires = ["dtrain", "asio::asio", "openssl::crypto"]
             ring.bindirs = []
             ring.libdirs = []

@@ -3,7 +3,7 @@
 # apt-get only when a package is missing. Runs as root, or through sudo when there is one.
 set -eu
 packages="cmake g++ ninja-build ccache libxtensor-dev libopenblas-dev libboost-test-dev
-libasio-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist"
+libasio-dev libssl-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

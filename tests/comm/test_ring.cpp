@@ -2,6 +2,8 @@
 // process (each rank with its own sockets), sizes that exercise empty and uneven segments and 64 MiB,
 // and the failure paths: a dead peer, a hung peer, strangers, garbage frames, latched errors.
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "support/gradcheck.hpp"
@@ -40,6 +42,7 @@ comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& 
   comm::ring_tcp_options o{.rank = rank, .world_size = p, .addresses = addrs, .fingerprint = 0xfeed,
                            .operation_timeout = 20s, .connect_timeout = 20s, .chunk_bytes = 4096};
   o.log = log ? log->fn() : [](const std::string&) {};
+  o.job_token = "";  // not from the environment: the tests that want one set it
   return o;
 }
 
@@ -381,7 +384,11 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   h.kind = 2;
   asio::write(to_next, asio::buffer(&h, sizeof h));
   asio::ip::tcp::socket from_prev(io);
-  own.accept(from_prev);
+  own.accept(from_prev);  // rank 0's ring hello: answered as rank 1 would
+  comm::detail::hello theirs;
+  asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
+  h.accepted = 1;
+  asio::write(from_prev, asio::buffer(&h, sizeof h));
   comm::detail::frame_header bad;
   bad.seq = 1, bad.length = 0xfffffff0u;
   asio::write(to_next, asio::buffer(&bad, sizeof bad));
@@ -389,6 +396,238 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   const std::string m = message(err);
   BOOST_TEST(m.find("protocol error") != std::string::npos, m);
   BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+}
+
+BOOST_AUTO_TEST_CASE(silent_connections_do_not_stall_the_rendezvous) {
+  // [security] 8 connections that never say a word, held open: one at a time with 5 s each they
+  // would outlast the 20 s connect deadline; handshaken concurrently they cost nothing
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  asio::io_context io;
+  std::vector<asio::ip::tcp::socket> silent;
+  std::vector<std::exception_ptr> errs(p);
+  std::thread rank0([&] {
+    try {
+      ring_tcp c(options(0, p, addrs));
+      std::vector<float> v(10, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+      expect(v[0] == float(p), "sum with silent connections around");
+    } catch (...) {
+      errs[0] = std::current_exception();
+    }
+  });
+  for (int i = 0; i < 8; ++i) silent.push_back(dtrain_test::connect_when_listening(io, addrs[0]));
+  auto others = dtrain_test::run_threads(p - 1, [&](int i) {
+    ring_tcp c(options(i + 1, p, addrs));
+    std::vector<float> v(10, 1.0f);
+    c.all_reduce(v, reduce_op::sum);
+    expect(v[0] == float(p), "sum with silent connections around");
+  });
+  rank0.join();
+  errs[1] = others[0], errs[2] = others[1];
+  require_ok(errs);
+}
+
+BOOST_AUTO_TEST_CASE(handshakes_beyond_the_cap_are_closed_and_workers_retry) {
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  log_sink log;
+  auto make = [&](int r) {
+    auto o = options(r, p, addrs, r == 0 ? &log : nullptr);
+    o.max_pending_handshakes = 4;
+    o.handshake_timeout = 500ms;
+    return o;
+  };
+  asio::io_context io;
+  std::vector<asio::ip::tcp::socket> silent;
+  std::vector<std::exception_ptr> errs(p);
+  std::thread rank0([&] {
+    try {
+      ring_tcp c(make(0));
+      c.barrier();
+    } catch (...) {
+      errs[0] = std::current_exception();
+    }
+  });
+  for (int i = 0; i < 6; ++i) silent.push_back(dtrain_test::connect_when_listening(io, addrs[0]));
+  auto others = dtrain_test::run_threads(p - 1, [&](int i) {
+    ring_tcp c(make(i + 1));
+    c.barrier();
+  });
+  rank0.join();
+  errs[1] = others[0], errs[2] = others[1];
+  require_ok(errs);
+  BOOST_TEST(log.contains("4 handshakes already in progress"));
+  BOOST_TEST(log.contains("no handshake within 500 ms"));
+}
+
+const std::string token_a = "0123456789abcdef-job-a", token_b = "0123456789abcdef-job-b";
+
+BOOST_AUTO_TEST_CASE(hmac_sha256_matches_rfc_4231) {
+  const auto mac = comm::detail::hmac_sha256("Jefe", "what do ya want for nothing?");  // RFC 4231, test case 2
+  std::string hex;
+  for (auto b : mac) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+  BOOST_TEST(hex == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+BOOST_AUTO_TEST_CASE(a_job_token_authenticates_every_connection) {
+  for (int p : {2, 3}) {
+    const auto addrs = free_addresses(p);
+    log_sink log;
+    require_ok(run_ranks(
+        p,
+        [&](int r, ring_tcp& c) {
+          std::vector<float> v(100, float(r + 1));
+          c.all_reduce(v, reduce_op::sum);
+          expect(v[99] == float(p * (p + 1) / 2), "sum over an authenticated ring");
+        },
+        [&](int r) {
+          auto o = options(r, p, addrs, &log);
+          o.job_token = token_a;
+          return o;
+        }));
+    BOOST_TEST(log.contains("authenticated by the job token"));
+  }
+}
+
+/// Sends `h` to `address` as a stranger would; returns rank 0's answer and, when it was accepted with a
+/// token, its proof (the socket stays open in `s`).
+comm::detail::hello stranger_hello(asio::ip::tcp::socket& s, comm::detail::hello h, comm::detail::proof* server_proof) {
+  asio::write(s, asio::buffer(&h, sizeof h));
+  comm::detail::hello reply;
+  asio::read(s, asio::buffer(&reply, sizeof reply));
+  if (reply.accepted && server_proof) asio::read(s, asio::buffer(*server_proof));
+  return reply;
+}
+
+BOOST_AUTO_TEST_CASE(strangers_without_the_token_cannot_take_a_rank) {
+  // [security] anyone who reads TF_CONFIG can compute a hello; without the token it cannot join
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  log_sink log;
+  auto make = [&](int r) {
+    auto o = options(r, p, addrs, r == 0 ? &log : nullptr);
+    o.job_token = token_a;
+    return o;
+  };
+  std::vector<std::exception_ptr> errs(p);
+  std::thread rank0([&] {
+    try {
+      ring_tcp c(make(0));
+      std::vector<float> v(10, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+      expect(v[0] == float(p), "the real workers' sum");
+    } catch (...) {
+      errs[0] = std::current_exception();
+    }
+  });
+  asio::io_context io;
+  comm::detail::hello h;
+  h.kind = 1, h.world_size = p, h.rank = 1, h.fingerprint = 0xfeed;
+  {  // claims to hold a token, answers with a made-up proof
+    asio::ip::tcp::socket s = dtrain_test::connect_when_listening(io, addrs[0]);
+    h.authenticated = 1;
+    h.nonce = comm::detail::make_nonce();
+    comm::detail::proof theirs{};
+    const auto reply = stranger_hello(s, h, &theirs);
+    BOOST_REQUIRE(reply.accepted);
+    BOOST_TEST(reply.authenticated == 1);
+    // rank 0's proof is bound to this connection's hellos: it checks out with the token, not without
+    BOOST_TEST(comm::detail::verify_proof(token_a, comm::detail::server_label, h, reply, theirs));
+    BOOST_TEST(!comm::detail::verify_proof(token_b, comm::detail::server_label, h, reply, theirs));
+    // replaying rank 0's own proof as ours fails too: the labels differ
+    asio::write(s, asio::buffer(theirs));
+    char byte;
+    std::error_code ec;
+    asio::read(s, asio::buffer(&byte, 1), ec);  // rank 0 closes it
+    BOOST_TEST(bool(ec));
+  }
+  {  // says it has no token
+    asio::ip::tcp::socket s = dtrain_test::connect_when_listening(io, addrs[0]);
+    h.authenticated = 0;
+    BOOST_TEST(!stranger_hello(s, h, nullptr).accepted);
+  }
+  auto others = dtrain_test::run_threads(p - 1, [&](int i) {
+    ring_tcp c(make(i + 1));
+    std::vector<float> v(10, 1.0f);
+    c.all_reduce(v, reduce_op::sum);
+    expect(v[0] == float(p), "the real workers' sum");
+  });
+  rank0.join();
+  errs[1] = others[0], errs[2] = others[1];
+  require_ok(errs);
+  BOOST_TEST(log.contains("its proof of the job token is wrong"));
+  BOOST_TEST(log.contains("it has no job token and this worker requires one"));
+}
+
+BOOST_AUTO_TEST_CASE(workers_with_different_tokens_or_none_do_not_connect) {
+  struct mismatch {
+    std::optional<std::string> token0, token1;
+    std::string rank1_says;
+  };
+  for (const auto& m : {mismatch{token_a, token_b, "does not hold this job's token"},
+                        mismatch{token_a, "", "it holds a job token and this worker has none"},
+                        mismatch{"", token_a, "it has no job token and this worker requires one"}}) {
+    const auto addrs = free_addresses(2);
+    const auto errs = run_ranks(
+        2, [](int, ring_tcp&) {},
+        [&](int r) {
+          auto o = options(r, 2, addrs);
+          o.job_token = r == 0 ? m.token0 : m.token1;
+          o.connect_timeout = 1s;
+          return o;
+        });
+    BOOST_REQUIRE(errs[0] && errs[1]);
+    BOOST_CHECK_THROW(std::rethrow_exception(errs[0]), comm_error);  // rank 0 waited for a worker in vain
+    BOOST_CHECK_THROW(std::rethrow_exception(errs[1]), config_error);  // no restart can fix this
+    BOOST_TEST(message(errs[1]).find(m.rank1_says) != std::string::npos, message(errs[1]));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(job_token_from_the_environment) {
+  struct restore {
+    ~restore() { ::unsetenv("DTRAIN_JOB_TOKEN"), ::unsetenv("DTRAIN_JOB_TOKEN_FILE"); }
+  } guard;
+  BOOST_TEST(comm::job_token_from_environment() == "");
+  ::setenv("DTRAIN_JOB_TOKEN", (token_a + "\n").c_str(), 1);
+  BOOST_TEST(comm::job_token_from_environment() == token_a);
+  const auto file = std::filesystem::temp_directory_path() / "dtrain_test_job_token";
+  std::ofstream(file) << token_b << "\n";
+  ::setenv("DTRAIN_JOB_TOKEN_FILE", file.c_str(), 1);
+  BOOST_CHECK_THROW(comm::job_token_from_environment(), config_error);  // both set
+  ::unsetenv("DTRAIN_JOB_TOKEN");
+  BOOST_TEST(comm::job_token_from_environment() == token_b);
+  std::ofstream(file) << "";
+  BOOST_CHECK_THROW(comm::job_token_from_environment(), config_error);  // empty file
+  std::filesystem::remove(file);
+  BOOST_CHECK_THROW(comm::job_token_from_environment(), config_error);  // missing file
+  ::setenv("DTRAIN_JOB_TOKEN_FILE", std::filesystem::temp_directory_path().c_str(), 1);
+  BOOST_CHECK_THROW(comm::job_token_from_environment(), config_error);  // a directory
+  ::unsetenv("DTRAIN_JOB_TOKEN_FILE");
+  ::setenv("DTRAIN_JOB_TOKEN", "short", 1);
+  BOOST_CHECK_THROW(comm::job_token_from_environment(), config_error);
+}
+
+BOOST_AUTO_TEST_CASE(no_token_off_loopback_warns_or_is_refused) {
+  log_sink log;
+  auto o = options(0, 2, {"192.0.2.1:29500", "192.0.2.2:29500"}, &log);  // TEST-NET-1: never this machine
+  o.job_token = "";
+  o.connect_timeout = 100ms;
+  o.require_job_token = true;
+  try {
+    ring_tcp c(o);
+    BOOST_FAIL("expected config_error");
+  } catch (const config_error& e) {
+    BOOST_TEST(std::string(e.what()).find("DTRAIN_JOB_TOKEN") != std::string::npos, e.what());
+  }
+  o.require_job_token = false;
+  BOOST_CHECK_THROW(ring_tcp{o}, comm_error);  // cannot listen on 192.0.2.1 (or nobody comes), but warned first
+  BOOST_TEST(log.contains("warning: rank 0 has no job token"));
+  log_sink quiet;
+  auto local = options(1, 2, free_addresses(2), &quiet);
+  local.connect_timeout = 100ms;
+  BOOST_CHECK_THROW(ring_tcp{local}, comm_error);
+  BOOST_TEST(!quiet.contains("warning"));
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_cluster) {

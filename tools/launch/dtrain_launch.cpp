@@ -5,7 +5,9 @@
 //
 // Worker i gets TF_CONFIG = {"cluster": {"worker": ["H:P0", ..., "H:Pn-1"]}, "task": {"type": "worker",
 // "index": i}}, DTRAIN_LAUNCH_RANK = i, DTRAIN_LAUNCH_WORLD_SIZE = N, DTRAIN_RESTART_COUNT, and
-// DTRAIN_NUM_THREADS = cores / N unless it is set, so N workers on one machine do not oversubscribe it.
+// DTRAIN_NUM_THREADS = cores / N unless it is set, so N workers on one machine do not oversubscribe it,
+// and DTRAIN_JOB_TOKEN = 64 random hex digits unless DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE is set, so
+// only its own workers can join the job (docs/security.md).
 // Each line of a worker's stdout and stderr goes to the launcher's stdout and stderr, whole and prefixed
 // with the rank ("[1] "); a last line without a newline is flushed when the worker closes the stream.
 // SIGINT and SIGTERM are forwarded to every worker's process group (a second SIGINT kills them).
@@ -21,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,7 +63,8 @@ constexpr const char* usage_text =
     "usage: dtrain-launch -n N [--base-port P] [--host H] [--kill-on-failure] [--max-restarts K] -- program [args...]\n"
     "Starts N local workers of `program`, each with TF_CONFIG set as the multi-worker tutorial sets it by hand:\n"
     "  {\"cluster\": {\"worker\": [\"H:P0\", ...]}, \"task\": {\"type\": \"worker\", \"index\": i}}\n"
-    "and DTRAIN_LAUNCH_RANK=i, DTRAIN_LAUNCH_WORLD_SIZE=N. Output lines are prefixed with the rank.\n"
+    "and DTRAIN_LAUNCH_RANK=i, DTRAIN_LAUNCH_WORLD_SIZE=N, and a random DTRAIN_JOB_TOKEN unless one (or\n"
+    "DTRAIN_JOB_TOKEN_FILE) is set. Output lines are prefixed with the rank.\n"
     "  -n N               number of workers (TF_CONFIG worker tasks 0..N-1)\n"
     "  --base-port P      worker i listens on P+i (default: free ports of H)\n"
     "  --host H           the host in the workers' addresses (default localhost)\n"
@@ -203,6 +207,23 @@ void emit(const worker& w, std::string& buf, FILE* to, bool at_eof) {
   std::fflush(to);
 }
 
+/// A job token for the workers: 32 bytes from the kernel's CSPRNG, as hex.
+std::string make_job_token() {
+  unsigned char b[32];
+  for (std::size_t got = 0; got < sizeof b;) {
+    const ssize_t r = ::getrandom(b + got, sizeof b - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      std::perror("dtrain-launch: getrandom");
+      std::exit(1);
+    }
+    got += std::size_t(r);
+  }
+  std::string hex;
+  for (unsigned char c : b) hex += "0123456789abcdef"[c >> 4], hex += "0123456789abcdef"[c & 15];
+  return hex;
+}
+
 /// Starts worker `w.rank`. Returns the errno of a failed fork or exec (0 on success).
 int spawn(worker& w, const options& o, const std::string& tf_config, int restart) {
   int out[2], err[2], report[2];
@@ -343,6 +364,9 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   const options o = parse(argc, argv);
+  auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
+  if (!set("DTRAIN_JOB_TOKEN") && !set("DTRAIN_JOB_TOKEN_FILE"))  // inherited by every worker, kept over restarts
+    ::setenv("DTRAIN_JOB_TOKEN", make_job_token().c_str(), 1);
 
   std::vector<int> ports;
   if (o.base_port)

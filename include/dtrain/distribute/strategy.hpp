@@ -42,6 +42,11 @@ struct communication_options {
   std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
   std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
   std::size_t chunk_bytes = std::size_t{1} << 20;  // the ring's frame size; the same on every worker
+  /// The job token every connection proves (docs/security.md); nullopt: DTRAIN_JOB_TOKEN or
+  /// DTRAIN_JOB_TOKEN_FILE, "": none. The same on every worker.
+  std::optional<std::string> job_token{};
+  /// Refuse to run off loopback without a token (also DTRAIN_REQUIRE_JOB_TOKEN=1); else one warning.
+  bool require_job_token = false;
 };
 
 /// What `strategy.cluster_resolver()` tells (TF: `strategy.cluster_resolver.task_type`, `.task_id`).
@@ -170,6 +175,7 @@ Comm make_communicator(const cluster_info& c, const communication_options& o) {
     typename Comm::options_type r{.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
                                   .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout};
     if constexpr (requires { r.chunk_bytes; }) r.chunk_bytes = o.chunk_bytes;
+    if constexpr (requires { r.job_token; }) r.job_token = o.job_token, r.require_job_token = o.require_job_token;
     for (const auto& e : c.ring) r.addresses.push_back(e.str());
     if (r.addresses.empty() && c.master) r.addresses.push_back(c.master->str());
     return Comm(std::move(r));

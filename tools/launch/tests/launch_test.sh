@@ -54,6 +54,17 @@ tf_config)  # TF_CONFIG per worker as the tutorial sets it, rank prefixes on std
     [ "$(sort -u "$dir/fds" | wc -l)" -eq 1 ] || fail "the workers' open files differ: $(cat "$dir/fds")"
   fi
   ;;
+job_token)  # one random token for all workers of a launch, a new one per launch; a token set by the user is kept
+  "$L" -n 3 -- sh -c 'echo "token=$DTRAIN_JOB_TOKEN"' > "$dir/out" || fail "token workers failed"
+  [ "$(grep -c '^\[[0-9]\] token=[0-9a-f]\{64\}$' "$dir/out")" -eq 3 ] || fail "expected 3 tokens of 64 hex digits: $(cat "$dir/out")"
+  [ "$(cut -d' ' -f2 "$dir/out" | sort -u | wc -l)" -eq 1 ] || fail "the workers got different tokens"
+  "$L" -n 1 -- sh -c 'echo "token=$DTRAIN_JOB_TOKEN"' > "$dir/out2" || fail "second launch failed"
+  [ "$(cut -d' ' -f2 "$dir/out" | sort -u)" != "$(cut -d' ' -f2 "$dir/out2")" ] || fail "two launches made the same token"
+  DTRAIN_JOB_TOKEN=mine-0123456789abcdef "$L" -n 2 -- sh -c 'echo "token=$DTRAIN_JOB_TOKEN"' > "$dir/out" || fail "user token run failed"
+  [ "$(grep -c 'token=mine-0123456789abcdef$' "$dir/out")" -eq 2 ] || fail "the user's token was replaced"
+  DTRAIN_JOB_TOKEN_FILE=/some/file "$L" -n 1 -- sh -c 'echo "token=$DTRAIN_JOB_TOKEN."' > "$dir/out" || fail "token file run failed"
+  has '^\[0\] token=\.$' "$dir/out"
+  ;;
 base_port)  # --base-port P gives P, P+1, ...; --host names the host; --flag=value works too
   "$L" -n 2 --base-port 41000 -- sh -c 'echo "$TF_CONFIG"' > "$dir/out" || fail "--base-port run failed"
   has '"localhost:41000", "localhost:41001"\]' "$dir/out"

@@ -6,9 +6,12 @@
 /// until the connect deadline); rank 0 logs `waiting for workers (k/n)` as they arrive, then sends
 /// everyone the table of ring addresses (so launchers that give only rank 0's address, such as
 /// torchrun or mpirun, work too). Then each rank connects to the next and accepts the previous one.
-/// Every connection starts with a handshake (magic, protocol version, cluster fingerprint, rank, world
-/// size); a mismatch closes it with a logged reason. After the rendezvous a background thread keeps
-/// accepting on the listening port only to reject and log strangers, so they never disturb training.
+/// Every connection starts with a handshake (handshake.hpp: magic, protocol version, cluster
+/// fingerprint, rank, world size and, with a job token, a mutual HMAC proof); a mismatch closes it with
+/// a logged reason. Handshakes on the listening side run concurrently, each with its own deadline and
+/// at most `max_pending_handshakes` at once, so silent connections (a port scanner) cannot stall the
+/// rendezvous. After it a background thread keeps accepting on the listening port only to reject and
+/// log strangers, so they never disturb training.
 ///
 /// Data moves in frames whose fixed header (magic, type, collective sequence number, step, offset,
 /// length) is checked against what this rank expects BEFORE any payload is read: a frame that does
@@ -33,6 +36,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <bit>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -43,11 +47,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dtrain/distribute/comm/communicator.hpp"
+#include "dtrain/distribute/comm/handshake.hpp"
 
 namespace dtrain::comm {
 
@@ -61,32 +67,25 @@ struct ring_tcp_options {
   std::chrono::milliseconds operation_timeout{60'000};
   std::chrono::milliseconds connect_timeout{300'000};
   std::size_t chunk_bytes = std::size_t{1} << 20;  // frames; 1 MiB measured best on loopback (bench/README.md)
+  /// The job token every connection proves (handshake.hpp); nullopt: `job_token_from_environment()`,
+  /// "": none. The same on every rank.
+  std::optional<std::string> job_token{};
+  /// Refuse to start without a token when an address is not loopback (also DTRAIN_REQUIRE_JOB_TOKEN=1);
+  /// otherwise that prints one warning.
+  bool require_job_token = false;
+  /// Each incoming connection must finish its handshake this soon after it is accepted; at most
+  /// `max_pending_handshakes` run at once (more are closed at once: a worker among them retries).
+  std::chrono::milliseconds handshake_timeout{5'000};
+  int max_pending_handshakes = 64;
   /// Where log lines go (default: stderr, prefixed "dtrain ring_tcp:").
   std::function<void(const std::string&)> log{};
 };
 
 namespace detail {
 
-inline constexpr std::uint32_t hello_magic = 0x48525444;  // "DTRH"
 inline constexpr std::uint32_t frame_magic = 0x46525444;  // "DTRF"
 inline constexpr std::uint32_t table_magic = 0x54525444;  // "DTRT"
 inline constexpr std::uint32_t abort_magic = 0x41525444;  // "DTRA": a rank failed; offset = its rank
-inline constexpr std::uint16_t protocol_version = 1;
-
-enum class hello_kind : std::uint8_t { join = 1, ring = 2 };
-
-struct hello {
-  std::uint32_t magic = hello_magic;
-  std::uint16_t version = protocol_version;
-  std::uint8_t kind = 0;
-  std::uint8_t accepted = 0;  // set in the reply
-  std::uint32_t world_size = 0;
-  std::uint32_t rank = 0;
-  std::uint64_t fingerprint = 0;
-  std::uint16_t listen_port = 0;
-  std::uint16_t pad[3]{};
-};
-static_assert(sizeof(hello) == 32);
 
 struct frame_header {
   std::uint32_t magic = frame_magic;
@@ -111,6 +110,14 @@ inline std::pair<std::string, std::uint16_t> split_address(const std::string& a)
   return {host, static_cast<std::uint16_t>(port)};
 }
 
+/// Whether a host (name or address) is this machine's loopback.
+inline bool is_loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  std::error_code ec;
+  const auto a = asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
 }  // namespace detail
 
 class ring_tcp {
@@ -119,18 +126,24 @@ class ring_tcp {
   using options_type = ring_tcp_options;
 
   /// Connects the ring (blocks until every rank is there, or the connect deadline passes).
-  explicit ring_tcp(ring_tcp_options o) : o_(std::move(o)), listener_(io_), prev_(io_), next_(io_) {
+  explicit ring_tcp(ring_tcp_options o)
+      : o_(std::move(o)), token_(o_.job_token ? *o_.job_token : job_token_from_environment()), listener_(io_), prev_(io_),
+        next_(io_) {
     if (o_.world_size < 1 || o_.rank < 0 || o_.rank >= o_.world_size)
       throw config_error("ring_tcp: rank " + std::to_string(o_.rank) + " is not in a world of " +
                          std::to_string(o_.world_size));
     if (o_.world_size > 1 && o_.addresses.size() != std::size_t(o_.world_size) && o_.addresses.size() != 1)
       throw config_error("ring_tcp: need the addresses of all " + std::to_string(o_.world_size) +
                          " ranks or of rank 0 alone, got " + std::to_string(o_.addresses.size()));
+    if (!token_.empty() && token_.size() < min_job_token_size)
+      throw config_error("ring_tcp: the job token has " + std::to_string(token_.size()) + " characters; use at least " +
+                         std::to_string(min_job_token_size) + " random ones");
     if (o_.chunk_bytes < 4096) o_.chunk_bytes = 4096;
     if (!o_.log) o_.log = [](const std::string& s) { std::fprintf(stderr, "dtrain ring_tcp: %s\n", s.c_str()); };
     peers_.resize(std::size_t(o_.world_size));
     for (std::size_t i = 0; i < o_.addresses.size(); ++i) peers_[i] = o_.addresses[i];
     if (o_.world_size > 1) {
+      check_job_token();
       rendezvous();
       worker_ = std::thread([this] { serve(); });
       stray_ = std::thread([this] { reject_strangers(); });
@@ -293,7 +306,26 @@ class ring_tcp {
     else join_master(deadline);
     connect_ring(deadline);
     o_.log("rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " connected: previous " +
-           peer_name(prev_rank()) + ", next " + peer_name(next_rank()));
+           peer_name(prev_rank()) + ", next " + peer_name(next_rank()) +
+           (token_.empty() ? "" : " (authenticated by the job token)"));
+  }
+
+  /// Without a job token anyone who can reach a worker's port and read TF_CONFIG can join: fine on
+  /// loopback, worth one warning (or a refusal, by option) anywhere else.
+  void check_job_token() {
+    const bool require = o_.require_job_token || [] {
+      const char* v = std::getenv("DTRAIN_REQUIRE_JOB_TOKEN");
+      return v && std::string(v) == "1";
+    }();
+    if (!token_.empty() || size() == 1) return;
+    std::string exposed;
+    for (const auto& a : o_.addresses)
+      if (!detail::is_loopback(detail::split_address(a).first)) exposed = a;
+    if (exposed.empty()) return;
+    const std::string why = "rank " + std::to_string(rank()) + " has no job token and the cluster is not on loopback ('" +
+                            exposed + "'): anyone who reaches its ports and reads TF_CONFIG can join the job";
+    if (require) throw config_error("ring_tcp: " + why + "; set DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE (docs/security.md)");
+    o_.log("warning: " + why + " (set DTRAIN_JOB_TOKEN; docs/security.md)");
   }
 
   void listen() {
@@ -319,41 +351,6 @@ class ring_tcp {
     listen_port_ = listener_.local_endpoint().port();
   }
 
-  /// Reads a hello with a short deadline; nullopt (and a log line) for anything that is not one.
-  std::optional<detail::hello> read_hello(asio::ip::tcp::socket& s, const std::string& from) {
-    detail::hello h;
-    std::error_code ec;
-    bool done = false;
-    asio::async_read(s, asio::buffer(&h, sizeof h), [&](std::error_code e, std::size_t) { ec = e, done = true; });
-    io_.restart();
-    io_.run_for(std::chrono::seconds(5));
-    if (!done) {
-      std::error_code ig;
-      s.close(ig);
-      io_.restart();
-      io_.run();
-      o_.log("rejected connection from " + from + ": no handshake within 5 s");
-      return std::nullopt;
-    }
-    if (ec) {
-      o_.log("rejected connection from " + from + ": " + ec.message());
-      return std::nullopt;
-    }
-    return h;
-  }
-  /// Why a hello is unacceptable, or "" if it is fine.
-  std::string check_hello(const detail::hello& h, detail::hello_kind kind, int want_rank) const {
-    if (h.magic != detail::hello_magic) return "wrong magic (not a dtrain worker)";
-    if (h.version != detail::protocol_version)
-      return "protocol version " + std::to_string(h.version) + ", expected " + std::to_string(detail::protocol_version);
-    if (h.fingerprint != o_.fingerprint) return "cluster fingerprint differs (a worker of another job?)";
-    if (h.world_size != std::uint32_t(size()))
-      return "world size " + std::to_string(h.world_size) + ", expected " + std::to_string(size());
-    if (h.kind != std::uint8_t(kind)) return "unexpected handshake kind";
-    if (h.rank >= std::uint32_t(size()) || (want_rank >= 0 && h.rank != std::uint32_t(want_rank)))
-      return "rank " + std::to_string(h.rank) + (want_rank >= 0 ? ", expected " + std::to_string(want_rank) : " out of range");
-    return "";
-  }
   detail::hello my_hello(detail::hello_kind kind) const {
     detail::hello h;
     h.kind = std::uint8_t(kind);
@@ -361,7 +358,12 @@ class ring_tcp {
     h.rank = std::uint32_t(rank());
     h.fingerprint = o_.fingerprint;
     h.listen_port = listen_port_;
+    h.authenticated = !token_.empty();
+    h.nonce = detail::make_nonce();
     return h;
+  }
+  detail::hello_expectation expectation(detail::hello_kind kind, int from_rank) const {
+    return {kind, std::uint32_t(size()), o_.fingerprint, from_rank, !token_.empty()};
   }
   /// Writes all of [p, p + n) to `who`; a peer that reset or closed the connection is a comm_error.
   void write_all(asio::ip::tcp::socket& s, const void* p, std::size_t n, const std::string& who) const {
@@ -372,63 +374,222 @@ class ring_tcp {
                        ec.message() + ") during the rendezvous; it died or stopped");
   }
 
-  /// Accepts one connection before `deadline` and reads its handshake; nullopt when it is not one
-  /// (already logged). Past the deadline the listener is closed and `timeout_message()` thrown.
-  template <class Message>
-  std::optional<std::pair<asio::ip::tcp::socket, detail::hello>> accept_hello(clock::time_point deadline,
-                                                                               Message&& timeout_message) {
-    asio::ip::tcp::socket s(io_);
-    std::error_code ec;
-    bool done = false;
-    listener_.async_accept(s, [&](std::error_code e) { ec = e, done = true; });
-    io_.restart();
-    io_.run_until(deadline);
-    if (!done) {
-      std::error_code ig;
-      listener_.close(ig);
-      io_.restart();
-      io_.run();
-      throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + timeout_message());
-    }
-    if (ec) return std::nullopt;
+  // The listening side. Handshakes run concurrently on io_: each accepted connection has
+  // `handshake_timeout` to complete its own, and at most `max_pending_handshakes` run at once (more
+  // are closed at once; a worker among them retries), so silent connections cannot stall the ring.
+
+  /// What the listening side waits for, and what it does with a connection that passed the handshake.
+  struct admission {
+    detail::hello_expectation expect;
+    std::function<std::string(const detail::hello&)> refuse;  // a further reason to refuse ("" for none)
+    std::function<void(asio::ip::tcp::socket&, const detail::hello&)> admit;
+  };
+  struct incoming {
+    explicit incoming(asio::io_context& io) : s(io), timer(io) {}
+    asio::ip::tcp::socket s;
+    asio::steady_timer timer;
+    std::string from;
+    detail::hello theirs{}, mine{};
+    detail::proof proof{};
+    bool timed_out = false;
+  };
+  using incoming_ptr = std::shared_ptr<incoming>;
+
+  void start_accepting(admission a) {
+    admission_ = std::move(a);
+    accepting_ = true;
+    accept_next();
+  }
+  void stop_accepting() {
+    accepting_ = false;
     std::error_code ig;
-    const auto remote = s.remote_endpoint(ig);
-    from_ = remote.address().to_string() + ":" + std::to_string(remote.port());
-    auto h = read_hello(s, from_);
-    if (!h) return std::nullopt;
-    return std::pair{std::move(s), *h};
+    listener_.cancel(ig);
+    for (const auto& c : pending_) c->timer.cancel(), c->s.close(ig);
+    pending_.clear();
+    io_.restart();
+    io_.run();  // the cancelled handlers
+  }
+  void accept_next() {
+    auto c = std::make_shared<incoming>(io_);
+    listener_.async_accept(c->s, [this, c](std::error_code ec) {
+      if (!accepting_ || ec == asio::error::operation_aborted) return;
+      if (!ec) return begin_handshake(c), accept_next();
+      // out of file descriptors, say: try again shortly rather than spin
+      auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(50));
+      pause->async_wait([this, pause](std::error_code e) {
+        if (!e && accepting_) accept_next();
+      });
+    });
+  }
+  void begin_handshake(const incoming_ptr& c) {
+    std::error_code ig;
+    const auto remote = c->s.remote_endpoint(ig);
+    c->from = remote.address().to_string() + ":" + std::to_string(remote.port());
+    if (pending_.size() >= std::size_t(std::max(1, o_.max_pending_handshakes))) {
+      if (std::has_single_bit(++capped_))  // 1, 2, 4, ...: a flood cannot flood the log
+        o_.log("closed connection from " + c->from + ": " + std::to_string(pending_.size()) +
+               " handshakes already in progress (" + std::to_string(capped_) + " closed so far)");
+      c->s.close(ig);
+      return;
+    }
+    pending_.insert(c);
+    c->timer.expires_after(o_.handshake_timeout);
+    c->timer.async_wait([this, c](std::error_code ec) {
+      if (ec) return;
+      c->timed_out = true;
+      std::error_code e;
+      c->s.close(e);
+    });
+    asio::async_read(c->s, asio::buffer(&c->theirs, detail::hello_prefix), [this, c](std::error_code ec, std::size_t) {
+      if (ec) return give_up(c, ec.message());
+      if (c->theirs.magic != detail::hello_magic) return give_up(c, "wrong magic (not a dtrain worker)");
+      if (c->theirs.version != detail::protocol_version) return reply(c, detail::check_hello(c->theirs, admission_.expect));
+      auto* rest = reinterpret_cast<char*>(&c->theirs) + detail::hello_prefix;
+      asio::async_read(c->s, asio::buffer(rest, sizeof(detail::hello) - detail::hello_prefix),
+                       [this, c](std::error_code e, std::size_t) {
+                         if (e) return give_up(c, e.message());
+                         std::string why = detail::check_hello(c->theirs, admission_.expect);
+                         if (why.empty()) why = admission_.refuse(c->theirs);
+                         reply(c, why);
+                       });
+    });
+  }
+  /// Answers a hello: accepted (with our proof when there is a token) or refused, with the reason logged.
+  void reply(const incoming_ptr& c, const std::string& why) {
+    c->mine = my_hello(detail::hello_kind(admission_.expect.kind));
+    c->mine.accepted = why.empty();
+    const bool prove = why.empty() && !token_.empty();
+    if (prove) c->proof = detail::make_proof(token_, detail::server_label, c->theirs, c->mine);
+    std::array<asio::const_buffer, 2> out{asio::buffer(&c->mine, sizeof c->mine),
+                                          asio::buffer(c->proof.data(), prove ? c->proof.size() : 0)};
+    asio::async_write(c->s, out, [this, c, why, prove](std::error_code ec, std::size_t) {
+      if (!why.empty()) return give_up(c, why);
+      if (ec) return give_up(c, ec.message());
+      if (!prove) return admit(c);
+      asio::async_read(c->s, asio::buffer(c->proof), [this, c](std::error_code e, std::size_t) {
+        if (e) return give_up(c, e.message());
+        if (!detail::verify_proof(token_, detail::client_label, c->theirs, c->mine, c->proof))
+          return give_up(c, "its proof of the job token is wrong (a stranger, or a worker with another DTRAIN_JOB_TOKEN)");
+        admit(c);
+      });
+    });
+  }
+  void admit(const incoming_ptr& c) {
+    if (std::string why = admission_.refuse(c->theirs); !why.empty()) return give_up(c, why);  // taken meanwhile
+    c->timer.cancel();
+    pending_.erase(c);
+    admission_.admit(c->s, c->theirs);
+  }
+  void give_up(const incoming_ptr& c, const std::string& why) {
+    if (!pending_.erase(c)) return;  // already closed by stop_accepting
+    o_.log("rejected connection from " + c->from + ": " +
+           (c->timed_out ? "no handshake within " + std::to_string(o_.handshake_timeout.count()) + " ms" : why));
+    std::error_code ig;
+    c->timer.cancel();
+    c->s.close(ig);
+  }
+
+  /// Runs io_ until `done()`; past the deadline stops accepting and throws `timeout_message()`.
+  template <class Done, class Message>
+  void run_until(clock::time_point deadline, Done&& done, Message&& timeout_message) {
+    io_.restart();
+    while (!done()) {
+      if (io_.run_one_until(deadline) == 0 && clock::now() >= deadline) {
+        // the handlers still queued refer to the caller's frame: they are dropped with io_, never run
+        accepting_ = false;
+        throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + timeout_message());
+      }
+      if (io_.stopped()) io_.restart();
+    }
+  }
+
+  // The connecting side.
+
+  struct handshake_result {
+    enum outcome { ok, retry, failed, wrong_token } what = failed;
+    std::string why;
+  };
+  /// Sends our hello on `s`, reads the answer and, with a token, exchanges the proofs; `done` gets the
+  /// result. A connection closed before the answer is `retry` (the peer was at its handshake cap).
+  void start_handshake(asio::ip::tcp::socket& s, detail::hello_kind kind, int peer,
+                       std::function<void(handshake_result)> done) {
+    struct state {
+      detail::hello mine, theirs;
+      detail::proof proof;
+    };
+    auto st = std::make_shared<state>();
+    st->mine = my_hello(kind);
+    auto fail = [done](int what, std::string why) { done({handshake_result::outcome(what), std::move(why)}); };
+    asio::async_write(s, asio::buffer(&st->mine, sizeof st->mine), [this, &s, kind, peer, st, done, fail](std::error_code ec, std::size_t) {
+      if (ec) return fail(handshake_result::retry, ec.message());
+      asio::async_read(s, asio::buffer(&st->theirs, sizeof st->theirs), [this, &s, kind, peer, st, done, fail](std::error_code e, std::size_t n) {
+        if (e && n < detail::hello_prefix) return fail(handshake_result::retry, e.message());
+        if (st->theirs.magic != detail::hello_magic) return fail(handshake_result::failed, "answered with something that is not a dtrain handshake");
+        std::string why = detail::check_hello(st->theirs, expectation(kind, peer));
+        if (!why.empty())
+          return fail(st->theirs.authenticated != st->mine.authenticated ? handshake_result::wrong_token : handshake_result::failed,
+                      "does not match: " + why);
+        if (e) return fail(handshake_result::retry, e.message());
+        if (!st->theirs.accepted)
+          return fail(handshake_result::failed, "refused the handshake (a worker of another job, a duplicate rank or a mismatched "
+                                                "world size or job token; see its log)");
+        if (token_.empty()) return done({handshake_result::ok, ""});
+        asio::async_read(s, asio::buffer(st->proof), [this, &s, st, done, fail](std::error_code e2, std::size_t) {
+          if (e2) return fail(handshake_result::failed, "closed the connection during the handshake (" + e2.message() + ")");
+          if (!detail::verify_proof(token_, detail::server_label, st->mine, st->theirs, st->proof))
+            return fail(handshake_result::wrong_token, "does not hold this job's token (another DTRAIN_JOB_TOKEN, or not a worker of this job)");
+          st->proof = detail::make_proof(token_, detail::client_label, st->mine, st->theirs);
+          asio::async_write(s, asio::buffer(st->proof), [st, done, fail](std::error_code e3, std::size_t) {
+            if (e3) return fail(handshake_result::failed, "closed the connection during the handshake (" + e3.message() + ")");
+            done({handshake_result::ok, ""});
+          });
+        });
+      });
+    });
+  }
+  /// Connects to `peer` at `address` and completes the handshake (io_ keeps serving the listening side
+  /// meanwhile), retrying while the deadline allows when the peer closes the connection first.
+  asio::ip::tcp::socket handshake_with(int peer, const std::string& address, detail::hello_kind kind, clock::time_point deadline) {
+    const std::string who = "rank " + std::to_string(peer) + " (" + address + ")";
+    for (auto backoff = std::chrono::milliseconds(50);; backoff = std::min(backoff * 2, std::chrono::milliseconds(1000))) {
+      asio::ip::tcp::socket s = connect_with_retry(address, deadline, who);
+      std::optional<handshake_result> r;
+      start_handshake(s, kind, peer, [&r](handshake_result x) { r = std::move(x); });
+      run_until(deadline, [&] { return r.has_value(); }, [&] { return "timed out waiting for " + who + " to answer the handshake"; });
+      const std::string what = "ring_tcp: rank " + std::to_string(rank()) + ": " + who + " " + r->why;
+      if (r->what == handshake_result::ok) return s;
+      if (r->what == handshake_result::wrong_token) throw config_error(what);
+      if (r->what == handshake_result::failed) throw comm_error(what);
+      if (clock::now() + backoff > deadline) throw comm_error(what + " (closed before answering the handshake)");
+      std::this_thread::sleep_for(backoff);
+    }
   }
 
   void gather_joins(clock::time_point deadline) {
     std::vector<std::optional<asio::ip::tcp::socket>> joined(static_cast<std::size_t>(size()));
     int count = 1;
     o_.log("waiting for workers (1/" + std::to_string(size()) + ")");
-    while (count < size()) {
-      auto got = accept_hello(deadline, [&] {
-        std::string missing;
-        for (int r = 1; r < size(); ++r)
-          if (!joined[std::size_t(r)]) missing += (missing.empty() ? "" : ", ") + peer_name(r);
-        return "timed out after " + std::to_string(o_.connect_timeout.count() / 1000) + " s waiting for workers (" +
-               std::to_string(count) + "/" + std::to_string(size()) + "); missing: " + missing;
-      });
-      if (!got) continue;
-      auto& [s, h] = *got;
-      std::string why = check_hello(h, detail::hello_kind::join, -1);
-      if (why.empty() && joined[h.rank]) why = "rank " + std::to_string(h.rank) + " joined twice";
-      detail::hello reply = my_hello(detail::hello_kind::join);
-      reply.accepted = why.empty();
-      std::error_code ig;
-      asio::write(s, asio::buffer(&reply, sizeof reply), ig);
-      if (!why.empty()) {
-        o_.log("rejected connection from " + from_ + ": " + why);
-        continue;
-      }
-      if (o_.addresses.size() <= 1)  // torchrun style: the address table is built from who joined
-        peers_[h.rank] = s.remote_endpoint(ig).address().to_string() + ":" + std::to_string(h.listen_port);
-      joined[h.rank].emplace(std::move(s));
-      ++count;
-      o_.log("waiting for workers (" + std::to_string(count) + "/" + std::to_string(size()) + ")");
-    }
+    start_accepting({expectation(detail::hello_kind::join, -1),
+                     [&](const detail::hello& h) {
+                       if (h.rank == 0) return std::string("rank 0 is this worker");
+                       return joined[h.rank] ? "rank " + std::to_string(h.rank) + " joined twice" : std::string();
+                     },
+                     [&](asio::ip::tcp::socket& s, const detail::hello& h) {
+                       std::error_code ig;
+                       if (o_.addresses.size() <= 1)  // torchrun style: the address table is built from who joined
+                         peers_[h.rank] = s.remote_endpoint(ig).address().to_string() + ":" + std::to_string(h.listen_port);
+                       joined[h.rank].emplace(std::move(s));
+                       ++count;
+                       o_.log("waiting for workers (" + std::to_string(count) + "/" + std::to_string(size()) + ")");
+                     }});
+    run_until(deadline, [&] { return count == size(); }, [&] {
+      std::string missing;
+      for (int r = 1; r < size(); ++r)
+        if (!joined[std::size_t(r)]) missing += (missing.empty() ? "" : ", ") + peer_name(r);
+      return "timed out after " + std::to_string(o_.connect_timeout.count() / 1000) + " s waiting for workers (" +
+             std::to_string(count) + "/" + std::to_string(size()) + "); missing: " + missing;
+    });
+    stop_accepting();
     if (o_.addresses.size() <= 1 && peers_[0].empty()) peers_[0] = o_.addresses.empty() ? "" : o_.addresses[0];
     // the address table: count, then (length, bytes) per rank
     std::string table;
@@ -441,15 +602,7 @@ class ring_tcp {
 
   void join_master(clock::time_point deadline) {
     const std::string master = o_.addresses[0];
-    asio::ip::tcp::socket s = connect_with_retry(master, deadline, "rank 0 (" + master + ")");
-    const detail::hello h = my_hello(detail::hello_kind::join);
-    write_all(s, &h, sizeof h, "rank 0 (" + master + ")");
-    detail::hello reply;
-    read_exact(s, &reply, sizeof reply, deadline, "rank 0 (" + master + ") during the handshake");
-    if (reply.magic != detail::hello_magic || !reply.accepted)
-      throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": rank 0 (" + master +
-                       ") refused the handshake (another job's worker, a duplicate rank or a mismatched world size; "
-                       "see rank 0's log)");
+    asio::ip::tcp::socket s = handshake_with(0, master, detail::hello_kind::join, deadline);
     std::uint32_t head[2];
     read_exact(s, head, sizeof head, deadline, "rank 0 (" + master + ") sending the address table");
     if (head[0] != detail::table_magic || head[1] != std::uint32_t(size()))
@@ -506,24 +659,21 @@ class ring_tcp {
     }
   }
 
+  /// Connects to the next rank while accepting the previous one: both handshakes make progress at
+  /// once (each side waits for the other's answer, so doing them in turn would deadlock the ring).
   void connect_ring(clock::time_point deadline) {
-    next_ = connect_with_retry(peers_[std::size_t(next_rank())], deadline, peer_name(next_rank()));
-    const detail::hello h = my_hello(detail::hello_kind::ring);
-    write_all(next_, &h, sizeof h, peer_name(next_rank()));
-    for (;;) {  // accept until the previous rank shows up, rejecting anything else
-      auto accepted = accept_hello(deadline, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
-      if (!accepted) continue;
-      auto& [s, h] = *accepted;
-      const std::string why = check_hello(h, detail::hello_kind::ring, prev_rank());
-      if (!why.empty()) {
-        o_.log("rejected connection from " + from_ + ": " + why);
-        continue;
-      }
-      std::error_code ig;
-      s.set_option(asio::ip::tcp::no_delay(true), ig);
-      prev_ = std::move(s);
-      break;
-    }
+    bool have_prev = false;
+    start_accepting({expectation(detail::hello_kind::ring, prev_rank()),
+                     [&](const detail::hello&) { return have_prev ? "the previous rank is already connected" : std::string(); },
+                     [&](asio::ip::tcp::socket& s, const detail::hello&) {
+                       std::error_code ig;
+                       s.set_option(asio::ip::tcp::no_delay(true), ig);
+                       prev_ = std::move(s);
+                       have_prev = true;
+                     }});
+    next_ = handshake_with(next_rank(), peers_[std::size_t(next_rank())], detail::hello_kind::ring, deadline);
+    run_until(deadline, [&] { return have_prev; }, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
+    stop_accepting();
     // hand the listener to the stranger-rejecting thread
     stray_listener_.emplace(stray_io_);
     std::error_code ec;
@@ -843,6 +993,7 @@ class ring_tcp {
   }
 
   ring_tcp_options o_;
+  std::string token_;
   asio::io_context io_;
   asio::ip::tcp::acceptor listener_;
   asio::ip::tcp::socket prev_, next_;
@@ -854,7 +1005,10 @@ class ring_tcp {
   std::vector<std::size_t> done_;  // run_steps: bytes received per step
   std::vector<ring_step> steps_;
   std::string protocol_error_;
-  std::string from_;  // the address of the connection accept_hello took last
+  admission admission_;       // the listening side's rules while accepting_
+  bool accepting_ = false;
+  std::set<incoming_ptr> pending_;  // handshakes in progress
+  std::size_t capped_ = 0;          // connections closed at the handshake cap
 
   std::mutex m_;
   std::condition_variable cv_;
