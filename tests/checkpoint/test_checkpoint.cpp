@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "support/gradcheck.hpp"
@@ -386,6 +388,48 @@ BOOST_AUTO_TEST_CASE(a_backup_with_a_damaged_position_is_an_io_error) {
     });
     BOOST_TEST(contains(e, "backup-0.safetensors: the training position"), position << ": " << e);
   }
+}
+
+BOOST_AUTO_TEST_CASE(damaged_metric_or_generator_state_is_an_io_error_that_changes_nothing) {
+  // [security] garbage metric state was accepted; now it is refused before the weights are touched
+  temp_dir t;
+  auto [x, y] = problem(16);
+  net m = compiled();
+  m.train_step(x, y);
+  dtrain::detail::model_handle<net> saved(m);
+  const auto file = t.path / "state.safetensors";
+  saved.save_state(file, {});
+  auto meta = checkpoint::load_safetensors(file).metadata;
+  const std::string good = meta.at("dtrain.metrics");
+  std::istringstream words(good);
+  std::vector<std::string> values{std::istream_iterator<std::string>(words), {}};
+  BOOST_REQUIRE(values.size() >= 2);
+  std::string one_less, nan_first = "nan";
+  for (std::size_t i = 0; i + 1 < values.size(); ++i) one_less += values[i] + " ";
+  for (std::size_t i = 1; i < values.size(); ++i) nan_first += " " + values[i];
+  struct damage {
+    std::string key, value;
+  };
+  for (const auto& d : {damage{"dtrain.metrics", "1 2 abc"}, damage{"dtrain.metrics", one_less},
+                        damage{"dtrain.metrics", good + " 7"}, damage{"dtrain.metrics", ""},
+                        damage{"dtrain.rng", "not a generator"}}) {
+    checkpoint::save_model(m, file, {{d.key, d.value}, {d.key == "dtrain.rng" ? "dtrain.metrics" : "dtrain.rng",
+                                                        meta.at(d.key == "dtrain.rng" ? "dtrain.metrics" : "dtrain.rng")}});
+    net r = compiled(2);
+    const auto before = r.get_weights();
+    dtrain::detail::model_handle<net> h(r);
+    const std::string e = error_of([&] { h.load_state(file); });
+    BOOST_TEST(contains(e, "state.safetensors: the"), d.value << ": " << e);
+    BOOST_TEST(contains(e, d.key), e);
+    BOOST_TEST((r.get_weights() == before), d.value);  // nothing was restored
+  }
+  // a diverged loss writes "nan": it must read back
+  checkpoint::save_model(m, file, {{"dtrain.metrics", nan_first}, {"dtrain.rng", meta.at("dtrain.rng")}});
+  net r = compiled(2);
+  dtrain::detail::model_handle<net> h(r);
+  BOOST_CHECK_NO_THROW(h.load_state(file));
+  BOOST_TEST(std::isnan(r.loss_tracker().state().values[0]));
+  BOOST_TEST((r.get_weights() == m.get_weights()));
 }
 
 BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {

@@ -10,6 +10,7 @@
 
 #include <charconv>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -172,9 +173,12 @@ inline std::int64_t meta_int(const safetensors_file& f, const std::string& key, 
 }  // namespace detail
 
 /// Restores what `save_model` wrote into `m` (weights, and the optimizer state when `m` is compiled with
-/// the same optimizer); returns the file's metadata. A damaged file is an `io_error` and leaves `m` as it was.
+/// the same optimizer); returns the file's metadata. A damaged file is an `io_error` and leaves `m` as it was;
+/// `check(metadata)` may refuse it too (after the signature and optimizer checks), before anything is changed.
 template <class Model>
-std::map<std::string, std::string> restore_model(Model& m, const std::filesystem::path& path) {
+std::map<std::string, std::string> restore_model(
+    Model& m, const std::filesystem::path& path,
+    const std::function<void(const std::map<std::string, std::string>&)>& check = {}) {
   const auto f = load_safetensors(path);
   const std::string file = path.string();
   detail::check_signature(m, f, file, "load_model");
@@ -204,6 +208,7 @@ std::map<std::string, std::string> restore_model(Model& m, const std::filesystem
       std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
     }
   }
+  if (check) check(f.metadata);  // after the model's own checks, before anything changes
   m.set_weights(staged);
   if (with_optimizer) {
     m.optimizer().set_state(std::move(st));

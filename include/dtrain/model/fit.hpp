@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <cstdlib>
 #include <sstream>
 
 #include "dtrain/callbacks/callback.hpp"
@@ -75,9 +76,22 @@ class model_handle final : public training_model {
   }
   void save_weights(const std::filesystem::path& path) override { checkpoint::save_weights(m_, path); }
   std::map<std::string, std::string> load_state(const std::filesystem::path& path) override {
-    auto meta = checkpoint::restore_model(m_, path);
-    if (meta.count("dtrain.rng")) m_.generator().set_state(meta.at("dtrain.rng"));
-    if (meta.count("dtrain.metrics")) set_metric_text(meta.at("dtrain.metrics"));
+    // the generator and metric states are checked before restore_model changes anything
+    std::optional<rng> generator;
+    std::optional<std::vector<float>> metric_states;
+    auto meta = checkpoint::restore_model(m_, path, [&](const std::map<std::string, std::string>& meta) {
+      if (const auto it = meta.find("dtrain.rng"); it != meta.end()) try {
+          generator.emplace().set_state(it->second);
+        } catch (const value_error&) {
+          throw io_error(path.string() + ": the generator state (dtrain.rng) is damaged");
+        }
+      if (const auto it = meta.find("dtrain.metrics"); it != meta.end())
+        if (!(metric_states = parse_metric_text(it->second)))
+          throw io_error(path.string() + ": the metric states (dtrain.metrics) are damaged: expected " +
+                         std::to_string(metric_values()) + " numbers");
+    });
+    if (generator) m_.generator() = *generator;
+    if (metric_states) set_metric_states(*metric_states);
     return meta;
   }
   void sync_from_chief(std::string& text) override {
@@ -100,7 +114,7 @@ class model_handle final : public training_model {
     std::getline(in, slots);
     st.slots.resize(std::stoull(slots));
     std::getline(in, line), m_.generator().set_state(line);
-    std::getline(in, line), set_metric_text(line);
+    std::getline(in, line), set_metric_states(parse_metric_text(line).value());  // the chief's own text
     std::getline(in, line);
     if (m_.optimizer().learning_rate_is_constant())
       m_.optimizer().set_learning_rate(std::bit_cast<float>(std::uint32_t(std::stoul(line))));
@@ -128,11 +142,28 @@ class model_handle final : public training_model {
       for (float v : x.state().values) o << v << ' ';
     return o.str();
   }
-  void set_metric_text(const std::string& t) {
+  std::size_t metric_values() {
+    std::size_t n = m_.loss_tracker().state().values.size();
+    for (auto& x : m_.metrics()) n += x.state().values.size();
+    return n;
+  }
+  /// What metric_text wrote, when it is exactly metric_values() numbers.
+  std::optional<std::vector<float>> parse_metric_text(const std::string& t) {
     std::istringstream in(t);
-    for (float& v : m_.loss_tracker().state().values) in >> v;
+    std::vector<float> values(metric_values());
+    std::string word;
+    for (float& v : values) {  // strtof, unlike >>, reads back the "nan" and "inf" a diverged loss writes
+      char* end = nullptr;
+      if (!(in >> word) || (v = std::strtof(word.c_str(), &end), *end)) return std::nullopt;
+    }
+    if (in >> word) return std::nullopt;
+    return values;
+  }
+  void set_metric_states(const std::vector<float>& values) {
+    auto it = values.begin();
+    for (float& v : m_.loss_tracker().state().values) v = *it++;
     for (auto& x : m_.metrics())
-      for (float& v : x.state().values) in >> v;
+      for (float& v : x.state().values) v = *it++;
   }
   Model& m_;
 };
