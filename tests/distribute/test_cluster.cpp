@@ -177,6 +177,7 @@ BOOST_AUTO_TEST_CASE(tf_config_bad_quotes_the_offending_part) {
       {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})", {"not valid JSON", "at byte 72", "\"index\": 0}<here>"}},
       {R"({"cluster": {"worker": ['a:1']}})", {"not valid JSON", "at byte 25", "{\"worker\": [<here>'a:1']"}},
       {"", {"not valid JSON"}},
+      {"4e601", {"not valid JSON", "number overflow"}},  // [security] found by fuzzing: escaped as nlohmann's out_of_range
       {R"(["a:1"])", {"must be a JSON object", "[\"a:1\"]"}},
       // missing parts
       {R"({"task": {"type": "worker", "index": 0}})", {"no \"cluster\""}},
@@ -374,6 +375,8 @@ BOOST_AUTO_TEST_CASE(slurm_values) {
       {{"0", "4", "n[1-2]", "2(y2)", ""}, {"bad tasks per node \"2(y2)\""}},
       {{"0", "2", "n[1-2", "", ""}, {"\"n[1-2\""}},
       {{"0", "2", "n1,n[1-2]", "", ""}, {"names node \"n1\" twice"}},
+      // [security] found by fuzzing: 520,000 hosts took minutes to check for duplicates
+      {{"0", "4", "node[19-0520002]", "2(x2)", ""}, {"expands to too many hosts"}},
       {{"0", "2", "n[1-2]", "", "0"}, {"DTRAIN_PORT=\"0\""}},
       {{"0", "2", "n[1-2]", "", "port"}, {"DTRAIN_PORT=\"port\""}},
       {{"0", "4", "n[1-2]", "", "65535"}, {"DTRAIN_PORT=65535 plus 2 tasks", "past port 65535"}},

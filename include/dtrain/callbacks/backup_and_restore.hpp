@@ -67,6 +67,20 @@ class backup_and_restore : public callback {
     if (m.is_chief()) std::filesystem::remove_all(o_.backup_dir);
   }
 
+  /// "epoch step data_state" as written by `save`: both numbers not negative, the data state a JSON
+  /// object; anything else is an `io_error` naming the file.
+  static training_position parse_position(const std::string& text, const std::string& file) {
+    training_position p;
+    std::istringstream in(text);
+    const bool numbers = static_cast<bool>(in >> p.epoch >> p.step);
+    if (numbers) std::getline(in >> std::ws, p.data_state);
+    const auto state = nlohmann::json::parse(p.data_state, nullptr, false);
+    if (!numbers || p.epoch < 0 || p.step < 0 || state.is_discarded() || !state.is_object())
+      throw io_error("backup_and_restore: " + file + ": the training position \"" + text.substr(0, 80) +
+                     "\" is damaged (expected \"epoch batch {dataset state}\"); delete the backup to start over");
+    return p;
+  }
+
  private:
   std::filesystem::path file(int k) const { return o_.backup_dir / ("backup-" + std::to_string(k) + ".safetensors"); }
 
@@ -106,19 +120,6 @@ class backup_and_restore : public callback {
     return position->second;
   }
 
-  /// "epoch step data_state" as written by `save`: both numbers not negative, the data state a JSON
-  /// object; anything else is an `io_error` naming the file.
-  static training_position parse_position(const std::string& text, const std::string& file) {
-    training_position p;
-    std::istringstream in(text);
-    const bool numbers = static_cast<bool>(in >> p.epoch >> p.step);
-    if (numbers) std::getline(in >> std::ws, p.data_state);
-    const auto state = nlohmann::json::parse(p.data_state, nullptr, false);
-    if (!numbers || p.epoch < 0 || p.step < 0 || state.is_discarded() || !state.is_object())
-      throw io_error("backup_and_restore: " + file + ": the training position \"" + text.substr(0, 80) +
-                     "\" is damaged (expected \"epoch batch {dataset state}\"); delete the backup to start over");
-    return p;
-  }
 
   backup_and_restore_options o_;
 };

@@ -9,6 +9,7 @@
 /// model's backend) and (for the optimizer) `optimizer()`, so this folder does not depend on model/.
 
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -208,15 +209,16 @@ std::map<std::string, std::string> restore_model(
       std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
     }
   }
+  // a constant learning rate may have been changed by a callback (ReduceLROnPlateau): it is state too
+  const named_tensor* lr = f.find("optimizer/vars/1");
+  const bool with_lr = with_optimizer && m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1;
+  if (with_lr && !(std::isfinite(lr->data[0]) && lr->data[0] >= 0.0f))
+    throw io_error("load_model: " + file + ": the learning rate (optimizer/vars/1) is " + std::to_string(lr->data[0]) +
+                   ", not a finite non-negative number");
   if (check) check(f.metadata);  // after the model's own checks, before anything changes
   m.set_weights(staged);
-  if (with_optimizer) {
-    m.optimizer().set_state(std::move(st));
-    // a constant learning rate may have been changed by a callback (ReduceLROnPlateau): it is state too
-    const named_tensor* lr = f.find("optimizer/vars/1");
-    if (m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1)
-      m.optimizer().set_learning_rate(lr->data[0]);
-  }
+  if (with_optimizer) m.optimizer().set_state(std::move(st));
+  if (with_lr) m.optimizer().set_learning_rate(lr->data[0]);
   return f.metadata;
 }
 

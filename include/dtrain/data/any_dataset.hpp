@@ -16,8 +16,8 @@ class any_dataset {
   using element_type = E;
 
   any_dataset() = default;
-  template <dataset D>
-    requires std::same_as<typename D::element_type, E> && (!std::same_as<D, any_dataset>)
+  template <class D>  // any_dataset itself first: checking dataset<any_dataset> here would recurse (clang)
+    requires(!std::same_as<D, any_dataset>) && dataset<D> && std::same_as<typename D::element_type, E>
   any_dataset(D d) : self_(std::make_shared<const model_t<D>>(std::move(d))) {}
 
   explicit operator bool() const { return self_ != nullptr; }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ class gz_file {
     return done;
   }
   const std::string& path() const { return path_; }
+  /// The most bytes the file can give: its size, times 1032 when compressed (deflate's best ratio).
+  std::size_t most_bytes() {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path_, ec);
+    if (ec) return std::numeric_limits<std::size_t>::max();
+    return gzdirect(f_) ? std::size_t(size) : std::size_t(size) * 1032 + 64;
+  }
 
  private:
   std::string path_;
@@ -80,12 +88,17 @@ inline tensor read_idx(const std::filesystem::path& path) {
     if (f.read(b, 4) != 4) throw io_error(f.path() + ": truncated IDX header");
     d = (std::size_t(b[0]) << 24) | (std::size_t(b[1]) << 16) | (std::size_t(b[2]) << 8) | b[3];
   }
-  for (const std::size_t d : dims) {  // the product, checked at every factor so that it cannot wrap
-    if (d != 0 && count > max_idx_values / d)
+  std::size_t strides = 1;  // the product of the non-zero extents: an empty tensor's strides must not wrap either
+  for (const std::size_t d : dims) {  // checked at every factor so that it cannot wrap
+    if (d != 0 && strides > max_idx_values / d)
       throw io_error(f.path() + ": IDX header claims shape " + shape_str(dims) + ", more than " +
                      std::to_string(max_idx_values) + " values");
+    strides *= d ? d : 1;
     count *= d;
   }
+  if (count * width > f.most_bytes())  // before allocating what the header claims
+    throw io_error(f.path() + ": truncated: the header promises shape " + shape_str(dims) + " (" +
+                   std::to_string(count * width) + " bytes of data), more than the file can hold");
   std::vector<unsigned char> raw(count * width);
   const std::size_t got = f.read(raw.data(), raw.size());
   if (got != raw.size())

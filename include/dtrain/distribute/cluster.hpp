@@ -24,7 +24,9 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -115,7 +117,7 @@ struct tf_config_resolver {
 };
 
 /// Expands a Slurm hostlist: "node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5 (zero padding
-/// kept; several bracket groups in one name give every combination, as Slurm does).
+/// kept; several bracket groups in one name give every combination, as Slurm does). At most 65,536 hosts.
 std::vector<std::string> expand_hostlist(const std::string& list);
 
 /// Expands Slurm's tasks-per-node list: "2(x3),1" -> 2 2 2 1.
@@ -238,7 +240,7 @@ inline std::vector<std::pair<std::string, int>> ring_order(const cluster_spec& s
 /// Expands one comma-free hostlist item, bracket group by bracket group.
 inline void expand_host(const std::string& list, const std::string& prefix, const std::string& rest,
                         std::vector<std::string>& out) {
-  constexpr std::size_t max_hosts = std::size_t(1) << 20;
+  constexpr std::size_t max_hosts = std::size_t(1) << 16;  // more nodes than any cluster has; bounds the work
   const auto open = rest.find('[');
   if (open == std::string::npos) {
     if (rest.find(']') != std::string::npos)
@@ -384,6 +386,8 @@ inline cluster_info tf_config_resolver::resolve() const {
     throw config_error("TF_CONFIG is not valid JSON at byte " + std::to_string(e.byte) + ", near \"" +
                        (from > 0 ? "..." : "") + text.substr(from, at - from) + "<here>" + text.substr(at, 20) +
                        (at + 20 < text.size() ? "..." : "") + "\"" + (why.empty() ? "" : " (" + why + ")"));
+  } catch (const json::exception& e) {  // a number out of range, say
+    throw config_error("TF_CONFIG is not valid JSON: " + std::string(e.what()) + " in " + detail::excerpt(text));
   }
   if (!j.is_object()) throw config_error("TF_CONFIG must be a JSON object, got " + detail::excerpt(j.dump()));
   if (!j.contains("cluster")) throw config_error("TF_CONFIG has no \"cluster\": " + detail::excerpt(j.dump()));
@@ -470,10 +474,9 @@ inline cluster_info slurm_resolver::resolve() const {
   if (rank >= n) throw config_error("Slurm: SLURM_PROCID=" + procid + " is not below SLURM_NTASKS=" + ntasks);
   if (nodelist.empty()) throw config_error("Slurm: neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set");
   const auto nodes = expand_hostlist(nodelist);
-  for (std::size_t a = 0; a < nodes.size(); ++a)
-    for (std::size_t b = a + 1; b < nodes.size(); ++b)
-      if (nodes[a] == nodes[b])
-        throw config_error("Slurm: the nodelist \"" + nodelist + "\" names node \"" + nodes[a] + "\" twice");
+  for (std::set<std::string_view> seen; const auto& node : nodes)
+    if (!seen.insert(node).second)
+      throw config_error("Slurm: the nodelist \"" + detail::excerpt(nodelist) + "\" names node \"" + node + "\" twice");
   std::vector<int> per_node;
   if (tasks_per_node.empty()) {
     for (std::size_t k = 0; k < nodes.size(); ++k)

@@ -115,11 +115,11 @@ inline void glorot_uniform(std::span<float> w, std::size_t fan_in, std::size_t f
 }
 
 /// Picks the first option in `Os...` satisfying `Pred`, else `Default`.
-template <template <class> class Pred, class Default, class... Os>
+template <template <class...> class Pred, class Default, class... Os>
 struct find_option {
   using type = Default;
 };
-template <template <class> class Pred, class Default, class O, class... Os>
+template <template <class...> class Pred, class Default, class O, class... Os>
 struct find_option<Pred, Default, O, Os...> {
   using type = std::conditional_t<Pred<O>::value, O, typename find_option<Pred, Default, Os...>::type>;
 };

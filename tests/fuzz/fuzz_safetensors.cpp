@@ -1,0 +1,17 @@
+// safetensors files (weights, checkpoints, backups): load_safetensors on any bytes.
+#include <dtrain/checkpoint/safetensors.hpp>
+
+#include "fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto& file = dtrain_fuzz::as_file(data, size, ".safetensors");
+  dtrain_fuzz::expect_only_dtrain_errors([&] {
+    const auto f = dtrain::checkpoint::load_safetensors(file);
+    for (const auto& t : f.tensors) {  // what it returns is consistent: every shape's product is its data's size
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= d;
+      if (n != t.data.size()) __builtin_trap();
+    }
+  });
+  return 0;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Writes the fuzzers' seed corpus (tests/fuzz/corpus/<name>/): small valid inputs of every format, so
+fuzzing starts from the shapes real files have. Plain Python (no numpy); the output is in git. The
+training_state seeds are written by dtrain itself (tests/fuzz/make_training_state_seed.cpp)."""
+import gzip, io, json, os, struct, zipfile
+
+
+class arr:
+    """Just enough of an array: values, shape, a struct code and a NumPy descr."""
+
+    def __init__(self, values, shape, code, descr):
+        self.values, self.shape, self.code, self.descr = list(values), tuple(shape), code, descr
+        self.ndim = len(self.shape)
+
+    def tobytes(self, order="<"):
+        return struct.pack(order + self.code * len(self.values), *self.values)
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(name, file, data):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, file), "wb") as f:
+        f.write(data)
+
+
+# handshake: hello (48 bytes) + 10 rule bytes + 32 proof bytes
+def hello(kind, accepted, world, rank, fp, port, auth, nonce):
+    return struct.pack("<IHBBIIQHB5x16s", 0x48525444, 2, kind, accepted, world, rank, fp, port, auth, nonce)
+
+for i, (kind, world, rank, auth) in enumerate([(1, 2, 1, 0), (2, 3, 2, 1), (1, 8, 7, 1), (2, 1, 0, 0)]):
+    rules = bytes([kind, world, 0, rank, auth, 0, 0, 0, 0, 0])
+    put("handshake", f"hello{i}", hello(kind, 0, world, rank, 0xFEED, 29500 + i, auth, bytes(range(16))) + rules + bytes(32))
+put("handshake", "v1_hello", struct.pack("<IHBBIIQH6x", 0x48525444, 1, 1, 0, 2, 1, 0xFEED, 29500))
+
+
+# safetensors: u64 header length, JSON header, data
+def safetensors(tensors, meta):
+    header, blob = {}, b""
+    for name, a in tensors.items():
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    if meta:
+        header["__metadata__"] = meta
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + blob
+
+put("safetensors", "two", safetensors({"a": arr(range(6), (2, 3), "f", ""), "b": arr([1], (1,), "f", "")}, {"k": "v"}))
+put("safetensors", "scalar", safetensors({"s": arr([3], (), "f", "")}, None))
+put("safetensors", "empty", safetensors({}, {"format": "pt"}))
+
+
+# npy / npz: first byte 0 = .npy, 1 = .npz
+def npy(a):
+    shape = "(" + "".join(f"{d}, " for d in a.shape)[:-2] + ("," if a.ndim == 1 else "") + ")"
+    h = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (a.descr, shape)).encode()
+    h += b" " * (63 - (10 + len(h)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + a.tobytes()
+
+for i, a in enumerate([arr(range(6), (2, 3), "f", "<f4"), arr(range(4), (4,), "q", "<i8"), arr([1, 2], (2,), "B", "|u1"),
+                       arr([], (0, 3), "d", "<f8"), arr([2.5], (), "f", "<f4")]):
+    put("npy", f"npy{i}", b"\0" + npy(a))
+for compress in (False, True):
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as z:
+        z.writestr("x.npy", npy(arr([1, 1, 1, 1], (2, 2), "f", "<f4")))
+        z.writestr("y.npy", npy(arr([0, 1], (2,), "i", "<i4")))
+    put("npy", f"npz{int(compress)}", b"\1" + b.getvalue())
+
+
+# IDX: 0 0 type ndims, big-endian u32 dims, big-endian data
+def idx(a, code):
+    return bytes([0, 0, code, a.ndim]) + b"".join(struct.pack(">I", d) for d in a.shape) + a.tobytes(">")
+
+put("idx", "images_u8", idx(arr(range(18), (2, 3, 3), "B", ""), 0x08))
+put("idx", "labels_u8", idx(arr([0, 9, 3], (3,), "B", ""), 0x08))
+put("idx", "labels_i8", idx(arr([1, -1], (2,), "b", ""), 0x09))
+put("idx", "i16", idx(arr([300, -2], (2,), "h", ""), 0x0B))
+put("idx", "i32", idx(arr([1, 2, 3, 4], (2, 2), "i", ""), 0x0C))
+put("idx", "f32", idx(arr([0.5, 1.5], (2,), "f", ""), 0x0D))
+put("idx", "f64", idx(arr([0.25], (1,), "d", ""), 0x0E))
+put("idx", "gz", gzip.compress(idx(arr([1, 2, 3], (3,), "B", ""), 0x08)))
+
+
+# CSV: first byte = options (bit 0 header, bit 1 ';', bit 2 label column "label", else index >> 3)
+put("csv", "header", b"\x05" + b"a,b,label\n1,2,0\n3.5,-4,1\n")
+put("csv", "plain", b"\x00" + b"1,2,0\n3,4,1\n")
+put("csv", "semicolon", b"\x03" + b"x;y\n1;2\n")
+put("csv", "quoted", b"\x01" + b'"a","b"\n"1",2\n')
+
+
+# cluster: first byte = resolver (0 TF_CONFIG, 1 Slurm, 2 torchrun, 3 hostlists), NUL-separated values
+tf = {"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 0}}
+put("cluster", "tf_config", b"\0" + json.dumps(tf).encode())
+tf2 = {"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "[::1]:2223"], "evaluator": ["e:1"]},
+       "task": {"type": "evaluator", "index": 0}}
+put("cluster", "tf_config_chief", b"\0" + json.dumps(tf2).encode())
+put("cluster", "slurm", b"\1" + b"\0".join([b"3", b"4", b"node[01-02]", b"2(x2)", b"29500", b"1", b"1"]))
+put("cluster", "torchrun", b"\2" + b"\0".join([b"1", b"4", b"10.0.0.1", b"29500"]))
+put("cluster", "hostlists", b"\3" + b"\0".join([b"gpu[001-004,010],cpu[1-2]x[3-4]", b"2(x3),1"]))
