@@ -62,6 +62,6 @@ class DtrainConan(ConanFile):
         if self.options.with_ring_tcp:
             ring = self.cpp_info.components["ring_tcp"]
             ring.set_property("cmake_target_name", "dtrain::ring_tcp")
-            ring.requires = ["dtrain", "asio::asio", "openssl::crypto"]
+            ring.requires = ["dtrain", "asio::asio", "openssl::ssl", "openssl::crypto"]
             ring.bindirs = []
             ring.libdirs = []

@@ -1,6 +1,7 @@
 #!/bin/bash
 # dtrain's ring all-reduce against Gloo's ring and Open MPI's MPI_Allreduce (TCP), same sizes and rank
-# counts, in one invocation; each row is the median of the runs' busbw (GB/s).
+# counts, in one invocation; each row is the median of the runs' busbw (GB/s). dtrain+tls is dtrain with
+# a job token and TLS 1.3 on the data plane (tls/plain: what encryption costs).
 #   bench/allreduce_compare.sh [build dir] [runs]
 set -eu
 B=${1:-build}/bench
@@ -14,17 +15,19 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR ? v[int((NR+1)/2)] : "n/a")}
 for p in 2 4; do
   for r in $(seq "$runs"); do
     "$B/allreduce_perf" $args -c 0 -p $p | grep -v '^#' > "$tmp/dtrain.$p.$r"
+    "$B/allreduce_perf" $args -c 0 -p $p -t 1 | grep -v '^#' > "$tmp/tls.$p.$r"
     [ $have_gloo = 1 ] && "$B/gloo_allreduce" $args -p $p | grep -v '^#' > "$tmp/gloo.$p.$r"
     [ $have_mpi = 1 ] && mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np $p "$B/mpi_allreduce" $args 2>/dev/null | grep -v '^#' > "$tmp/mpi.$p.$r"
   done
   echo "# all_reduce, $p ranks (processes) on loopback, float sum; busbw in GB/s (median of $runs runs), time for 4 KiB in us"
-  printf "%12s %10s %10s %10s %12s %12s\n" "size(B)" dtrain gloo mpi dtrain/gloo dtrain/mpi
+  printf "%12s %10s %10s %10s %10s %12s %12s %10s\n" "size(B)" dtrain gloo mpi dtrain+tls dtrain/gloo dtrain/mpi tls/plain
   for size in $(awk '{print $1}' "$tmp/dtrain.$p.1"); do
     col() { cat "$tmp"/$1.$p.* 2>/dev/null | awk -v s="$size" -v c="$2" '$1 == s {print $c}' | median; }
-    d=$(col dtrain 7); g=$(col gloo 7); m=$(col mpi 7)
+    d=$(col dtrain 7); g=$(col gloo 7); m=$(col mpi 7); t=$(col tls 7)
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
-    printf "%12s %10s %10s %10s %12s %12s\n" "$size" "$d" "$g" "$m" "$(ratio "$d" "$g")" "$(ratio "$d" "$m")"
+    printf "%12s %10s %10s %10s %10s %12s %12s %10s\n" "$size" "$d" "$g" "$m" "$t" "$(ratio "$d" "$g")" "$(ratio "$d" "$m")" "$(ratio "$t" "$d")"
   done
-  printf "4 KiB latency (us): dtrain %s, gloo %s, mpi %s\n\n" "$(cat "$tmp"/dtrain.$p.* | awk '$1 == 4096 {print $5}' | median)" \
+  printf "4 KiB latency (us): dtrain %s, dtrain+tls %s, gloo %s, mpi %s\n\n" "$(cat "$tmp"/dtrain.$p.* | awk '$1 == 4096 {print $5}' | median)" \
+    "$(cat "$tmp"/tls.$p.* | awk '$1 == 4096 {print $5}' | median)" \
     "$(cat "$tmp"/gloo.$p.* 2>/dev/null | awk '$1 == 4096 {print $5}' | median)" "$(cat "$tmp"/mpi.$p.* 2>/dev/null | awk '$1 == 4096 {print $5}' | median)"
 done

@@ -1,6 +1,7 @@
 // allreduce_perf: dtrain's ring all-reduce over TCP, measured the way nccl-tests measures
 // (all_reduce_perf): ranks are processes on loopback, rank 0 prints one row per size.
-//   allreduce_perf -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -p 2 [-o sum|mean|max|min]
+//   allreduce_perf -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -p 2 [-o sum|mean|max|min] [-t 0|1]
+// -t 1: with a job token and TLS 1.3 on the data plane (docs/security.md).
 // algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@ namespace {
 
 struct args : allreduce_table::sweep {
   int check = 1;
+  int tls = 0;
   std::size_t chunk = std::size_t{1} << 20;
   dtrain::reduce_op op = dtrain::reduce_op::sum;
   const char* op_name = "sum";
@@ -34,6 +36,7 @@ args parse(int argc, char** argv) {
     const char* v = argv[i + 1];
     if (allreduce_table::parse_flag(a, k, v)) continue;
     if (k == "-c") a.check = std::atoi(v);
+    else if (k == "-t") a.tls = std::atoi(v);
     else if (k == "-C") a.chunk = allreduce_table::bytes_arg(v);
     else if (k == "-o") {
       a.op_name = v;
@@ -41,7 +44,7 @@ args parse(int argc, char** argv) {
       a.op = o == "mean" ? dtrain::reduce_op::mean : o == "max" ? dtrain::reduce_op::max
              : o == "min" ? dtrain::reduce_op::min : dtrain::reduce_op::sum;
     } else {
-      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] [-C frame bytes]\n");
+      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] [-C frame bytes] [-t 0|1]\n");
       std::exit(2);
     }
   }
@@ -72,10 +75,13 @@ float value(int r, std::size_t i) { return float((i % 7) + std::size_t(r)); }
 
 int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
   dtrain::comm::ring_tcp comm({.rank = rank, .world_size = a.ranks, .addresses = addrs, .fingerprint = 1,
-                               .chunk_bytes = a.chunk, .log = [](const std::string&) {}});
+                               .chunk_bytes = a.chunk,
+                               .job_token = a.tls ? "allreduce-perf-job-token" : "",
+                               .tls = a.tls != 0,
+                               .log = [](const std::string&) {}});
   const int p = a.ranks;
   std::vector<float> buf(a.max_bytes / 4);
-  if (rank == 0) allreduce_table::print_header("dtrain ring_tcp all_reduce", p, a);
+  if (rank == 0) allreduce_table::print_header(a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3" : "dtrain ring_tcp all_reduce", p, a);
   double sum_busbw = 0;
   int rows = 0;
   long wrong_total = 0;

@@ -584,6 +584,134 @@ BOOST_AUTO_TEST_CASE(workers_with_different_tokens_or_none_do_not_connect) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(tls_on_the_data_plane_gives_the_same_results) {
+  // 64 MiB of random values crosses many TLS records per frame; small messages many frames
+  for (int p : {2, 3}) {
+    const auto addrs = free_addresses(p);
+    log_sink log;
+    const std::size_t n = std::size_t{16} << 20;
+    std::vector<std::vector<float>> sums(static_cast<std::size_t>(p));
+    require_ok(run_ranks(
+        p,
+        [&](int r, ring_tcp& c) {
+          std::vector<float> v(n);
+          for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
+          c.all_reduce(v, reduce_op::sum);
+          for (std::size_t i = 0; i < n; i += 4099) {
+            float want = 0;
+            for (int q = 0; q < p; ++q) want += value(q, i);
+            expect(v[i] == want, "TLS sum at " + std::to_string(i));
+          }
+          std::vector<float> b(7, float(r));
+          c.broadcast(b, p - 1);
+          expect(b[6] == float(p - 1), "TLS broadcast");
+          for (int k = 0; k < 50; ++k) c.barrier();
+          sums[std::size_t(r)] = std::move(v);
+        },
+        [&](int r) {
+          auto o = options(r, p, addrs, &log);
+          o.job_token = token_a;
+          o.tls = true;
+          return o;
+        }));
+    for (int r = 1; r < p; ++r) BOOST_TEST((sums[std::size_t(r)] == sums[0]));
+    BOOST_TEST(log.contains("TLS 1.3"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tls_needs_a_token_and_every_rank_agreeing) {
+  auto o = options(0, 2, free_addresses(2));
+  o.tls = true;
+  try {
+    ring_tcp c(o);
+    BOOST_FAIL("expected config_error");
+  } catch (const config_error& e) {
+    BOOST_TEST(std::string(e.what()).find("keyed by the job token") != std::string::npos, e.what());
+  }
+  const auto addrs = free_addresses(2);
+  const auto errs = run_ranks(
+      2, [](int, ring_tcp&) {},
+      [&](int r) {
+        auto o = options(r, 2, addrs);
+        o.job_token = token_a;
+        o.tls = r == 0;
+        o.connect_timeout = 1s;
+        return o;
+      });
+  BOOST_REQUIRE(errs[1]);
+  BOOST_CHECK_THROW(std::rethrow_exception(errs[1]), config_error);
+  BOOST_TEST(message(errs[1]).find("it encrypts the data plane and this worker does not") != std::string::npos,
+             message(errs[1]));
+}
+
+BOOST_AUTO_TEST_CASE(a_tampered_tls_record_is_a_protocol_error_naming_the_peer) {
+  // rank 1 is a fake holding the token: it completes the handshakes and TLS, then writes bytes that are
+  // not a valid TLS record, as someone on the path would; rank 0 must fail cleanly, naming rank 1
+  namespace d = comm::detail;
+  const auto addrs = free_addresses(2);
+  std::exception_ptr err;
+  std::thread real([&] {
+    try {
+      auto o = options(0, 2, addrs);
+      o.job_token = token_a, o.tls = true;
+      ring_tcp c(o);
+      std::vector<float> v(1000, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  asio::io_context io;
+  asio::ip::tcp::acceptor own(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                                                          std::uint16_t(std::stoi(addrs[1].substr(10)))));
+  d::hello h;
+  h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed, h.authenticated = 1, h.tls = 1;
+  auto connect_as_client = [&](asio::ip::tcp::socket& s, d::hello_kind kind) {  // returns the TLS key
+    h.kind = std::uint8_t(kind), h.nonce = d::make_nonce();
+    d::proof theirs{};
+    const d::hello reply = stranger_hello(s, h, &theirs);
+    BOOST_REQUIRE(reply.accepted);
+    BOOST_REQUIRE(d::verify_proof(token_a, d::server_label, h, reply, theirs));
+    const d::proof mine = d::make_proof(token_a, d::client_label, h, reply);
+    asio::write(s, asio::buffer(mine));
+    return d::make_proof(token_a, d::tls_label, h, reply);
+  };
+  asio::ip::tcp::socket join = dtrain_test::connect_when_listening(io, addrs[0]);
+  connect_as_client(join, d::hello_kind::join);
+  std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
+  asio::read(join, asio::buffer(table));
+  asio::ip::tcp::socket to_next(io);
+  to_next.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))));
+  const d::proof next_key = connect_as_client(to_next, d::hello_kind::ring);
+  asio::ip::tcp::socket from_prev(io);
+  own.accept(from_prev);  // rank 0's ring connection: answered as rank 1 would
+  d::hello theirs, mine = h;
+  asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
+  mine.kind = 2, mine.accepted = 1, mine.nonce = d::make_nonce();
+  const d::proof server_proof = d::make_proof(token_a, d::server_label, theirs, mine);
+  asio::write(from_prev, std::array<asio::const_buffer, 2>{asio::buffer(&mine, sizeof mine), asio::buffer(server_proof)});
+  d::proof client_proof{};
+  asio::read(from_prev, asio::buffer(client_proof));
+  BOOST_REQUIRE(d::verify_proof(token_a, d::client_label, theirs, mine, client_proof));
+  d::tls_context ctx;
+  d::tls_link out(ctx.get(), to_next.native_handle(), false, next_key);
+  d::tls_link in(ctx.get(), from_prev.native_handle(), true, d::make_proof(token_a, d::tls_label, theirs, mine));
+  for (bool out_done = false, in_done = false; !(out_done && in_done);) {
+    short oe = 0, ie = 0;
+    if (!out_done) out_done = out.handshake(oe);
+    if (!in_done) in_done = in.handshake(ie);
+    pollfd fds[2] = {{to_next.native_handle(), out_done ? short(0) : oe, 0}, {from_prev.native_handle(), in_done ? short(0) : ie, 0}};
+    if (!(out_done && in_done)) ::poll(fds, 2, 1000);
+  }
+  const char junk[64] = "\x17\x03\x03\x00\x30 these bytes are not what TLS sealed";
+  asio::write(to_next, asio::buffer(junk));
+  real.join();
+  const std::string m = message(err);
+  BOOST_TEST(m.find("protocol error") != std::string::npos, m);
+  BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+  BOOST_TEST(m.find("failed TLS") != std::string::npos, m);
+}
+
 BOOST_AUTO_TEST_CASE(job_token_from_the_environment) {
   struct restore {
     ~restore() { ::unsetenv("DTRAIN_JOB_TOKEN"), ::unsetenv("DTRAIN_JOB_TOKEN_FILE"); }

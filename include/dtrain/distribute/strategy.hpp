@@ -47,6 +47,8 @@ struct communication_options {
   std::optional<std::string> job_token{};
   /// Refuse to run off loopback without a token (also DTRAIN_REQUIRE_JOB_TOKEN=1); else one warning.
   bool require_job_token = false;
+  /// Encrypt the data plane with TLS 1.3 keyed by the job token (also DTRAIN_TLS=1): docs/security.md.
+  bool tls = false;
 };
 
 /// What `strategy.cluster_resolver()` tells (TF: `strategy.cluster_resolver.task_type`, `.task_id`).
@@ -175,7 +177,8 @@ Comm make_communicator(const cluster_info& c, const communication_options& o) {
     typename Comm::options_type r{.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
                                   .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout};
     if constexpr (requires { r.chunk_bytes; }) r.chunk_bytes = o.chunk_bytes;
-    if constexpr (requires { r.job_token; }) r.job_token = o.job_token, r.require_job_token = o.require_job_token;
+    if constexpr (requires { r.job_token; })
+      r.job_token = o.job_token, r.require_job_token = o.require_job_token, r.tls = o.tls;
     for (const auto& e : c.ring) r.addresses.push_back(e.str());
     if (r.addresses.empty() && c.master) r.addresses.push_back(c.master->str());
     return Comm(std::move(r));

@@ -50,7 +50,8 @@ struct hello {
   std::uint64_t fingerprint = 0;
   std::uint16_t listen_port = 0;
   std::uint8_t authenticated = 0;  // 1: this side holds a job token and will prove it
-  std::uint8_t pad[5]{};
+  std::uint8_t tls = 0;            // 1: this side encrypts the data plane (tls.hpp)
+  std::uint8_t pad[4]{};
   std::array<std::uint8_t, 16> nonce{};
 };
 static_assert(sizeof(hello) == 48);
@@ -69,6 +70,7 @@ struct hello_expectation {
   std::uint64_t fingerprint = 0;
   int rank = -1;  // -1: any rank in [0, world_size)
   bool authenticated = false;
+  bool tls = false;
 };
 
 /// Why a hello is unacceptable, or "" when it is fine.
@@ -88,6 +90,11 @@ inline std::string check_hello(const hello& h, const hello_expectation& e) {
     return "it has no job token and this worker requires one (set the same DTRAIN_JOB_TOKEN on every worker)";
   if (!e.authenticated && h.authenticated)
     return "it holds a job token and this worker has none (set the same DTRAIN_JOB_TOKEN on every worker)";
+  if (h.tls > 1) return "malformed TLS flag";
+  if (h.tls != e.tls)
+    return std::string(h.tls ? "it encrypts the data plane and this worker does not"
+                             : "it does not encrypt the data plane and this worker does") +
+           " (set DTRAIN_TLS the same on every worker)";
   return "";
 }
 

@@ -54,6 +54,7 @@
 
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/handshake.hpp"
+#include "dtrain/distribute/comm/tls.hpp"
 
 namespace dtrain::comm {
 
@@ -77,6 +78,9 @@ struct ring_tcp_options {
   /// `max_pending_handshakes` run at once (more are closed at once: a worker among them retries).
   std::chrono::milliseconds handshake_timeout{5'000};
   int max_pending_handshakes = 64;
+  /// Encrypt and authenticate the data plane with TLS 1.3, keyed by the job token (tls.hpp); also
+  /// DTRAIN_TLS=1. Every rank must agree; it needs a job token.
+  bool tls = false;
   /// Where log lines go (default: stderr, prefixed "dtrain ring_tcp:").
   std::function<void(const std::string&)> log{};
 };
@@ -135,6 +139,10 @@ class ring_tcp {
     if (o_.world_size > 1 && o_.addresses.size() != std::size_t(o_.world_size) && o_.addresses.size() != 1)
       throw config_error("ring_tcp: need the addresses of all " + std::to_string(o_.world_size) +
                          " ranks or of rank 0 alone, got " + std::to_string(o_.addresses.size()));
+    if (const char* v = std::getenv("DTRAIN_TLS"); v && std::string(v) == "1") o_.tls = true;
+    if (o_.tls && token_.empty())
+      throw config_error("ring_tcp: TLS (DTRAIN_TLS) is keyed by the job token: set DTRAIN_JOB_TOKEN or "
+                         "DTRAIN_JOB_TOKEN_FILE too");
     if (!token_.empty() && token_.size() < min_job_token_size)
       throw config_error("ring_tcp: the job token has " + std::to_string(token_.size()) + " characters; use at least " +
                          std::to_string(min_job_token_size) + " random ones");
@@ -307,7 +315,7 @@ class ring_tcp {
     connect_ring(deadline);
     o_.log("rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " connected: previous " +
            peer_name(prev_rank()) + ", next " + peer_name(next_rank()) +
-           (token_.empty() ? "" : " (authenticated by the job token)"));
+           (token_.empty() ? "" : o_.tls ? " (authenticated by the job token, TLS 1.3)" : " (authenticated by the job token)"));
   }
 
   /// Without a job token anyone who can reach a worker's port and read TF_CONFIG can join: fine on
@@ -359,11 +367,12 @@ class ring_tcp {
     h.fingerprint = o_.fingerprint;
     h.listen_port = listen_port_;
     h.authenticated = !token_.empty();
+    h.tls = o_.tls;
     h.nonce = detail::make_nonce();
     return h;
   }
   detail::hello_expectation expectation(detail::hello_kind kind, int from_rank) const {
-    return {kind, std::uint32_t(size()), o_.fingerprint, from_rank, !token_.empty()};
+    return {kind, std::uint32_t(size()), o_.fingerprint, from_rank, !token_.empty(), o_.tls};
   }
   /// Writes all of [p, p + n) to `who`; a peer that reset or closed the connection is a comm_error.
   void write_all(asio::ip::tcp::socket& s, const void* p, std::size_t n, const std::string& who) const {
@@ -382,7 +391,7 @@ class ring_tcp {
   struct admission {
     detail::hello_expectation expect;
     std::function<std::string(const detail::hello&)> refuse;  // a further reason to refuse ("" for none)
-    std::function<void(asio::ip::tcp::socket&, const detail::hello&)> admit;
+    std::function<void(asio::ip::tcp::socket&, const detail::hello&, const detail::proof& tls_key)> admit;
   };
   struct incoming {
     explicit incoming(asio::io_context& io) : s(io), timer(io) {}
@@ -434,7 +443,7 @@ class ring_tcp {
     }
     pending_.insert(c);
     c->timer.expires_after(o_.handshake_timeout);
-    c->timer.async_wait([this, c](std::error_code ec) {
+    c->timer.async_wait([c](std::error_code ec) {
       if (ec) return;
       c->timed_out = true;
       std::error_code e;
@@ -478,7 +487,7 @@ class ring_tcp {
     if (std::string why = admission_.refuse(c->theirs); !why.empty()) return give_up(c, why);  // taken meanwhile
     c->timer.cancel();
     pending_.erase(c);
-    admission_.admit(c->s, c->theirs);
+    admission_.admit(c->s, c->theirs, tls_key(c->theirs, c->mine));
   }
   void give_up(const incoming_ptr& c, const std::string& why) {
     if (!pending_.erase(c)) return;  // already closed by stop_accepting
@@ -508,7 +517,12 @@ class ring_tcp {
   struct handshake_result {
     enum outcome { ok, retry, failed, wrong_token } what = failed;
     std::string why;
+    detail::proof tls_key{};
   };
+  /// The connection's TLS key (zeros without TLS): both ends derive it from the two hellos.
+  detail::proof tls_key(const detail::hello& client, const detail::hello& server) const {
+    return o_.tls ? detail::make_proof(token_, detail::tls_label, client, server) : detail::proof{};
+  }
   /// Sends our hello on `s`, reads the answer and, with a token, exchanges the proofs; `done` gets the
   /// result. A connection closed before the answer is `retry` (the peer was at its handshake cap).
   void start_handshake(asio::ip::tcp::socket& s, detail::hello_kind kind, int peer,
@@ -527,21 +541,23 @@ class ring_tcp {
         if (st->theirs.magic != detail::hello_magic) return fail(handshake_result::failed, "answered with something that is not a dtrain handshake");
         std::string why = detail::check_hello(st->theirs, expectation(kind, peer));
         if (!why.empty())
-          return fail(st->theirs.authenticated != st->mine.authenticated ? handshake_result::wrong_token : handshake_result::failed,
+          return fail(st->theirs.authenticated != st->mine.authenticated || st->theirs.tls != st->mine.tls
+                          ? handshake_result::wrong_token
+                          : handshake_result::failed,
                       "does not match: " + why);
         if (e) return fail(handshake_result::retry, e.message());
         if (!st->theirs.accepted)
           return fail(handshake_result::failed, "refused the handshake (a worker of another job, a duplicate rank or a mismatched "
                                                 "world size or job token; see its log)");
-        if (token_.empty()) return done({handshake_result::ok, ""});
+        if (token_.empty()) return done({handshake_result::ok, "", {}});
         asio::async_read(s, asio::buffer(st->proof), [this, &s, st, done, fail](std::error_code e2, std::size_t) {
           if (e2) return fail(handshake_result::failed, "closed the connection during the handshake (" + e2.message() + ")");
           if (!detail::verify_proof(token_, detail::server_label, st->mine, st->theirs, st->proof))
             return fail(handshake_result::wrong_token, "does not hold this job's token (another DTRAIN_JOB_TOKEN, or not a worker of this job)");
           st->proof = detail::make_proof(token_, detail::client_label, st->mine, st->theirs);
-          asio::async_write(s, asio::buffer(st->proof), [st, done, fail](std::error_code e3, std::size_t) {
+          asio::async_write(s, asio::buffer(st->proof), [this, st, done, fail](std::error_code e3, std::size_t) {
             if (e3) return fail(handshake_result::failed, "closed the connection during the handshake (" + e3.message() + ")");
-            done({handshake_result::ok, ""});
+            done({handshake_result::ok, "", tls_key(st->mine, st->theirs)});
           });
         });
       });
@@ -549,7 +565,8 @@ class ring_tcp {
   }
   /// Connects to `peer` at `address` and completes the handshake (io_ keeps serving the listening side
   /// meanwhile), retrying while the deadline allows when the peer closes the connection first.
-  asio::ip::tcp::socket handshake_with(int peer, const std::string& address, detail::hello_kind kind, clock::time_point deadline) {
+  asio::ip::tcp::socket handshake_with(int peer, const std::string& address, detail::hello_kind kind, clock::time_point deadline,
+                                       detail::proof* key = nullptr) {
     const std::string who = "rank " + std::to_string(peer) + " (" + address + ")";
     for (auto backoff = std::chrono::milliseconds(50);; backoff = std::min(backoff * 2, std::chrono::milliseconds(1000))) {
       asio::ip::tcp::socket s = connect_with_retry(address, deadline, who);
@@ -557,7 +574,10 @@ class ring_tcp {
       start_handshake(s, kind, peer, [&r](handshake_result x) { r = std::move(x); });
       run_until(deadline, [&] { return r.has_value(); }, [&] { return "timed out waiting for " + who + " to answer the handshake"; });
       const std::string what = "ring_tcp: rank " + std::to_string(rank()) + ": " + who + " " + r->why;
-      if (r->what == handshake_result::ok) return s;
+      if (r->what == handshake_result::ok) {
+        if (key) *key = r->tls_key;
+        return s;
+      }
       if (r->what == handshake_result::wrong_token) throw config_error(what);
       if (r->what == handshake_result::failed) throw comm_error(what);
       if (clock::now() + backoff > deadline) throw comm_error(what + " (closed before answering the handshake)");
@@ -574,7 +594,7 @@ class ring_tcp {
                        if (h.rank == 0) return std::string("rank 0 is this worker");
                        return joined[h.rank] ? "rank " + std::to_string(h.rank) + " joined twice" : std::string();
                      },
-                     [&](asio::ip::tcp::socket& s, const detail::hello& h) {
+                     [&](asio::ip::tcp::socket& s, const detail::hello& h, const detail::proof&) {
                        std::error_code ig;
                        if (o_.addresses.size() <= 1)  // torchrun style: the address table is built from who joined
                          peers_[h.rank] = s.remote_endpoint(ig).address().to_string() + ":" + std::to_string(h.listen_port);
@@ -663,17 +683,20 @@ class ring_tcp {
   /// once (each side waits for the other's answer, so doing them in turn would deadlock the ring).
   void connect_ring(clock::time_point deadline) {
     bool have_prev = false;
+    detail::proof prev_key{}, next_key{};
     start_accepting({expectation(detail::hello_kind::ring, prev_rank()),
                      [&](const detail::hello&) { return have_prev ? "the previous rank is already connected" : std::string(); },
-                     [&](asio::ip::tcp::socket& s, const detail::hello&) {
+                     [&](asio::ip::tcp::socket& s, const detail::hello&, const detail::proof& key) {
                        std::error_code ig;
                        s.set_option(asio::ip::tcp::no_delay(true), ig);
                        prev_ = std::move(s);
+                       prev_key = key;
                        have_prev = true;
                      }});
-    next_ = handshake_with(next_rank(), peers_[std::size_t(next_rank())], detail::hello_kind::ring, deadline);
+    next_ = handshake_with(next_rank(), peers_[std::size_t(next_rank())], detail::hello_kind::ring, deadline, &next_key);
     run_until(deadline, [&] { return have_prev; }, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
     stop_accepting();
+    if (o_.tls) start_tls(prev_key, next_key, deadline);
     // hand the listener to the stranger-rejecting thread
     stray_listener_.emplace(stray_io_);
     std::error_code ec;
@@ -723,6 +746,75 @@ class ring_tcp {
     int gate = -1;
   };
 
+  /// Non-blocking send to the next rank (through TLS when on; TLS takes iov[0] only): bytes sent (> 0),
+  /// 0 when it would block (`events`: what to poll its socket for), -1 on failure (`ec`, or for a TLS
+  /// failure an empty `ec` and protocol_error_ set).
+  long send_some(iovec* iov, int k, short& events, std::error_code& ec) {
+    if (out_tls_) {
+      const long w = out_tls_->write(iov[0].iov_base, iov[0].iov_len, events, ec);
+      if (w < 0 && !ec) protocol_error_ = "TLS with " + peer_name(next_rank()) + " failed: " + out_tls_->describe(ec);
+      return w;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov, msg.msg_iovlen = std::size_t(k);
+    for (;;) {
+      const ssize_t w = ::sendmsg(next_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w >= 0) return long(w);
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return events = POLLOUT, 0;
+      ec = std::error_code(errno, std::system_category());
+      return -1;
+    }
+  }
+  /// Non-blocking receive from the previous rank, as send_some (eof when it closed).
+  long receive_some(void* p, std::size_t n, short& events, std::error_code& ec) {
+    if (in_tls_) {
+      const long got = in_tls_->read(p, n, events, ec);
+      if (got < 0 && !ec) protocol_error_ = peer_name(prev_rank()) + " sent data that failed TLS: " + in_tls_->describe(ec);
+      return got;
+    }
+    for (;;) {
+      const ssize_t got = ::recv(prev_.native_handle(), p, n, MSG_DONTWAIT);
+      if (got > 0) return long(got);
+      if (got == 0) return ec = asio::error::eof, -1;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return events = POLLIN, 0;
+      ec = std::error_code(errno, std::system_category());
+      return -1;
+    }
+  }
+
+  /// The TLS handshakes of both ring connections, run at once (each side waits for the other's
+  /// answer, as in connect_ring).
+  void start_tls(const detail::proof& prev_key, const detail::proof& next_key, clock::time_point deadline) {
+    tls_ctx_.emplace();
+    in_tls_ = std::make_unique<detail::tls_link>(tls_ctx_->get(), prev_.native_handle(), true, prev_key);
+    out_tls_ = std::make_unique<detail::tls_link>(tls_ctx_->get(), next_.native_handle(), false, next_key);
+    bool in_done = false, out_done = false;
+    auto step = [&](detail::tls_link& l, bool& done, short& events, int peer) {
+      try {
+        if (!done) done = l.handshake(events);
+      } catch (const comm_error& e) {
+        throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + peer_name(peer) + ": " + e.what());
+      }
+    };
+    for (;;) {
+      short in_events = 0, out_events = 0;
+      step(*in_tls_, in_done, in_events, prev_rank());
+      step(*out_tls_, out_done, out_events, next_rank());
+      if (in_done && out_done) return;
+      pollfd fds[2];
+      nfds_t n = 0;
+      if (!in_done) fds[n++] = {prev_.native_handle(), in_events, 0};
+      if (!out_done) fds[n++] = {next_.native_handle(), out_events, 0};
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0)
+        throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": timed out in the TLS handshake with " +
+                         peer_name(in_done ? next_rank() : prev_rank()));
+      ::poll(fds, n, int(std::min<long long>(left, 1 << 30)));
+    }
+  }
+
   /// Runs the steps of one collective: frames leave in step order and arrive in step order, with
   /// non-blocking send/recv on the two sockets and poll() when neither can move. The deadline
   /// (operation_timeout) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
@@ -738,11 +830,6 @@ class ring_tcp {
     if (scratch_.size() * 4 < scratch) scratch_.resize((scratch + 3) / 4);
     const int in_fd = prev_.native_handle(), out_fd = next_.native_handle();
     constexpr std::size_t head = sizeof(detail::frame_header);
-#ifdef MSG_NOSIGNAL
-    constexpr int send_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
-#else
-    constexpr int send_flags = MSG_DONTWAIT;
-#endif
     std::size_t ss = 0, sent = 0, out_n = 0, out_at = 0;      // send: step, its bytes sent; frame payload, bytes written
     std::size_t rs = 0, received = 0, in_n = 0, in_at = 0;  // receive: the same
     bool out_busy = false;
@@ -756,6 +843,7 @@ class ring_tcp {
     auto deadline = clock::now() + o_.operation_timeout;
     for (;;) {
       bool progress = false, want_out = false, want_in = false;
+      short in_events = POLLIN, out_events = POLLOUT;  // TLS may need the other direction
       for (;;) {  // send until the socket is full or the next frame has not arrived yet
         if (!out_busy) {
           while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
@@ -772,13 +860,11 @@ class ring_tcp {
         if (out_at < head) iov[k++] = {reinterpret_cast<char*>(&out_h) + out_at, head - out_at};
         const std::size_t pay = out_at < head ? 0 : out_at - head;
         iov[k++] = {const_cast<std::byte*>(steps[ss].send + sent + pay), out_n - pay};
-        msghdr msg{};
-        msg.msg_iov = iov, msg.msg_iovlen = std::size_t(k);
-        const ssize_t w = ::sendmsg(out_fd, &msg, send_flags);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          if (errno == EAGAIN || errno == EWOULDBLOCK) want_out = true;
-          else fail(std::error_code(errno, std::system_category()), next_rank());
+        std::error_code ec;
+        const long w = send_some(iov, k, out_events, ec);
+        if (w <= 0) {
+          if (w == 0) want_out = true;
+          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), next_rank());
           break;
         }
         progress = true;
@@ -792,11 +878,11 @@ class ring_tcp {
         }
         const bool header = in_at < head;
         std::byte* p = header ? reinterpret_cast<std::byte*>(&in_h) + in_at : in_dst + (in_at - head);
-        const ssize_t got = ::recv(in_fd, p, header ? head - in_at : head + in_n - in_at, MSG_DONTWAIT);
+        std::error_code ec;
+        const long got = receive_some(p, header ? head - in_at : head + in_n - in_at, in_events, ec);
         if (got <= 0) {
-          if (got < 0 && errno == EINTR) continue;
-          if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) want_in = true;
-          else fail(got == 0 ? std::error_code(asio::error::eof) : std::error_code(errno, std::system_category()), prev_rank());
+          if (got == 0) want_in = true;
+          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), prev_rank());
           break;
         }
         progress = true;
@@ -840,8 +926,8 @@ class ring_tcp {
       }
       pollfd fds[2];
       nfds_t nfds = 0;
-      if (want_in) fds[nfds++] = {in_fd, POLLIN, 0};
-      if (want_out) fds[nfds++] = {out_fd, POLLOUT, 0};
+      if (want_in) fds[nfds++] = {in_fd, in_events, 0};
+      if (want_out) fds[nfds++] = {out_fd, out_events, 0};
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0) {
         timed_out = true;
@@ -868,15 +954,17 @@ class ring_tcp {
     auto read = [&](std::byte* p, std::size_t n) {  // exactly n bytes (into the sink when p is null) by the deadline
       while (n > 0) {
         const std::size_t want = p ? n : std::min(n, sink.size());
-        const ssize_t got = ::recv(fd, p ? p : sink.data(), want, MSG_DONTWAIT);
+        short events = POLLIN;
+        std::error_code ec;
+        const long got = receive_some(p ? p : sink.data(), want, events, ec);
         if (got > 0) {
           n -= std::size_t(got);
           if (p) p += got;
           continue;
         }
-        if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+        if (got < 0) return false;
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
-        pollfd pfd{fd, POLLIN, 0};
+        pollfd pfd{fd, events, 0};
         if (left <= 0 || ::poll(&pfd, 1, int(left)) == 0) return false;
       }
       return true;
@@ -903,9 +991,10 @@ class ring_tcp {
     if (culprit != next_rank()) {
       detail::frame_header a;
       a.magic = detail::abort_magic, a.seq = seq_, a.offset = std::uint64_t(culprit);
+      iovec iov{&a, sizeof a};
+      short events = 0;
       std::error_code ig;
-      next_.non_blocking(true, ig);
-      next_.send(asio::buffer(&a, sizeof a), 0, ig);
+      send_some(&iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
     }
     std::error_code ig;
     prev_.close(ig), next_.close(ig);
@@ -994,11 +1083,13 @@ class ring_tcp {
 
   ring_tcp_options o_;
   std::string token_;
+  std::optional<detail::tls_context> tls_ctx_;
   asio::io_context io_;
   asio::ip::tcp::acceptor listener_;
   asio::ip::tcp::socket prev_, next_;
   std::uint16_t listen_port_ = 0;
   std::vector<std::string> peers_;
+  std::unique_ptr<detail::tls_link> in_tls_, out_tls_;  // on prev_ and next_, with TLS
   std::uint32_t seq_ = 0;
   std::vector<float> scratch_;
   std::vector<std::size_t> offsets_;
