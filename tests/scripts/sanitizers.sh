@@ -1,0 +1,22 @@
+#!/bin/sh
+# CI's second and third build trees (tools/test.sh runs this after the release tree's tests):
+# - build-asan: clang-19 with AddressSanitizer + UndefinedBehaviorSanitizer (every finding fatal, leaks
+#   too): every unit test, the multi-process tests (multi_worker_mnist's workers killed, hung, fed
+#   garbage; fault injection), and a few seconds of fuzzing per parser after its corpus and past crashes;
+# - build-tsan: ThreadSanitizer on the communicator and strategy tests (threads and sockets).
+# Both build only what they run, at -O1.
+set -eu
+cd "$(dirname "$0")/../.."
+common="-G Ninja -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1
+        -DDTRAIN_BUILD_BENCHMARKS=OFF"
+export UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1
+
+echo "== ASan + UBSan: unit tests and fuzzers (build-asan)"
+cmake -S . -B build-asan $common -DDTRAIN_SANITIZE=address,undefined -DDTRAIN_FUZZ=ON -DDTRAIN_FUZZ_SMOKE_SECONDS=5
+cmake --build build-asan --target unit_tests fuzzers dtrain-launch multi_worker_mnist
+ctest --test-dir build-asan -L "unit|fuzz|multiprocess" --output-on-failure -j2
+
+echo "== ThreadSanitizer: communicator and strategy tests (build-tsan)"
+cmake -S . -B build-tsan $common -DDTRAIN_SANITIZE=thread -DDTRAIN_BUILD_EXAMPLES=OFF
+cmake --build build-tsan --target test_comm test_distribute
+ctest --test-dir build-tsan -R "^(comm|distribute)$" --output-on-failure -j2
