@@ -190,6 +190,9 @@ class tls_context {
       throw comm_error("ring_tcp: cannot set up TLS: " + tls_error_text());
     }
     SSL_CTX_set_num_tickets(ctx_, 0);
+    // read whole socket buffers at once, not a record header and then its body: half the recv calls
+    SSL_CTX_set_read_ahead(ctx_, 1);
+    SSL_CTX_set_default_read_buffer_len(ctx_, std::size_t{1} << 18);
     SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   }
   tls_context(const tls_context&) = delete;
