@@ -498,7 +498,8 @@ class ring_tcp {
     c->s.close(ig);
   }
 
-  /// Runs io_ until `done()`; past the deadline stops accepting and throws `timeout_message()`.
+  /// Runs io_ until `done()`; past the deadline throws `timeout_message()` (what is still queued is
+  /// dropped with io_: the constructor is failing).
   template <class Done, class Message>
   void run_until(clock::time_point deadline, Done&& done, Message&& timeout_message) {
     io_.restart();
