@@ -101,6 +101,25 @@ struct frame_header {
 };
 static_assert(sizeof(frame_header) == 32);
 
+/// What a received frame header is, checked against what the receiver expects next (collective `seq`,
+/// ring `step`, byte `offset` within it, payload `length`) BEFORE any payload is read: data, an abort
+/// naming the failed rank, or bad (with the reason). Nothing is ever sized from a header's claim.
+struct frame_verdict {
+  enum { data, abort, bad } kind = bad;
+  int failed_rank = -1;  // abort: the rank that failed
+  std::string why{};     // bad: what was expected
+};
+inline frame_verdict check_frame(const frame_header& h, std::uint32_t seq, std::uint32_t step, std::uint64_t offset,
+                                 std::uint32_t length, int world_size) {
+  if (h.magic == abort_magic && h.offset < std::uint64_t(world_size)) return {frame_verdict::abort, int(h.offset)};
+  if (h.magic == frame_magic && h.seq == seq && h.step == step && h.offset == offset && h.length == length)
+    return {frame_verdict::data};
+  return {frame_verdict::bad, -1,
+          "collective " + std::to_string(h.seq) + " step " + std::to_string(h.step) + " offset " + std::to_string(h.offset) +
+              " length " + std::to_string(h.length) + "; expected collective " + std::to_string(seq) + " step " +
+              std::to_string(step) + " offset " + std::to_string(offset) + " length " + std::to_string(length)};
+}
+
 inline std::pair<std::string, std::uint16_t> split_address(const std::string& a) {
   const auto colon = a.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
@@ -890,19 +909,15 @@ class ring_tcp {
         in_at += std::size_t(got);
         if (header) {
           if (in_at < head) continue;
-          if (in_h.magic == detail::abort_magic && in_h.offset < std::uint64_t(size())) {
-            reported = int(in_h.offset);
+          const std::size_t want = std::min(chunk, steps[rs].recv_bytes - received);
+          const auto v = detail::check_frame(in_h, seq_, std::uint32_t(rs), received, std::uint32_t(want), size());
+          if (v.kind == detail::frame_verdict::abort) {
+            reported = v.failed_rank;
             fail(asio::error::connection_aborted, prev_rank());
             break;
           }
-          const std::size_t want = std::min(chunk, steps[rs].recv_bytes - received);
-          if (in_h.magic != detail::frame_magic || in_h.seq != seq_ || in_h.step != rs || in_h.offset != received ||
-              in_h.length != want) {
-            protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (collective " +
-                              std::to_string(in_h.seq) + " step " + std::to_string(in_h.step) + " offset " +
-                              std::to_string(in_h.offset) + " length " + std::to_string(in_h.length) +
-                              "; expected collective " + std::to_string(seq_) + " step " + std::to_string(rs) +
-                              " offset " + std::to_string(received) + " length " + std::to_string(want) + ")";
+          if (v.kind == detail::frame_verdict::bad) {
+            protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (" + v.why + ")";
             fail(asio::error::invalid_argument, prev_rank());
             break;
           }
