@@ -2,7 +2,8 @@
 # CI's second and third build trees (tools/test.sh runs this after the release tree's tests):
 # - build-asan: clang-19 with AddressSanitizer + UndefinedBehaviorSanitizer (every finding fatal, leaks
 #   too): every unit test, the multi-process tests (multi_worker_mnist's workers killed, hung, fed
-#   garbage; fault injection), and a few seconds of fuzzing per parser after its corpus and past crashes;
+#   garbage; fault injection; the seeds' saving, checkpoint, backup, side-car and sharding programs with
+#   two workers each), and a few seconds of fuzzing per parser after its corpus and past crashes;
 # - build-tsan: ThreadSanitizer on the communicator and strategy tests (threads and sockets).
 # Both build only what they run, at -O1.
 set -eu
@@ -13,7 +14,8 @@ export UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS
 
 echo "== ASan + UBSan: unit tests and fuzzers (build-asan)"
 cmake -S . -B build-asan $common -DDTRAIN_SANITIZE=address,undefined -DDTRAIN_FUZZ=ON -DDTRAIN_FUZZ_SMOKE_SECONDS=5
-cmake --build build-asan --target unit_tests fuzzers dtrain-launch multi_worker_mnist
+cmake --build build-asan --target unit_tests fuzzers dtrain-launch multi_worker_mnist save_and_load checkpoint_manager \
+  backup_and_restore sidecar_evaluator auto_shard_off
 ctest --test-dir build-asan -L "unit|fuzz|multiprocess" --output-on-failure -j2
 
 echo "== ThreadSanitizer: communicator and strategy tests (build-tsan)"
