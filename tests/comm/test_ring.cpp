@@ -72,6 +72,20 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("check failed: " + what);
 }
 
+/// Rank 0 of a ring with a fake rank 1, on its own thread: connects and runs one all-reduce; what it
+/// throws lands in `err`.
+std::thread real_rank0(comm::ring_tcp_options o, std::exception_ptr& err) {
+  return std::thread([o = std::move(o), &err] {
+    try {
+      ring_tcp c(o);
+      std::vector<float> v(100, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+}
+
 /// Small integers, so every summation order gives the same float.
 float value(int rank, std::size_t i) { return float(int((i * 7 + std::size_t(rank) * 13) % 17) - 8); }
 
@@ -269,8 +283,7 @@ BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on)
     for (int attempt = 0; attempt < 200; ++attempt) {
       asio::ip::tcp::socket s(io);
       std::error_code ec;
-      s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                        std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
+      s.connect(dtrain_test::loopback_endpoint(addrs[0]), ec);
       if (ec) {
         std::this_thread::sleep_for(5ms);
         continue;
@@ -278,8 +291,7 @@ BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on)
       const char garbage[32] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
       asio::write(s, asio::buffer(garbage), ec);
       asio::ip::tcp::socket s2(io);
-      s2.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                         std::uint16_t(std::stoi(addrs[0].substr(10)))), ec);
+      s2.connect(dtrain_test::loopback_endpoint(addrs[0]), ec);
       comm::detail::hello h;
       h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xbad;
       asio::write(s2, asio::buffer(&h, sizeof h), ec);
@@ -297,8 +309,7 @@ BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on)
           asio::io_context io;
           asio::ip::tcp::socket s(io);
           std::error_code ec;
-          s.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                            std::uint16_t(std::stoi(addrs[1].substr(10)))), ec);
+          s.connect(dtrain_test::loopback_endpoint(addrs[1]), ec);
           comm::detail::frame_header fh;
           fh.length = 0xffffffffu;
           asio::write(s, asio::buffer(&fh, sizeof fh), ec);
@@ -358,18 +369,9 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   // rank 1 is a fake that completes the handshakes, then sends a frame that claims 4 GiB
   const auto addrs = free_addresses(2);
   std::exception_ptr err;
-  std::thread real([&] {
-    try {
-      ring_tcp c(options(0, 2, addrs));
-      std::vector<float> v(100, 1.0f);
-      c.all_reduce(v, reduce_op::sum);
-    } catch (...) {
-      err = std::current_exception();
-    }
-  });
+  std::thread real = real_rank0(options(0, 2, addrs), err);
   asio::io_context io;
-  asio::ip::tcp::acceptor own(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                                          std::uint16_t(std::stoi(addrs[1].substr(10)))));
+  asio::ip::tcp::acceptor own(io, dtrain_test::loopback_endpoint(addrs[1]));
   asio::ip::tcp::socket join = dtrain_test::connect_when_listening(io, addrs[0]);
   comm::detail::hello h;
   h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
@@ -380,7 +382,7 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
   asio::read(join, asio::buffer(table));
   asio::ip::tcp::socket to_next(io);
-  to_next.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))));
+  to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
   h.kind = 2;
   asio::write(to_next, asio::buffer(&h, sizeof h));
   asio::ip::tcp::socket from_prev(io);
@@ -650,20 +652,11 @@ BOOST_AUTO_TEST_CASE(a_tampered_tls_record_is_a_protocol_error_naming_the_peer) 
   namespace d = comm::detail;
   const auto addrs = free_addresses(2);
   std::exception_ptr err;
-  std::thread real([&] {
-    try {
-      auto o = options(0, 2, addrs);
-      o.job_token = token_a, o.tls = true;
-      ring_tcp c(o);
-      std::vector<float> v(1000, 1.0f);
-      c.all_reduce(v, reduce_op::sum);
-    } catch (...) {
-      err = std::current_exception();
-    }
-  });
+  auto o = options(0, 2, addrs);
+  o.job_token = token_a, o.tls = true;
+  std::thread real = real_rank0(o, err);
   asio::io_context io;
-  asio::ip::tcp::acceptor own(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                                          std::uint16_t(std::stoi(addrs[1].substr(10)))));
+  asio::ip::tcp::acceptor own(io, dtrain_test::loopback_endpoint(addrs[1]));
   d::hello h;
   h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed, h.authenticated = 1, h.tls = 1;
   auto connect_as_client = [&](asio::ip::tcp::socket& s, d::hello_kind kind) {  // returns the TLS key
@@ -681,7 +674,7 @@ BOOST_AUTO_TEST_CASE(a_tampered_tls_record_is_a_protocol_error_naming_the_peer) 
   std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
   asio::read(join, asio::buffer(table));
   asio::ip::tcp::socket to_next(io);
-  to_next.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), std::uint16_t(std::stoi(addrs[0].substr(10)))));
+  to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
   const d::proof next_key = connect_as_client(to_next, d::hello_kind::ring);
   asio::ip::tcp::socket from_prev(io);
   own.accept(from_prev);  // rank 0's ring connection: answered as rank 1 would

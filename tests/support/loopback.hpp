@@ -43,10 +43,14 @@ std::vector<std::exception_ptr> run_threads(int p, F f) {
   return errs;
 }
 
+/// The loopback endpoint of `address` ("127.0.0.1:port").
+inline asio::ip::tcp::endpoint loopback_endpoint(const std::string& address) {
+  return {asio::ip::make_address("127.0.0.1"), static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))};
+}
+
 /// A socket connected to `address` ("127.0.0.1:port"), retried for up to 2 s while nothing listens yet.
 inline asio::ip::tcp::socket connect_when_listening(asio::io_context& io, const std::string& address) {
-  const asio::ip::tcp::endpoint to(asio::ip::make_address("127.0.0.1"),
-                                   static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  const asio::ip::tcp::endpoint to = loopback_endpoint(address);
   for (int i = 0;; ++i) {
     asio::ip::tcp::socket s(io);
     std::error_code ec;

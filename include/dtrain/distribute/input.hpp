@@ -43,7 +43,7 @@ const tensor& features(const E& e) {
   if constexpr (std::is_same_v<E, data::example>) return e.first;
   else return e;
 }
-/// Rows of a batch (0 for an empty placeholder).
+/// Rows of a batch (0 for the empty element a worker whose pipeline ran out gets).
 template <class E>
 std::size_t batch_rows(const E& e) {
   return features(e).dimension() ? features(e).shape()[0] : 0;
