@@ -14,10 +14,13 @@ struct fake_model : training_model {
   std::vector<float> get_weights() override { return p; }
   void set_weights(std::span<const float> w) override { p.assign(w.begin(), w.end()); }
   any_optimizer& optimizer() override { return opt; }
-  void save_state(const std::filesystem::path&, const std::map<std::string, std::string>&) override {}
+  training_state capture_state() override { return {}; }
+  void write_state(const training_state&, const std::filesystem::path&) override {}
+  training_state read_state(std::span<const char>, const std::string&) override { return {}; }
+  void apply_state(training_state) override {}
   void save_weights(const std::filesystem::path&) override {}
-  std::map<std::string, std::string> load_state(const std::filesystem::path&) override { return {}; }
-  void sync_from_chief(std::string&) override {}
+  void broadcast_from_chief(std::vector<char>&) override {}
+  bool chief_decides(bool d) override { return d; }
   bool is_chief() const override { return true; }
   int num_replicas_in_sync() const override { return 1; }
   void barrier() override {}

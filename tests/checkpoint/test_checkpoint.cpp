@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -372,64 +373,212 @@ BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
   BOOST_CHECK_THROW(backup_and_restore({.backup_dir = t.path, .save_freq = std::string("batch")}), value_error);
 }
 
-BOOST_AUTO_TEST_CASE(a_backup_with_a_damaged_position_is_an_io_error) {
-  // [security] "0 5 not-json", negative numbers, words: a clear error naming the file, never a crash
-  temp_dir t;
-  auto [x, y] = problem(16);
-  net m = compiled();
-  m.train_step(x, y);
-  for (const std::string position : {"0 5 not-json", "-1 0 {}", "0 -3 {}", "abc", "0 5 [1, 2]", ""}) {
-    checkpoint::save_model(m, t.path / "backup-0.safetensors",
-                           {{"dtrain.backup.position", position}, {"dtrain.backup.world_size", "1"}});
-    net r = compiled();
-    const std::string e = error_of([&] {
-      r.fit(x, y, {.epochs = 1, .callbacks = {backup_and_restore({.backup_dir = t.path, .delete_checkpoint = false})},
-                   .verbose = 0});
-    });
-    BOOST_TEST(contains(e, "backup-0.safetensors: the training position"), position << ": " << e);
-  }
+/// A copy of the safetensors file `from` at `to`, with `edit` applied to its metadata and tensors.
+void rewrite(const fs::path& from, const fs::path& to,
+             const std::function<void(std::map<std::string, std::string>&, std::vector<checkpoint::named_tensor>&)>& edit) {
+  auto f = checkpoint::load_safetensors(from);
+  edit(f.metadata, f.tensors);
+  std::vector<checkpoint::tensor_view> views;
+  for (const auto& t : f.tensors) views.push_back({t.name, t.shape, t.data});
+  checkpoint::save_safetensors(to, views, f.metadata);
 }
+std::vector<char> bytes_of(const fs::path& p) { return checkpoint::detail::read_file(p); }
 
-BOOST_AUTO_TEST_CASE(damaged_metric_or_generator_state_is_an_io_error_that_changes_nothing) {
-  // [security] garbage metric state was accepted; now it is refused before the weights are touched
+BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
+  // [security] garbage positions, generators and metric states: a clear error naming the file and the
+  // field, never a crash, and nothing restored
   temp_dir t;
   auto [x, y] = problem(16);
   net m = compiled();
   m.train_step(x, y);
   dtrain::detail::model_handle<net> saved(m);
-  const auto file = t.path / "state.safetensors";
-  saved.save_state(file, {});
-  auto meta = checkpoint::load_safetensors(file).metadata;
-  const std::string good = meta.at("dtrain.metrics");
-  std::istringstream words(good);
-  std::vector<std::string> values{std::istream_iterator<std::string>(words), {}};
-  BOOST_REQUIRE(values.size() >= 2);
-  std::string one_less, nan_first = "nan";
-  for (std::size_t i = 0; i + 1 < values.size(); ++i) one_less += values[i] + " ";
-  for (std::size_t i = 1; i < values.size(); ++i) nan_first += " " + values[i];
+  saved.position = {.epoch = 1, .step = 2, .data = {{"iteration", 0}, {"produced", 2}}, .global_batch = 8};
+  const auto good = t.path / "good.safetensors", file = t.path / "state.safetensors";
+  saved.write_state(saved.capture_state(), good);
+  const auto state = nlohmann::json::parse(checkpoint::load_safetensors(good).metadata.at("dtrain.training_state"));
   struct damage {
-    std::string key, value;
+    std::string field;
+    nlohmann::json value;  // null: the field is removed
   };
-  for (const auto& d : {damage{"dtrain.metrics", "1 2 abc"}, damage{"dtrain.metrics", one_less},
-                        damage{"dtrain.metrics", good + " 7"}, damage{"dtrain.metrics", ""},
-                        damage{"dtrain.rng", "not a generator"}}) {
-    checkpoint::save_model(m, file, {{d.key, d.value}, {d.key == "dtrain.rng" ? "dtrain.metrics" : "dtrain.rng",
-                                                        meta.at(d.key == "dtrain.rng" ? "dtrain.metrics" : "dtrain.rng")}});
+  for (const auto& d : {damage{"epoch", -1}, damage{"step", "abc"}, damage{"step", 1.5}, damage{"data", {1, 2}},
+                        damage{"world_size", 0}, damage{"global_batch", nullptr}, damage{"generator", "not a generator"},
+                        damage{"generator", 7}}) {
+    rewrite(good, file, [&](auto& meta, auto&) {
+      auto j = state;
+      if (d.value.is_null()) j.erase(d.field);
+      else j[d.field] = d.value;
+      meta["dtrain.training_state"] = j.dump();
+    });
     net r = compiled(2);
-    const auto before = r.get_weights();
     dtrain::detail::model_handle<net> h(r);
-    const std::string e = error_of([&] { h.load_state(file); });
-    BOOST_TEST(contains(e, "state.safetensors: the"), d.value << ": " << e);
-    BOOST_TEST(contains(e, d.key), e);
-    BOOST_TEST((r.get_weights() == before), d.value);  // nothing was restored
+    const std::string e = error_of([&] { h.read_state(bytes_of(file), file.string()); });
+    BOOST_TEST(contains(e, "state.safetensors: the training state is damaged: \"" + d.field + "\""), d.value.dump() << ": " << e);
   }
-  // a diverged loss writes "nan": it must read back
-  checkpoint::save_model(m, file, {{"dtrain.metrics", nan_first}, {"dtrain.rng", meta.at("dtrain.rng")}});
+  for (const std::string text : {"", "not json", "[1, 2]"}) {
+    rewrite(good, file, [&](auto& meta, auto&) { meta["dtrain.training_state"] = text; });
+    net r = compiled(2);
+    dtrain::detail::model_handle<net> h(r);
+    BOOST_TEST(contains(error_of([&] { h.read_state(bytes_of(file), file.string()); }), "not a JSON object"), text);
+  }
+  // the metric states: one value too few, or none
+  for (int drop : {1, 0}) {
+    rewrite(good, file, [&](auto&, auto& tensors) {
+      for (auto& t : tensors)
+        if (t.name == "dtrain/metric_states") t.data.pop_back(), t.shape = {t.data.size()};
+      if (drop == 0) std::erase_if(tensors, [](const auto& t) { return t.name == "dtrain/metric_states"; });
+    });
+    net r = compiled(2);
+    dtrain::detail::model_handle<net> h(r);
+    const std::string e = error_of([&] { h.read_state(bytes_of(file), file.string()); });
+    BOOST_TEST(contains(e, "dtrain/metric_states is " + std::string(drop ? "of 3 values" : "missing") +
+                               "; the model's loss and metrics keep 4"), e);
+  }
+  // a saved model without a training state is not a backup
+  checkpoint::save_model(m, file);
+  dtrain::detail::model_handle<net> h(m);
+  BOOST_TEST(contains(error_of([&] { h.read_state(bytes_of(file), file.string()); }), "holds no training state"));
+}
+
+BOOST_AUTO_TEST_CASE(a_training_state_round_trips_with_a_diverged_loss) {
+  temp_dir t;
+  auto [x, y] = problem(16);
+  net m = compiled();
+  m.train_step(x, y);
+  m.loss_tracker().state().values[0] = std::numeric_limits<float>::quiet_NaN();  // a diverged loss
+  dtrain::detail::model_handle<net> saved(m);
+  saved.position = {.epoch = 2, .step = 3, .data = {{"iteration", 2}, {"produced", 3}}, .global_batch = 8};
+  saved.write_state(saved.capture_state(), t.path / "s.safetensors");
   net r = compiled(2);
   dtrain::detail::model_handle<net> h(r);
-  BOOST_CHECK_NO_THROW(h.load_state(file));
-  BOOST_TEST(std::isnan(r.loss_tracker().state().values[0]));
+  training_state s = h.read_state(bytes_of(t.path / "s.safetensors"), "s");
+  BOOST_TEST(s.position.epoch == 2);
+  BOOST_TEST(s.position.step == 3);
+  BOOST_TEST(s.position.global_batch == 8);
+  BOOST_TEST(s.position.data == saved.position.data);
+  BOOST_TEST((r.get_weights() != m.get_weights()));  // reading changes nothing
+  h.apply_state(std::move(s));
   BOOST_TEST((r.get_weights() == m.get_weights()));
+  BOOST_TEST((r.optimizer().state() == m.optimizer().state()));
+  BOOST_TEST(r.generator().state() == m.generator().state());
+  BOOST_TEST(std::isnan(r.loss_tracker().state().values[0]));
+  BOOST_TEST(r.metrics()[0].state().values[1] == m.metrics()[0].state().values[1]);
+}
+
+/// Trains `net` for 3 epochs of 5 batches with a backup every batch, crashing after `crash` batches
+/// when it is positive; returns the weights.
+std::vector<float> backed_up_run(net& m, const fs::path& dir, int crash = 0, backup_and_restore_options o = {}) {
+  auto [x, y] = problem(40);
+  o.backup_dir = dir;
+  o.save_freq = std::int64_t(1);
+  std::vector<callback_ref> cbs{backup_and_restore(o)};
+  if (crash > 0) cbs.push_back(crash_after(crash));
+  fit_options f{.epochs = 3, .verbose = 0, .batch_size = 8};
+  f.callbacks = callback_list(cbs);
+  m.fit(x, y, f);
+  return m.get_weights();
+}
+/// The backup files in `dir`, newest first (the index's order, reversed).
+std::vector<fs::path> backups_in(const fs::path& dir) {
+  auto v = checkpoint::checkpoint_manager(dir, 2).checkpoints();
+  std::reverse(v.begin(), v.end());
+  return v;
+}
+
+BOOST_AUTO_TEST_CASE(backups_keep_two_and_a_damaged_newest_falls_back_to_the_previous) {
+  temp_dir t;
+  net straight = compiled();
+  const auto want = backed_up_run(straight, t.path / "straight");
+  for (const std::string how : {"flipped byte", "truncated", "deleted"}) {
+    BOOST_TEST_CONTEXT(how) {
+      const auto dir = t.path / how;
+      net crashed = compiled();
+      BOOST_CHECK_THROW(backed_up_run(crashed, dir, 7), std::runtime_error);
+      const auto files = backups_in(dir);
+      BOOST_REQUIRE_EQUAL(files.size(), 2u);  // two kept: after batch 7 and batch 6
+      BOOST_TEST(files[0].filename() == "ckpt-7.safetensors");
+      if (how == "flipped byte") flip_byte(files[0], fs::file_size(files[0]) - 3);
+      if (how == "truncated") fs::resize_file(files[0], fs::file_size(files[0]) / 2);
+      if (how == "deleted") fs::remove(files[0]);
+      net resumed = compiled(7);
+      BOOST_TEST(backed_up_run(resumed, dir) == want, tt::per_element());  // one batch earlier, still exact
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(no_usable_backup_is_refused_unless_asked_to_start_over) {
+  temp_dir t;
+  net crashed = compiled();
+  BOOST_CHECK_THROW(backed_up_run(crashed, t.path, 4), std::runtime_error);
+  for (const auto& f : backups_in(t.path)) flip_byte(f, fs::file_size(f) - 3);
+  net r = compiled(7);
+  const auto before = r.get_weights();
+  const std::string e = error_of([&] { backed_up_run(r, t.path); });
+  BOOST_TEST(contains(e, "backups exist in " + t.path.string() + " but none is usable"), e);
+  BOOST_TEST(contains(e, "ckpt-4.safetensors: checksum mismatch"), e);
+  BOOST_TEST(contains(e, "ckpt-3.safetensors: checksum mismatch"), e);
+  BOOST_TEST(contains(e, "start_over_if_unusable"), e);
+  BOOST_TEST((r.get_weights() == before));
+  BOOST_TEST(fs::exists(t.path / "ckpt-4.safetensors"));  // nothing the user had is deleted
+  // asked to: trains from scratch, exactly as a run without a backup
+  net fresh = compiled(7), scratch = compiled(7);
+  BOOST_TEST(backed_up_run(fresh, t.path, 0, {.start_over_if_unusable = true}) ==
+                 backed_up_run(scratch, t.path / "none"),
+             tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_backup_that_does_not_verify_keeps_the_previous_ones) {
+  temp_dir t;
+  auto [x, y] = problem(8);
+  net m = compiled();
+  checkpoint::checkpoint_manager mgr(t.path, 2);
+  mgr.save(m);
+  mgr.save(m);
+  BOOST_CHECK_THROW(mgr.save_with([&](const fs::path& p) { checkpoint::save_model(m, p); },
+                                  [](const fs::path& p) { throw io_error(p.string() + ": does not read back"); }),
+                    io_error);
+  BOOST_TEST(!fs::exists(t.path / "ckpt-3.safetensors"));  // the bad one is gone, the two before stay
+  BOOST_TEST(backups_in(t.path) == (std::vector<fs::path>{t.path / "ckpt-2.safetensors", t.path / "ckpt-1.safetensors"}),
+             tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(an_early_stop_deletes_the_backup_as_keras_does) {
+  // run 1 stopped early and kept its backup; an identical run 2 then "resumed" after the stop
+  temp_dir t;
+  auto [x, y] = problem(16);
+  net m = compiled();
+  const history h = m.fit(x, y, {.epochs = 10,
+                                 .callbacks = {backup_and_restore({.backup_dir = t.path / "b"}),
+                                               early_stopping({.monitor = "loss", .min_delta = 100.0f})},
+                                 .verbose = 0, .batch_size = 8});
+  BOOST_TEST(h.epochs.size() == 2u);  // nothing improves by 100 after the first epoch: stopped after the second
+  BOOST_TEST(!fs::exists(t.path / "b"));
+}
+
+BOOST_AUTO_TEST_CASE(callbacks_see_a_model_in_fit_evaluate_and_predict_and_never_a_dangling_one) {
+  struct probe : callback {
+    std::vector<std::string> seen;
+    void note(const char* hook) { seen.push_back(std::string(hook) + (has_model() ? ":" + std::to_string(model().get_weights().size()) : ":none")); }
+    void on_train_begin(const logs&) override { note("train"); }
+    void on_test_begin(const logs&) override { note("test"); }
+    void on_predict_begin(const logs&) override { note("predict"); }
+    void on_predict_batch_end(std::int64_t, const logs&) override { note("predict_batch"); }
+    void on_train_batch_end(std::int64_t b, const logs&) override {
+      if (b == 1) throw std::runtime_error("crash");
+    }
+  };
+  auto [x, y] = problem(16);
+  net m = compiled();
+  const std::string n = std::to_string(m.count_params());
+  auto p = std::make_shared<probe>();
+  BOOST_CHECK_THROW(m.fit(x, y, {.epochs = 1, .callbacks = {p}, .verbose = 0, .batch_size = 8}), std::runtime_error);
+  BOOST_TEST(!p->has_model());  // the model of a fit that threw is not kept
+  m.evaluate(x, y, {.verbose = 0, .callbacks = {p}});
+  BOOST_TEST(!p->has_model());
+  m.predict(x, {.batch_size = 8, .callbacks = {p}});
+  BOOST_TEST(!p->has_model());
+  BOOST_TEST(p->seen == (std::vector<std::string>{"train:" + n, "test:" + n, "predict:" + n, "predict_batch:" + n,
+                                                  "predict_batch:" + n}),
+             tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {

@@ -1,6 +1,6 @@
 // The training state a backup or checkpoint holds: weights, optimizer slots and counters, generator and
 // metric states, the training position and the dataset iterator's state, all read from one damaged
-// file as backup_and_restore reads it.
+// file's bytes as backup_and_restore reads them on every worker.
 #include <dtrain/dtrain.hpp>
 
 #include <cstdio>
@@ -16,12 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   net m;
   m.compile({.optimizer = adam{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
   const auto before = m.get_weights();
-  const auto& file = dtrain_fuzz::as_file(data, size, ".safetensors");
   dtrain_fuzz::expect_only_dtrain_errors([&] {
     dtrain::detail::model_handle<net> h(m);
-    std::map<std::string, std::string> meta;
+    training_state s;
     try {
-      meta = h.load_state(file);
+      s = h.read_state(std::span<const char>(reinterpret_cast<const char*>(data), size), "fuzz.safetensors");
     } catch (const dtrain::error& e) {
       if (m.get_weights() != before) {
         std::fprintf(stderr, "refused, but changed the weights: %s\n", e.what());
@@ -29,12 +28,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       throw;
     }
-    if (const auto it = meta.find("dtrain.backup.position"); it != meta.end()) {
-      const auto p = backup_and_restore::parse_position(it->second, file.string());
-      auto ds = data::from_tensor_slices(x, y) | data::batch(2);
-      auto iter = data::make_iterator(ds);
-      iter.restore(nlohmann::json::parse(p.data_state));
-    }
+    const training_position p = s.position;
+    h.apply_state(std::move(s));
+    auto ds = data::from_tensor_slices(x, y) | data::batch(2);
+    auto iter = data::make_iterator(ds);
+    iter.restore(p.data);
     m.train_step(x, y);  // whatever was accepted can be trained on
   });
   return 0;

@@ -1,42 +1,53 @@
 #pragma once
 /// \file
 /// Keras `callbacks.BackupAndRestore(backup_dir, save_freq, delete_checkpoint)`, resuming EXACTLY:
-/// the backup holds the weights, the optimizer state, the generator and metric states, and the
-/// position (epoch, batch within it, dataset iterator state), so an interrupted run that is restarted
-/// continues with the very batches it would have seen and ends with bitwise the same weights. (Keras
-/// also backs up every epoch or every `save_freq` batches, as the tutorial shows, and resumes at the
-/// saved epoch and batch; it restores weights, optimizer and counters but not the dataset iterator's
-/// position or the generators, so a resumed shuffled run sees other batches than an uninterrupted one.)
+/// the backup is a `training_state` (checkpoint/training_state.hpp): weights, optimizer state, the
+/// generator and metric states, and the position (epoch, batch within it, dataset iterator state), so
+/// an interrupted run that is restarted continues with the very batches it would have seen and ends
+/// with bitwise the same weights. (Keras also backs up every epoch or every `save_freq` batches and
+/// resumes at the saved epoch and batch; it restores weights, optimizer and counters but not the
+/// dataset iterator's position or the generators.)
 ///
-/// Multi-worker: only the chief writes (atomically; the previous backup stays until the new one is
-/// durable) and every worker waits until it is; on restart the chief reads the backup and gives its
-/// state to every worker, so no shared file system is needed. A backup of another model, optimizer
-/// or number of workers is refused with an explanation. A SIGTERM makes the workers agree on the next
-/// step boundary, back up there, and end `fit` with `preempted` (exit with `retryable_exit_code`).
+/// Backups survive damage: the two newest are kept (a `checkpoint_manager`, as TF's BackupAndRestore
+/// keeps its checkpoints), each read back and checked (checksums, architecture, state) before the
+/// older one is deleted. On restart a damaged newest backup is reported, naming the file and the
+/// damage, and the one before it is used; when backups exist but none is usable, `fit` stops with an
+/// error rather than silently starting over, unless `start_over_if_unusable` says to.
+///
+/// Multi-worker: only the chief writes, and every worker waits until the backup is durable; on restart
+/// the chief reads the backup and broadcasts its bytes, and every worker restores from them, so no
+/// shared file system is needed. A backup resumes on another number of workers when the global batch
+/// is the same and the data is sharded by DATA (`fit` checks both). A SIGTERM makes the workers agree
+/// on the next step boundary, back up there, and end `fit` with `preempted`.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <variant>
-
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "dtrain/callbacks/callback.hpp"
+#include "dtrain/checkpoint/checkpoint_manager.hpp"
 #include "dtrain/core/preemption.hpp"
 
 namespace dtrain {
 
 struct backup_and_restore_options {
-  std::filesystem::path backup_dir;
+  std::filesystem::path backup_dir{};
   /// "epoch", or a number of batches.
   std::variant<std::string, std::int64_t> save_freq = std::string("epoch");
+  /// Delete the backups when `fit` ends (early stop included), as Keras does.
   bool delete_checkpoint = true;
+  /// When backups exist but none can be restored: false refuses (an `io_error` naming each file and its
+  /// damage); true warns and trains from scratch (the damaged backups are replaced as training goes).
+  bool start_over_if_unusable = false;
 };
 
 class backup_and_restore : public callback {
  public:
-  explicit backup_and_restore(backup_and_restore_options o) : o_(std::move(o)) {
+  explicit backup_and_restore(backup_and_restore_options o)
+      : o_(std::move(o)), backups_(o_.backup_dir.empty() ? "." : o_.backup_dir, 2) {
     if (o_.backup_dir.empty()) throw value_error("backup_and_restore: backup_dir is required");
     if (const auto* s = std::get_if<std::string>(&o_.save_freq); s && *s != "epoch")
       throw value_error("backup_and_restore: save_freq must be \"epoch\" or a number of batches, got \"" + *s + "\"");
@@ -47,10 +58,25 @@ class backup_and_restore : public callback {
   void on_train_begin(const logs&) override {
     install_preemption_handler();
     auto& m = model();
-    std::string text;  // "epoch step data_state" of the backup, empty when there is none
-    if (m.is_chief()) text = restore_on_chief();
-    m.sync_from_chief(text);
-    if (!text.empty()) m.resume = parse_position(text, file(0).string());
+    // what the chief found, for every worker: nothing, 'S' file '\0' bytes, or 'E' (damage) / 'M'
+    // (another model or job) and the error message
+    std::vector<char> found;
+    if (m.is_chief()) try {
+        found = find_on_chief();
+      } catch (const error& e) {  // a mismatch: the chief throws it, the others learn it
+        found = tagged('M', e.what());
+        m.broadcast_from_chief(found);
+        throw;
+      }
+    m.broadcast_from_chief(found);
+    if (found.empty()) return;
+    const auto name_end = std::find(found.begin() + 1, found.end(), '\0');
+    const std::string name(found.begin() + 1, name_end);
+    if (found[0] == 'E') throw io_error(name);
+    if (found[0] == 'M') throw config_error(name);
+    training_state s = m.read_state(std::span<const char>(&*name_end + 1, std::size_t(found.end() - name_end - 1)), name);
+    m.resume = s.position;
+    m.apply_state(std::move(s));
   }
   void on_train_batch_end(std::int64_t, const logs&) override {
     const auto* every = std::get_if<std::int64_t>(&o_.save_freq);
@@ -61,67 +87,91 @@ class backup_and_restore : public callback {
   }
   void on_preemption(const logs&) override { save(); }
   void on_train_end(const logs&) override {
+    if (!o_.delete_checkpoint) return;  // Keras deletes after an early stop too: nothing is left to resume
     auto& m = model();
-    if (!o_.delete_checkpoint || m.stop_training) return;  // an early stop keeps nothing to resume; Keras deletes too
     m.barrier();
     if (m.is_chief()) std::filesystem::remove_all(o_.backup_dir);
   }
 
-  /// "epoch step data_state" as written by `save`: both numbers not negative, the data state a JSON
-  /// object; anything else is an `io_error` naming the file.
-  static training_position parse_position(const std::string& text, const std::string& file) {
-    training_position p;
-    std::istringstream in(text);
-    const bool numbers = static_cast<bool>(in >> p.epoch >> p.step);
-    if (numbers) std::getline(in >> std::ws, p.data_state);
-    const auto state = nlohmann::json::parse(p.data_state, nullptr, false);
-    if (!numbers || p.epoch < 0 || p.step < 0 || state.is_discarded() || !state.is_object())
-      throw io_error("backup_and_restore: " + file + ": the training position \"" + text.substr(0, 80) +
-                     "\" is damaged (expected \"epoch batch {dataset state}\"); delete the backup to start over");
-    return p;
-  }
-
  private:
-  std::filesystem::path file(int k) const { return o_.backup_dir / ("backup-" + std::to_string(k) + ".safetensors"); }
-
-  /// Writes the backup: the new file first, then it replaces the old (a crash leaves one good backup).
+  /// Writes the next backup and reads it back; only then is the oldest deleted (two stay).
   void save() {
     auto& m = model();
-    if (m.is_chief()) {
-      const auto& p = m.position;
-      m.save_state(file(0), {{"dtrain.backup.position", std::to_string(p.epoch) + " " + std::to_string(p.step) + " " + p.data_state},
-                             {"dtrain.backup.world_size", std::to_string(m.num_replicas_in_sync())}});
-    }
+    const training_state s = m.capture_state();
+    if (m.is_chief()) try {
+        backups_.save_with([&](const std::filesystem::path& p) { m.write_state(s, p); },
+                           [&](const std::filesystem::path& p) {
+                             const auto bytes = checkpoint::detail::read_file(p);
+                             m.read_state(bytes, p.string());
+                           });
+      } catch (const io_error& e) {  // the previous backups are kept: training goes on
+        std::fprintf(stderr, "WARNING: backup_and_restore: the backup was not saved (%s); the previous ones are kept\n",
+                     e.what());
+      }
     m.barrier();  // every worker goes on only once the backup is durable
   }
 
-  std::string restore_on_chief() {
-    auto& m = model();
-    if (!std::filesystem::exists(file(0))) return "";
-    std::map<std::string, std::string> meta;
+  /// The newest backup that reads, as 'S' name '\0' bytes; nothing when there is none; 'E' and a message
+  /// when backups exist but none is usable (unless told to start over).
+  std::vector<char> find_on_chief() {
+    std::error_code ec;
+    if (!std::filesystem::exists(o_.backup_dir, ec)) return {};
+    std::vector<std::filesystem::path> candidates;  // newest first
+    std::string damage;
     try {
-      meta = m.load_state(file(0));
+      candidates = backups_.checkpoints();
+      std::reverse(candidates.begin(), candidates.end());
     } catch (const io_error& e) {
-      std::fprintf(stderr, "WARNING: backup_and_restore: the backup is unusable (%s); starting from scratch\n", e.what());
-      return "";
+      damage += std::string("\n  ") + e.what();
     }
-    const std::string workers = meta.count("dtrain.backup.world_size") ? meta.at("dtrain.backup.world_size") : "?";
-    if (workers != std::to_string(m.num_replicas_in_sync()))
-      throw config_error("backup_and_restore: the backup in " + o_.backup_dir.string() + " was written by " + workers +
-                         " workers but this run has " + std::to_string(m.num_replicas_in_sync()) +
-                         "; resume with the same number of workers or delete the backup");
-    const auto position = meta.find("dtrain.backup.position");
-    if (position == meta.end())
-      throw io_error("backup_and_restore: " + file(0).string() + " holds no training position "
-                     "(dtrain.backup.position); it is not a backup of fit, or damaged: delete it to start over");
-    const training_position p = parse_position(position->second, file(0).string());  // before any worker uses it
-    std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", p.epoch + 1,
-                 static_cast<long long>(p.step), file(0).string().c_str());
-    return position->second;
+    std::vector<std::filesystem::path> unlisted;  // files no index lists, the highest number first
+    for (const auto& entry : std::filesystem::directory_iterator(o_.backup_dir, ec))
+      if (entry.path().extension() == ".safetensors" &&
+          std::find(candidates.begin(), candidates.end(), entry.path()) == candidates.end())
+        unlisted.push_back(entry.path());
+    std::sort(unlisted.begin(), unlisted.end(), [](const auto& a, const auto& b) {
+      return checkpoint::detail::checkpoint_number(a.stem().string()).value_or(-1) >
+             checkpoint::detail::checkpoint_number(b.stem().string()).value_or(-1);
+    });
+    candidates.insert(candidates.end(), unlisted.begin(), unlisted.end());
+    auto& m = model();
+    for (const auto& file : candidates) {
+      try {
+        std::vector<char> bytes = checkpoint::detail::read_file(file);
+        const training_state s = m.read_state(bytes, file.string());  // checked before any worker uses it
+        if (!damage.empty())
+          std::fprintf(stderr, "WARNING: backup_and_restore: the newer backups are unusable, falling back to an older one:%s\n", damage.c_str());
+        std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", s.position.epoch + 1,
+                     static_cast<long long>(s.position.step), file.string().c_str());
+        std::vector<char> found = tagged('S', file.string());
+        found.insert(found.end(), bytes.begin(), bytes.end());
+        return found;
+      } catch (const io_error& e) {
+        damage += std::string("\n  ") + e.what();
+      }
+    }
+    if (damage.empty()) return {};  // an empty folder
+    if (o_.start_over_if_unusable) {
+      std::fprintf(stderr, "WARNING: backup_and_restore: no backup in %s is usable; starting from scratch as asked:%s\n",
+                   o_.backup_dir.string().c_str(), damage.c_str());
+      return {};
+    }
+    const std::string message = "backup_and_restore: backups exist in " + o_.backup_dir.string() +
+                                " but none is usable:" + damage +
+                                "\nRestore one from elsewhere, delete the folder to start over, or pass "
+                                "start_over_if_unusable = true";
+    return tagged('E', message);
   }
 
+  static std::vector<char> tagged(char tag, const std::string& text) {
+    std::vector<char> v(text.size() + 2, '\0');
+    v[0] = tag;
+    std::copy(text.begin(), text.end(), v.begin() + 1);
+    return v;
+  }
 
   backup_and_restore_options o_;
+  checkpoint::checkpoint_manager backups_;
 };
 
 }  // namespace dtrain

@@ -4,7 +4,8 @@
 /// Callbacks are called a few times per step at most, so they are type-erased (a virtual base);
 /// the training step itself never goes through them.
 ///
-/// Contract: `set_params` and `set_model` come before `on_train_begin`; `logs` carry the running
+/// Contract: `set_params` and the model come before `on_train_begin` / `on_test_begin` /
+/// `on_predict_begin`, and the model is taken away when that loop ends (`bind_model`); `logs` carry the running
 /// loss and metrics (training hooks) and, at epoch end, `val_*` results when validation ran.
 /// A callback stops training by setting `model().stop_training`, as in Keras.
 
@@ -18,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dtrain/checkpoint/training_state.hpp"
 #include "dtrain/core/logs.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 
@@ -30,15 +32,12 @@ struct callback_params {
   int verbose = 1;
 };
 
-/// Where `fit` is: the epoch, the batches done in it, and the dataset iterator's state (JSON text).
-struct training_position {
-  int epoch = 0;
-  std::int64_t step = 0;
-  std::string data_state = "{}";
-};
+using checkpoint::training_position;
+using checkpoint::training_state;
 
 /// What a callback sees of the model being trained (Keras' `callback.model`), including what saving
-/// callbacks need: the training state in and out, and the replicas' collectives.
+/// callbacks need: the training state in and out, and the replicas' collectives. Calls marked
+/// "collective" must be made by every replica at the same point of training.
 class training_model {
  public:
   virtual ~training_model() = default;
@@ -46,16 +45,23 @@ class training_model {
   virtual std::vector<float> get_weights() = 0;
   virtual void set_weights(std::span<const float> weights) = 0;
   virtual any_optimizer& optimizer() = 0;
-  /// Writes weights, optimizer, generator and metric states plus `extra` to `path` (the chief calls it).
-  virtual void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) = 0;
-  /// Writes the weights alone (Keras save_weights).
+  /// Collective: the training state now, with the metric states summed over the replicas and `position`.
+  virtual training_state capture_state() = 0;
+  /// Writes `s` to `path` atomically (the chief calls it; see checkpoint/training_state.hpp).
+  virtual void write_state(const training_state& s, const std::filesystem::path& path) = 0;
+  /// Parses a file's bytes as a state of this model without changing it (throws on damage or mismatch).
+  virtual training_state read_state(std::span<const char> bytes, const std::string& file) = 0;
+  /// Puts `s` into the model; the replica with id 0 takes the summed metric states, the others zero.
+  virtual void apply_state(training_state s) = 0;
+  /// Writes the weights alone (Keras save_weights; the chief calls it).
   virtual void save_weights(const std::filesystem::path& path) = 0;
-  /// Loads what save_state wrote (throws on a damaged or mismatched file); returns the extra strings.
-  virtual std::map<std::string, std::string> load_state(const std::filesystem::path& path) = 0;
-  /// Gives every replica the chief's model state and `text` (restoring needs no shared file system).
-  virtual void sync_from_chief(std::string& text) = 0;
+  /// Collective: every replica gets the chief's `bytes`.
+  virtual void broadcast_from_chief(std::vector<char>& bytes) = 0;
+  /// Collective: the chief's `decision` on every replica (for decisions taken on per-replica values).
+  virtual bool chief_decides(bool decision) = 0;
   virtual bool is_chief() const = 0;
   virtual int num_replicas_in_sync() const = 0;
+  /// Collective: returns once every replica has entered it.
   virtual void barrier() = 0;
 
   /// Set to stop `fit` after the current batch (Keras' `model.stop_training`).
@@ -133,8 +139,23 @@ class callback_list {
   void set_params(const callback_params& p) const {
     for (auto& c : cs_) c->set_params(p);
   }
-  void set_model(training_model* m) const {
-    for (auto& c : cs_) c->set_model(m);
+  /// Gives `m` to every callback that has no model yet, until the returned guard goes (an exception
+  /// included), so no callback keeps a model that is gone. Nested loops (validation inside `fit`)
+  /// leave the outer loop's model in place.
+  [[nodiscard]] auto bind_model(training_model* m) const {
+    std::vector<callback*> bound;
+    for (auto& c : cs_)
+      if (!c->has_model()) c->set_model(m), bound.push_back(c.get().get());
+    struct guard {
+      std::vector<callback*> bound;
+      guard(std::vector<callback*> b) : bound(std::move(b)) {}
+      guard(const guard&) = delete;
+      guard& operator=(const guard&) = delete;
+      ~guard() {
+        for (callback* c : bound) c->set_model(nullptr);
+      }
+    };
+    return guard(std::move(bound));
   }
   void on_train_begin(const logs& l) const { each([&](callback& c) { c.on_train_begin(l); }); }
   void on_train_end(const logs& l) const { each([&](callback& c) { c.on_train_end(l); }); }

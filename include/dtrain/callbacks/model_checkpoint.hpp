@@ -2,12 +2,14 @@
 /// \file
 /// Keras `callbacks.ModelCheckpoint(filepath, monitor, mode, save_best_only, save_weights_only,
 /// save_freq)`. `filepath` may hold Keras' fields: `{epoch}` / `{epoch:02d}` (1-based, as Keras) and any
-/// logged quantity, e.g. `{val_loss:.4f}`. Only the chief writes (atomically), every worker waits.
+/// logged quantity, e.g. `{val_loss:.4f}`. Only the chief writes (atomically), every worker waits. A
+/// full save is a `training_state` (checkpoint/training_state.hpp), which `load_model` reads too.
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -79,21 +81,23 @@ class model_checkpoint : public callback {
   void save(int epoch, const logs& l) {
     auto& m = model();
     if (o_.save_best_only) {
+      // batch logs are this replica's own: the chief's decision is every replica's
       const auto v = best_.read(l, "ModelCheckpoint");
-      if (!v || !best_.improved(*v)) {
+      if (!m.chief_decides(v && best_.improved(*v))) {
         if (v && o_.verbose > 0 && m.is_chief())
           std::printf("\nEpoch %d: %s did not improve from %.5f\n", epoch + 1, o_.monitor.c_str(), double(best_.best));
         return;
       }
       if (o_.verbose > 0 && m.is_chief())
         std::printf("\nEpoch %d: %s improved from %.5f to %.5f\n", epoch + 1, o_.monitor.c_str(), double(best_.best), double(*v));
-      best_.best = *v;
+      if (v) best_.best = *v;
     }
+    const auto state = o_.save_weights_only ? std::optional<training_state>() : m.capture_state();
     if (m.is_chief()) {
       const std::filesystem::path path = detail::format_filepath(o_.filepath, epoch + 1, l);
       if (o_.verbose > 0) std::printf("\nEpoch %d: saving model to %s\n", epoch + 1, path.string().c_str());
-      if (o_.save_weights_only) m.save_weights(path);
-      else m.save_state(path, {});
+      if (state) m.write_state(*state, path);
+      else m.save_weights(path);
     }
     m.barrier();
   }

@@ -188,17 +188,19 @@ struct csv_logger_options {
 };
 
 /// Keras `callbacks.CSVLogger(filename)`: one row per epoch (epoch, then the logs in order), flushed
-/// as it is written.
+/// as it is written. Under a strategy only the chief writes (the logs are the same on every worker).
 class csv_logger : public callback {
  public:
   explicit csv_logger(std::string filename, csv_logger_options o = {}) : file_(std::move(filename)), o_(o) {}
   void on_train_begin(const logs&) override {
+    if (!model().is_chief()) return;
     const bool had = o_.append && std::ifstream(file_).good();
     out_ = std::make_shared<std::ofstream>(file_, o_.append ? std::ios::app : std::ios::trunc);
     if (!*out_) throw io_error("csv_logger: cannot open " + file_ + " for writing");
     header_written_ = had;
   }
   void on_epoch_end(int epoch, const logs& l) override {
+    if (!out_) return;
     if (!header_written_) {
       *out_ << "epoch";
       for (const auto& [k, v] : l) *out_ << o_.separator << k;

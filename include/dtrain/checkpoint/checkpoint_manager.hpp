@@ -6,9 +6,11 @@
 /// at any instant leaves the previous good one as latest; on restore a damaged latest checkpoint is
 /// reported and the previous one used.
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <fstream>
 #include <optional>
@@ -81,9 +83,21 @@ class checkpoint_manager {
   }
 
   /// Writes checkpoint N (the next number unless given) with the model, its optimizer and `state`
-  /// (extra strings, e.g. the training position), then points the index at it and drops the oldest.
+  /// (extra strings, e.g. the training position), reads it back, then points the index at it and drops
+  /// the oldest.
   template <class Model>
   std::filesystem::path save(Model& m, const std::map<std::string, std::string>& state = {}, std::int64_t number = -1) {
+    return save_with([&](const std::filesystem::path& p) { save_model(m, p, state); },
+                     [&](const std::filesystem::path& p) { read_model(m, load_safetensors(p), p.string()); }, number);
+  }
+
+  /// Writes checkpoint N with `write(path)` and checks it with `verify(path)` (which throws when the file
+  /// does not read back: checksums, architecture), and only then points the index at it and drops the
+  /// oldest. A checkpoint that does not verify is removed and the error rethrown; the index and the
+  /// older checkpoints stay as they were.
+  std::filesystem::path save_with(const std::function<void(const std::filesystem::path&)>& write,
+                                  const std::function<void(const std::filesystem::path&)>& verify,
+                                  std::int64_t number = -1) {
     auto all = detail::read_index(dir_);
     if (number < 0) {
       number = 1;
@@ -96,7 +110,14 @@ class checkpoint_manager {
     }
     const std::string name = "ckpt-" + std::to_string(number);
     const auto path = dir_ / (name + ".safetensors");
-    save_model(m, path, state);  // durable before the index names it
+    write(path);  // durable before the index names it
+    try {
+      verify(path);
+    } catch (const error&) {
+      std::error_code ec;
+      if (std::find(all.begin(), all.end(), name) == all.end()) std::filesystem::remove(path, ec);
+      throw;
+    }
     std::erase(all, name);
     all.push_back(name);
     std::vector<std::string> dropped;

@@ -11,9 +11,9 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,25 +132,51 @@ void load_weights(Model& m, const std::filesystem::path& path) {
   m.set_weights(staged);
 }
 
-/// Keras `model.save(path)`: weights, optimizer state and the architecture's signature; extra named
-/// strings (training state) go into the metadata.
+/// What a model file holds for a model: its weights, and the optimizer's state and constant learning
+/// rate when the model is compiled with that optimizer. `read_model` fills it from a file, checked
+/// against the model but not yet in it, so a refused file changes nothing.
+struct model_values {
+  std::vector<float> weights;
+  std::optional<optimizer_state> optimizer;
+  std::optional<float> learning_rate;  // a constant rate is state: a callback (ReduceLROnPlateau) may change it
+};
+
+/// The model's values now.
 template <class Model>
-void save_model(Model& m, const std::filesystem::path& path, const std::map<std::string, std::string>& extra = {}) {
-  const std::vector<float> weights = m.get_weights();
-  auto tensors = weight_views(m, weights);
+model_values values_of(Model& m) {
+  model_values v{m.get_weights(), std::nullopt, std::nullopt};
+  if (m.compiled()) {
+    v.optimizer = m.optimizer().state();
+    if (m.optimizer().learning_rate_is_constant()) v.learning_rate = m.optimizer().learning_rate();
+  }
+  return v;
+}
+
+/// Writes `v` (values of `m`'s architecture) with `m`'s signature, `extra` metadata and `more` tensors to `path`.
+template <class Model>
+void save_values(Model& m, const model_values& v, const std::filesystem::path& path,
+                 const std::map<std::string, std::string>& extra = {}, const std::vector<tensor_view>& more = {}) {
+  auto tensors = weight_views(m, v.weights);
   auto meta = detail::metadata(m, "model");
   std::vector<float> scalars;
-  optimizer_state st;
-  if (m.compiled()) {
-    st = m.optimizer().state();
-    auto ov = optimizer_views(m, st, m.optimizer().learning_rate(), scalars);
+  if (v.optimizer && m.compiled()) {
+    const optimizer_state& st = *v.optimizer;
+    auto ov = optimizer_views(m, st, v.learning_rate.value_or(m.optimizer().learning_rate()), scalars);
     tensors.insert(tensors.end(), ov.begin(), ov.end());
     meta["dtrain.optimizer"] = m.optimizer().name();
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
     meta["dtrain.optimizer.slots"] = std::to_string(m.count_params() == 0 ? 0 : st.slots.size() / m.count_params());
   }
-  for (const auto& [k, v] : extra) meta[k] = v;
+  for (const auto& [k, x] : extra) meta[k] = x;
+  tensors.insert(tensors.end(), more.begin(), more.end());
   save_safetensors(path, tensors, meta);
+}
+
+/// Keras `model.save(path)`: weights, optimizer state and the architecture's signature; extra named
+/// strings go into the metadata.
+template <class Model>
+void save_model(Model& m, const std::filesystem::path& path, const std::map<std::string, std::string>& extra = {}) {
+  save_values(m, values_of(m), path, extra);
 }
 
 namespace detail {
@@ -173,52 +199,59 @@ inline std::int64_t meta_int(const safetensors_file& f, const std::string& key, 
 }
 }  // namespace detail
 
-/// Restores what `save_model` wrote into `m` (weights, and the optimizer state when `m` is compiled with
-/// the same optimizer); returns the file's metadata. A damaged file is an `io_error` and leaves `m` as it was;
-/// `check(metadata)` may refuse it too (after the signature and optimizer checks), before anything is changed.
+/// What `save_values` / `save_model` wrote in `f` (named `file` in errors), checked against `m`: the
+/// architecture, the optimizer, every shape and number. A damaged file is an `io_error`, another model
+/// or optimizer a `shape_error` / `value_error`; `m` is not changed.
 template <class Model>
-std::map<std::string, std::string> restore_model(
-    Model& m, const std::filesystem::path& path,
-    const std::function<void(const std::map<std::string, std::string>&)>& check = {}) {
-  const auto f = load_safetensors(path);
-  const std::string file = path.string();
+model_values read_model(Model& m, const safetensors_file& f, const std::string& file) {
   detail::check_signature(m, f, file, "load_model");
-  std::vector<float> staged = m.get_weights();
-  detail::copy_in(f, weight_views(m, staged), staged, file, "load_model");
-  optimizer_state st;
-  const bool with_optimizer = m.compiled() && f.metadata.count("dtrain.optimizer.iterations");
-  if (with_optimizer) {
-    const std::string name = detail::meta_text(f, "dtrain.optimizer", file);
-    if (name != m.optimizer().name())
-      throw value_error("load_model: " + file + " holds the state of optimizer " + name +
-                        " but the model is compiled with " + m.optimizer().name());
-    // every slot is a copy of the parameters that the file must hold: that bounds what is allocated
-    std::size_t in_file = 0;
-    for (const auto& t : f.tensors) in_file += t.data.size();
-    const std::size_t n = m.count_params();
-    const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0,
-                                                    std::int64_t(n ? in_file / n : 0)));
-    st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());
-    st.slots.assign(slots * n, 0.0f);
-    std::vector<float> scalars;
-    const auto want = optimizer_views(m, st, 0.0f, scalars);
-    for (std::size_t i = 2; i < want.size(); ++i) {
-      const named_tensor* t = f.find(want[i].name);
-      if (!t || t->shape != want[i].shape)
-        throw io_error("load_model: " + file + ": optimizer tensor '" + want[i].name + "' is missing or mis-shaped");
-      std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
-    }
+  model_values v{m.get_weights(), std::nullopt, std::nullopt};
+  detail::copy_in(f, weight_views(m, v.weights), v.weights, file, "load_model");
+  if (!m.compiled() || !f.metadata.count("dtrain.optimizer.iterations")) return v;
+  const std::string name = detail::meta_text(f, "dtrain.optimizer", file);
+  if (name != m.optimizer().name())
+    throw value_error("load_model: " + file + " holds the state of optimizer " + name +
+                      " but the model is compiled with " + m.optimizer().name());
+  // every slot is a copy of the parameters that the file must hold: that bounds what is allocated
+  std::size_t in_file = 0;
+  for (const auto& t : f.tensors) in_file += t.data.size();
+  const std::size_t n = m.count_params();
+  const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0, std::int64_t(n ? in_file / n : 0)));
+  optimizer_state& st = v.optimizer.emplace();
+  st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());
+  st.slots.assign(slots * n, 0.0f);
+  std::vector<float> scalars;
+  const auto want = optimizer_views(m, st, 0.0f, scalars);
+  for (std::size_t i = 2; i < want.size(); ++i) {
+    const named_tensor* t = f.find(want[i].name);
+    if (!t || t->shape != want[i].shape)
+      throw io_error("load_model: " + file + ": optimizer tensor '" + want[i].name + "' is missing or mis-shaped");
+    std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
   }
-  // a constant learning rate may have been changed by a callback (ReduceLROnPlateau): it is state too
   const named_tensor* lr = f.find("optimizer/vars/1");
-  const bool with_lr = with_optimizer && m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1;
-  if (with_lr && !(std::isfinite(lr->data[0]) && lr->data[0] >= 0.0f))
-    throw io_error("load_model: " + file + ": the learning rate (optimizer/vars/1) is " + std::to_string(lr->data[0]) +
-                   ", not a finite non-negative number");
-  if (check) check(f.metadata);  // after the model's own checks, before anything changes
-  m.set_weights(staged);
-  if (with_optimizer) m.optimizer().set_state(std::move(st));
-  if (with_lr) m.optimizer().set_learning_rate(lr->data[0]);
+  if (m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1) {
+    if (!(std::isfinite(lr->data[0]) && lr->data[0] >= 0.0f))
+      throw io_error("load_model: " + file + ": the learning rate (optimizer/vars/1) is " + std::to_string(lr->data[0]) +
+                     ", not a finite non-negative number");
+    v.learning_rate = lr->data[0];
+  }
+  return v;
+}
+
+/// Puts what `read_model` returned into `m`.
+template <class Model>
+void apply_values(Model& m, model_values v) {
+  m.set_weights(v.weights);
+  if (v.optimizer) m.optimizer().set_state(std::move(*v.optimizer));
+  if (v.learning_rate) m.optimizer().set_learning_rate(*v.learning_rate);
+}
+
+/// Restores what `save_model` wrote into `m` (weights, and the optimizer state when `m` is compiled with
+/// the same optimizer); returns the file's metadata. A refused file leaves `m` as it was.
+template <class Model>
+std::map<std::string, std::string> restore_model(Model& m, const std::filesystem::path& path) {
+  const auto f = load_safetensors(path);
+  apply_values(m, read_model(m, f, path.string()));
   return f.metadata;
 }
 

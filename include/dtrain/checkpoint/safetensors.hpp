@@ -151,11 +151,10 @@ struct safetensors_file {
   }
 };
 
-/// Reads a safetensors file of float32 tensors, checking its structure and (when present) the CRC-32 of
-/// every tensor. Every defect is an `io_error` naming the file and what is wrong.
-inline safetensors_file load_safetensors(const std::filesystem::path& path) {
-  const std::vector<char> b = detail::read_file(path);
-  const std::string f = path.string();
+/// Parses the bytes of a safetensors file of float32 tensors (`f` names it in errors), checking its
+/// structure and (when present) the CRC-32 of every tensor. Every defect is an `io_error` naming the
+/// file and what is wrong.
+inline safetensors_file parse_safetensors(std::span<const char> b, const std::string& f) {
   if (b.size() < 8) throw io_error(f + ": truncated safetensors file (" + std::to_string(b.size()) + " bytes)");
   std::uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(b[std::size_t(i)]);
@@ -224,6 +223,11 @@ inline safetensors_file load_safetensors(const std::filesystem::path& path) {
     return pos(a.name) < pos(c.name);
   });
   return out;
+}
+
+/// Reads a safetensors file of float32 tensors: `parse_safetensors` of its bytes.
+inline safetensors_file load_safetensors(const std::filesystem::path& path) {
+  return parse_safetensors(detail::read_file(path), path.string());
 }
 
 }  // namespace dtrain::checkpoint

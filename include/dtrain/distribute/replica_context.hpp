@@ -37,6 +37,10 @@ class replica_context {
   virtual void all_reduce(std::span<float> data, reduce_op op) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
   virtual void broadcast_bytes(std::span<std::byte> data, int root) = 0;
+  /// Every replica's `in` (all the same size) into `out`, in replica order.
+  virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
+  /// Returns once every replica has entered it.
+  virtual void barrier() = 0;
 };
 
 namespace detail {

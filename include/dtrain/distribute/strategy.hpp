@@ -294,6 +294,8 @@ class multi_worker_mirrored_strategy final : public replica_context {
   void all_reduce(std::span<float> data, reduce_op op) override { comm_.all_reduce(data, op); }
   void broadcast(std::span<float> data, int root) override { comm_.broadcast(data, root); }
   void broadcast_bytes(std::span<std::byte> data, int root) override { comm_.broadcast(data, root); }
+  void all_gather(std::span<const float> in, std::span<float> out) override { comm_.all_gather(in, out); }
+  void barrier() override { comm_.barrier(); }
 
  private:
   struct launcher {

@@ -10,15 +10,13 @@
 /// The loops are templates over the model type, gathered in `detail::trainer<Model>`, which the model's
 /// `fit` / `evaluate` / `predict` members call (model/sequential.hpp declares it; this header defines it).
 
-#include <bit>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <cstdlib>
-#include <sstream>
 
 #include "dtrain/callbacks/callback.hpp"
-#include "dtrain/checkpoint/model_io.hpp"
+#include "dtrain/checkpoint/training_state.hpp"
 #include "dtrain/core/preemption.hpp"
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
@@ -56,9 +54,15 @@ struct predict_options {
   std::int64_t steps = 0;
   int verbose = 0;
   std::size_t batch_size = 32;  // for predict(x) only
+  callback_list callbacks{};
 };
 
 namespace detail {
+
+template <class Model>
+bool replicated(const Model& m) {
+  return m.replica() && m.replica()->num_replicas_in_sync() > 1;
+}
 
 template <class Model>
 class model_handle final : public training_model {
@@ -68,103 +72,45 @@ class model_handle final : public training_model {
   void set_weights(std::span<const float> w) override { m_.set_weights(w); }
   any_optimizer& optimizer() override { return m_.optimizer(); }
 
-  void save_state(const std::filesystem::path& path, const std::map<std::string, std::string>& extra) override {
-    auto meta = extra;
-    meta["dtrain.rng"] = m_.generator().state();
-    meta["dtrain.metrics"] = metric_text();
-    checkpoint::save_model(m_, path, meta);
+  training_state capture_state() override {
+    training_state s = checkpoint::capture_training_state(m_);
+    // at an epoch's start there are no running metrics (at its end every replica holds the sums already)
+    if (position.step == 0) std::fill(s.metrics.begin(), s.metrics.end(), 0.0f);
+    else if (replicated(m_)) m_.replica()->all_reduce(s.metrics, reduce_op::sum);
+    s.position = position;
+    s.position.world_size = m_.replicas();
+    return s;
+  }
+  void write_state(const training_state& s, const std::filesystem::path& path) override {
+    checkpoint::write_training_state(m_, s, path);
+  }
+  training_state read_state(std::span<const char> bytes, const std::string& file) override {
+    return checkpoint::read_training_state(m_, bytes, file);
+  }
+  void apply_state(training_state s) override {
+    checkpoint::apply_training_state(m_, std::move(s), !m_.replica() || m_.replica()->replica_id() == 0);
   }
   void save_weights(const std::filesystem::path& path) override { checkpoint::save_weights(m_, path); }
-  std::map<std::string, std::string> load_state(const std::filesystem::path& path) override {
-    // the generator and metric states are checked before restore_model changes anything
-    std::optional<rng> generator;
-    std::optional<std::vector<float>> metric_states;
-    auto meta = checkpoint::restore_model(m_, path, [&](const std::map<std::string, std::string>& meta) {
-      if (const auto it = meta.find("dtrain.rng"); it != meta.end()) try {
-          generator.emplace().set_state(it->second);
-        } catch (const value_error&) {
-          throw io_error(path.string() + ": the generator state (dtrain.rng) is damaged");
-        }
-      if (const auto it = meta.find("dtrain.metrics"); it != meta.end())
-        if (!(metric_states = parse_metric_text(it->second)))
-          throw io_error(path.string() + ": the metric states (dtrain.metrics) are damaged: expected " +
-                         std::to_string(metric_values()) + " numbers");
-    });
-    if (generator) m_.generator() = *generator;
-    if (metric_states) set_metric_states(*metric_states);
-    return meta;
+  void broadcast_from_chief(std::vector<char>& bytes) override {
+    if (!replicated(m_)) return;
+    std::uint64_t n = bytes.size();
+    m_.replica()->broadcast_bytes(std::as_writable_bytes(std::span<std::uint64_t>(&n, 1)), 0);
+    bytes.resize(n);
+    m_.replica()->broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes)), 0);
   }
-  void sync_from_chief(std::string& text) override {
-    replica_context* rc = m_.replica();
-    if (!rc || rc->num_replicas_in_sync() == 1) return;
-    // everything but the parameters and optimizer slots travels as one text
-    optimizer_state st = m_.optimizer().state();
-    std::string blob = rc->is_chief() ? std::to_string(st.iterations) + "\n" + std::to_string(st.slots.size()) + "\n" +
-                                            m_.generator().state() + "\n" + metric_text() + "\n" +
-                                            std::to_string(std::bit_cast<std::uint32_t>(m_.optimizer().learning_rate())) +
-                                            "\n" + text
-                                      : std::string();
-    std::uint64_t len = blob.size();
-    rc->broadcast_bytes(std::as_writable_bytes(std::span<std::uint64_t>(&len, 1)), 0);
-    blob.resize(len);
-    rc->broadcast_bytes(std::as_writable_bytes(std::span<char>(blob.data(), blob.size())), 0);
-    std::istringstream in(blob);
-    std::string line, slots;
-    std::getline(in, line), st.iterations = std::stoll(line);
-    std::getline(in, slots);
-    st.slots.resize(std::stoull(slots));
-    std::getline(in, line), m_.generator().set_state(line);
-    std::getline(in, line), set_metric_states(parse_metric_text(line).value());  // the chief's own text
-    std::getline(in, line);
-    if (m_.optimizer().learning_rate_is_constant())
-      m_.optimizer().set_learning_rate(std::bit_cast<float>(std::uint32_t(std::stoul(line))));
-    std::getline(in, text, '\0');
-    std::vector<float> weights = m_.get_weights();
-    rc->broadcast(weights, 0);
-    m_.set_weights(weights);
-    rc->broadcast(st.slots, 0);
-    m_.optimizer().set_state(std::move(st));
+  bool chief_decides(bool decision) override {
+    if (!replicated(m_)) return decision;
+    std::byte b{decision};
+    m_.replica()->broadcast_bytes(std::span<std::byte>(&b, 1), 0);
+    return b != std::byte{0};
   }
   bool is_chief() const override { return !m_.replica() || m_.replica()->is_chief(); }
   int num_replicas_in_sync() const override { return m_.replicas(); }
   void barrier() override {
-    if (!m_.replica()) return;
-    float f = 0.0f;
-    m_.replica()->all_reduce(std::span<float>(&f, 1), reduce_op::sum);
+    if (m_.replica()) m_.replica()->barrier();
   }
 
  private:
-  std::string metric_text() {
-    std::ostringstream o;
-    o.precision(9);
-    for (float v : m_.loss_tracker().state().values) o << v << ' ';
-    for (auto& x : m_.metrics())
-      for (float v : x.state().values) o << v << ' ';
-    return o.str();
-  }
-  std::size_t metric_values() {
-    std::size_t n = m_.loss_tracker().state().values.size();
-    for (auto& x : m_.metrics()) n += x.state().values.size();
-    return n;
-  }
-  /// What metric_text wrote, when it is exactly metric_values() numbers.
-  std::optional<std::vector<float>> parse_metric_text(const std::string& t) {
-    std::istringstream in(t);
-    std::vector<float> values(metric_values());
-    std::string word;
-    for (float& v : values) {  // strtof, unlike >>, reads back the "nan" and "inf" a diverged loss writes
-      char* end = nullptr;
-      if (!(in >> word) || (v = std::strtof(word.c_str(), &end), *end)) return std::nullopt;
-    }
-    if (in >> word) return std::nullopt;
-    return values;
-  }
-  void set_metric_states(const std::vector<float>& values) {
-    auto it = values.begin();
-    for (float& v : m_.loss_tracker().state().values) v = *it++;
-    for (auto& x : m_.metrics())
-      for (float& v : x.state().values) v = *it++;
-  }
   Model& m_;
 };
 
@@ -179,13 +125,10 @@ inline void ran_out_warning(std::int64_t steps, int epochs) {
 /// Under a strategy: sums the loss and metric states of all replicas, so every worker reports the same.
 template <class Model>
 void aggregate_metrics(Model& m) {
-  replica_context* rc = m.replica();
-  if (!rc || rc->num_replicas_in_sync() == 1) return;
-  std::vector<float> v(m.loss_tracker().state().values.begin(), m.loss_tracker().state().values.end());
-  for (auto& x : m.metrics()) v.insert(v.end(), x.state().values.begin(), x.state().values.end());
-  rc->all_reduce(v, reduce_op::sum);
-  m.loss_tracker().state().values = {v[0], v[1]};
-  for (std::size_t i = 0; i < m.metrics().size(); ++i) m.metrics()[i].state().values = {v[2 + 2 * i], v[3 + 2 * i]};
+  if (!replicated(m)) return;
+  std::vector<float> v = checkpoint::metric_states(m);
+  m.replica()->all_reduce(v, reduce_op::sum);
+  checkpoint::set_metric_states(m, v);
 }
 
 /// Under a strategy: stop (or take a preemption) when any replica asks to, so all replicas run the
@@ -197,11 +140,6 @@ std::pair<bool, bool> agree_to_stop(Model& m, bool stop, bool preempt) {
   float flags[2] = {stop ? 1.0f : 0.0f, preempt ? 1.0f : 0.0f};
   rc->all_reduce(std::span<float>(flags, 2), reduce_op::max);
   return {flags[0] > 0.0f, flags[1] > 0.0f};
-}
-
-template <class Model>
-bool replicated(const Model& m) {
-  return m.replica() && m.replica()->num_replicas_in_sync() > 1;
 }
 
 /// `ds` split among the replicas of the strategy that made `m`, by the dataset's auto-shard policy.
@@ -225,6 +163,8 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
     throw usage_error("evaluate: the dataset repeats forever; pass steps");
   const std::int64_t target = o.steps > 0 ? o.steps : (card >= 0 ? card : -1);
   progbar bar(target, o.verbose);
+  model_handle<Model> handle(m);
+  const auto bound = o.callbacks.bind_model(&handle);
   o.callbacks.on_test_begin({});
   auto it = ds.iterate(0);
   std::int64_t step = 0;
@@ -293,11 +233,15 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   if (o.steps <= 0 && card == data::infinite) throw usage_error("predict: the dataset repeats forever; pass steps");
   const std::int64_t target = o.steps > 0 ? o.steps : (card >= 0 ? card : -1);
   progbar bar(target, m.replica() && !m.replica()->is_chief() ? 0 : o.verbose);
+  model_handle<Model> handle(m);
+  const auto bound = o.callbacks.bind_model(&handle);
+  o.callbacks.on_predict_begin({});
   auto it = ds.iterate(0);
   std::vector<float> out, counts;
   std::size_t rows = 0;
   std::int64_t step = 0;
   while (target < 0 || step < target) {
+    o.callbacks.on_predict_batch_begin(step, {});
     auto b = it.next();
     if (!b) break;
     const std::size_t n = batch_rows(*b);
@@ -307,9 +251,11 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
     }
     rows += n;
     counts.push_back(float(n));
+    o.callbacks.on_predict_batch_end(step, {});
     bar.update(++step, {});
   }
   bar.update(step, {}, true);
+  o.callbacks.on_predict_end({});
   if (m.replica() && m.replica()->num_replicas_in_sync() > 1) {
     out = gather_predictions(m, out, counts);
     rows = out.size() / Model::output_shape::size;
@@ -318,6 +264,50 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   for (std::size_t i = 0; i < Model::output_shape::rank; ++i) e.push_back(Model::output_shape::dims[i]);
   return from_span(out, e);
 }
+
+template <class D>
+struct is_per_replica : std::false_type {};
+template <class D>
+struct is_per_replica<per_replica_dataset<D>> : std::true_type {};
+
+/// Whether `ds`'s iterator state counts batches of the global pipeline, the same on every worker
+/// whatever their number: DATA sharding's does; FILE sharding's, OFF's and a per-worker pipeline's do not.
+template <class D>
+bool position_is_global(const D& ds) {
+  if constexpr (is_per_replica<D>::value) return false;
+  else if constexpr (requires { ds.policy(); }) return ds.policy() == data::auto_shard_policy::data;
+  else return true;
+}
+
+/// A state saved by another number of workers resumes only where its data position is global.
+template <class D>
+void check_resumable(const training_position& p, const D& ds, int workers) {
+  if (p.world_size != workers && !position_is_global(ds))
+    throw config_error("fit: the backup was written by " + std::to_string(p.world_size) + " workers but this run has " +
+                       std::to_string(workers) + ", and its data position is per worker (FILE or OFF sharding, or "
+                       "distribute_datasets_from_function); resume with " + std::to_string(p.world_size) +
+                       " workers, shard by DATA, or delete the backup to start over");
+}
+
+/// After a resume, the global batch must be the one the state was saved with (a smaller last batch of
+/// a pass excepted): the data position counts batches, so another batch size would skip or repeat data.
+struct global_batch_check {
+  std::int64_t saved = 0;  // 0: nothing (more) to check
+  int saved_world = 1;
+  bool smaller_seen = false;
+  void operator()(std::int64_t rows, int world) {
+    if (saved == 0) return;
+    if (rows > saved || (rows < saved && smaller_seen))
+      throw config_error("fit: the backup was written with a global batch of " + std::to_string(saved) + " rows (" +
+                         std::to_string(saved_world) + " workers) but this run's global batch is " +
+                         std::to_string(rows) + " rows (" + std::to_string(world) +
+                         " workers); resuming needs the same global batch: make the per-worker batch " +
+                         std::to_string(saved) + " / " + std::to_string(world) + " (the global batch must divide among "
+                         "the workers), or delete the backup to start over");
+    smaller_seen = rows < saved;
+    if (rows == saved) saved = 0;
+  }
+};
 
 template <class Model, data::dataset D>
 history run_fit(Model& m, const D& ds, fit_options o) {
@@ -342,26 +332,37 @@ history run_fit(Model& m, const D& ds, fit_options o) {
   if (o.verbose > 0) cbs.push_front(progbar_logger{});
   cbs.push_back(hist);
   model_handle<Model> handle(m);
-  cbs.set_model(&handle);
+  const auto bound = cbs.bind_model(&handle);
   cbs.set_params({o.epochs, steps, o.verbose});
+  // where the next backup resumes: `data` is the dataset iterator's state there
+  auto at = [&](int epoch, std::int64_t step, nlohmann::json data) {
+    handle.position.epoch = epoch, handle.position.step = step, handle.position.data = std::move(data);
+  };
 
   std::optional<data::iterator<D>> it;
   if (o.steps_per_epoch > 0) it.emplace(ds, 0);
   logs l;
   cbs.on_train_begin(l);
   std::optional<training_position> resume = std::exchange(handle.resume, std::nullopt);  // from a backup
+  global_batch_check same_batch;
+  if (resume) {
+    check_resumable(*resume, ds, m.replicas());
+    handle.position.global_batch = same_batch.saved = resume->global_batch;
+    same_batch.saved_world = resume->world_size;
+  }
   bool ran_out = false;
   for (int epoch = resume ? resume->epoch : o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
     std::int64_t step = 0;
-    if (!resume) m.reset_metrics();  // a resumed epoch keeps the restored running metrics
+    // a resumed epoch keeps the restored running metrics, unless it resumes at its start
+    if (!resume || resume->step == 0) m.reset_metrics();
     cbs.on_epoch_begin(epoch, l);
     if (o.steps_per_epoch <= 0) it.emplace(ds, static_cast<std::uint64_t>(epoch));
     if (resume) {
-      it->restore(nlohmann::json::parse(resume->data_state));
+      it->restore(resume->data);
       step = resume->step;
       resume.reset();
     }
-    handle.position = {epoch, step, it->save().dump()};
+    at(epoch, step, it->save());
     l = m.metric_results();
     while (steps < 0 || step < steps) {
       cbs.on_train_batch_begin(step, l);
@@ -370,8 +371,11 @@ history run_fit(Model& m, const D& ds, fit_options o) {
         if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
         break;
       }
+      const auto rows = static_cast<std::int64_t>(it->global_rows() ? it->global_rows() : b->first.shape()[0]);
+      same_batch(rows, m.replicas());  // before the step: a refused resume changes nothing
+      handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
-      handle.position = {epoch, step + 1, it->save().dump()};
+      at(epoch, step + 1, it->save());
       cbs.on_train_batch_end(step++, l);
       const auto [stop, preempt] = agree_to_stop(m, handle.stop_training, preemption_requested());
       if (preempt) {
@@ -386,17 +390,17 @@ history run_fit(Model& m, const D& ds, fit_options o) {
     aggregate_metrics(m);
     l = m.metric_results();
     // at the epoch's end a backup resumes at the next epoch's start
-    if (o.steps_per_epoch > 0) handle.position = {epoch + 1, 0, it->save().dump()};
-    else handle.position = {epoch + 1, 0, data::to_json(data::iterator_state{std::uint64_t(epoch + 1), 0}).dump()};
+    if (o.steps_per_epoch > 0) at(epoch + 1, 0, it->save());
+    else at(epoch + 1, 0, data::to_json(data::iterator_state{std::uint64_t(epoch + 1), 0}));
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
       const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
       for (const auto& [k, x] : v) l.set("val_" + k, x);
     }
     cbs.on_epoch_end(epoch, l);
+    handle.stop_training = agree_to_stop(m, handle.stop_training, false).first;  // one replica's stop is all's
     if (handle.stop_training) break;
   }
   cbs.on_train_end(l);
-  cbs.set_model(nullptr);
   return *hist;
 }
 

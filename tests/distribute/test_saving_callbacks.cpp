@@ -1,0 +1,235 @@
+// The callbacks that save or stop, on real loopback rings of 2 and 3 workers: every decision that leads
+// to a collective is the same on every worker (whatever each replica's own batch logs say), only the
+// chief writes, and a backup written by N workers resumes on M when the global batch is the same.
+#include <filesystem>
+#include <optional>
+
+#include "support/helpers.hpp"
+#include "support/loopback.hpp"
+#include "support/mirrored.hpp"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+using dtrain_test::temp_dir;
+
+namespace {
+using net = dtrain_test::small_net;
+
+struct outcome {
+  std::vector<float> weights;
+  history hist;
+  std::int64_t iterations = 0;
+  float learning_rate = 0.0f;
+};
+
+/// Throws after `limit` batches: a crash of every worker at the same step.
+struct crash_after : callback {
+  std::int64_t limit, seen = 0;
+  explicit crash_after(std::int64_t l) : limit(l) {}
+  void on_train_batch_end(std::int64_t, const logs&) override {
+    if (++seen == limit) throw std::runtime_error("simulated crash");
+  }
+};
+
+/// Trains `net` on p workers, global batch `global` (DATA sharding: each replica its rows of every
+/// batch, so the replicas' batch logs differ), `epochs` epochs of 48 examples; `callbacks(rank)` gives
+/// each worker its callbacks. Returns each worker's outcome.
+template <class Callbacks>
+std::vector<outcome> train(int p, Callbacks callbacks, int epochs = 4, std::size_t global = 12,
+                           std::optional<tensor> features = std::nullopt) {
+  auto [x, y] = dtrain_test::three_class_problem(48);
+  if (features) x = *features;
+  std::vector<outcome> out(std::size_t(p), outcome{});
+  dtrain_test::on_workers(p, [&](auto& s, int r) {
+    auto model = s.template make_model<net>(3 + std::uint64_t(r));
+    model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                   .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                   .metrics = {accuracy{}}});
+    fit_options o{.epochs = epochs, .verbose = 0};
+    o.callbacks = callback_list(callbacks(r));
+    auto& mine = out[std::size_t(r)];
+    mine.hist = model.fit(data::from_tensor_slices(x, y) | data::batch(global), o);
+    mine.weights = model.get_weights();
+    mine.iterations = model.optimizer().iterations();
+    mine.learning_rate = model.optimizer().learning_rate();
+  });
+  return out;
+}
+
+void same_on_every_worker(const std::vector<outcome>& out) {
+  for (std::size_t r = 1; r < out.size(); ++r) {
+    BOOST_TEST_CONTEXT("worker " << r) {
+      BOOST_TEST(out[r].weights == out[0].weights, tt::per_element());
+      BOOST_TEST(out[r].hist.values == out[0].hist.values);
+      BOOST_TEST(out[r].iterations == out[0].iterations);
+      BOOST_TEST(out[r].learning_rate == out[0].learning_rate);
+    }
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(saving_callbacks)
+
+BOOST_AUTO_TEST_CASE(model_checkpoint_in_every_mode_decides_alike_and_only_the_chief_writes) {
+  // save_best_only with a numeric save_freq decides on batch logs, which are each replica's own: the
+  // chief's decision is everyone's (before, the workers issued different collectives and the job failed)
+  for (int p : {2, 3}) {
+    temp_dir t;
+    const auto out = train(p, [&](int r) {
+      std::vector<callback_ref> cbs;
+      for (bool best : {false, true})
+        for (bool weights_only : {false, true})
+          for (int every : {0, 2}) {
+            const auto dir = t.path / ("w" + std::to_string(r)) /
+                             ((best ? "best-" : "all-") + std::string(weights_only ? "weights-" : "model-") +
+                              (every ? "batch" : "epoch"));
+            cbs.push_back(model_checkpoint({.filepath = (dir / "{epoch}.safetensors").string(), .monitor = "loss",
+                                            .save_best_only = best, .save_weights_only = weights_only,
+                                            .save_freq = every ? std::variant<std::string, std::int64_t>(std::int64_t(every))
+                                                               : std::variant<std::string, std::int64_t>("epoch")}));
+          }
+      return cbs;
+    });
+    BOOST_TEST_CONTEXT("p = " << p) {
+      same_on_every_worker(out);
+      for (int r = 1; r < p; ++r) BOOST_TEST(!fs::exists(t.path / ("w" + std::to_string(r))));  // the chief writes
+      BOOST_TEST(fs::exists(t.path / "w0/all-model-epoch/4.safetensors"));
+      BOOST_TEST(fs::exists(t.path / "w0/all-weights-batch/4.safetensors"));
+      BOOST_TEST(fs::exists(t.path / "w0/best-model-batch/1.safetensors"));  // the first batch always improves
+      // what the chief wrote at the end is the weights every worker holds
+      net back(9);
+      checkpoint::load_weights(back, t.path / "w0/all-weights-epoch/4.safetensors");
+      BOOST_TEST(back.get_weights() == out[0].weights, tt::per_element());
+      net full(9);
+      full.compile({.optimizer = adam{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+      checkpoint::restore_model(full, t.path / "w0/all-model-epoch/4.safetensors");
+      BOOST_TEST(full.get_weights() == out[0].weights, tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(early_stopping_reduce_lr_and_a_one_worker_stop_end_every_worker_alike) {
+  for (int p : {2, 3}) {
+    BOOST_TEST_CONTEXT("p = " << p) {
+      // EarlyStopping and ReduceLROnPlateau on the aggregated epoch logs
+      const auto out = train(p, [](int) {
+        return std::vector<callback_ref>{early_stopping({.monitor = "loss", .min_delta = 0.02f, .patience = 1}),
+                                         reduce_lr_on_plateau({.monitor = "loss", .factor = 0.5f, .patience = 0,
+                                                               .min_delta = 0.05f})};
+      }, 12);
+      same_on_every_worker(out);
+      BOOST_TEST(out[0].learning_rate < 0.01f);  // the plateau was reached...
+      BOOST_TEST(out[0].hist.epochs.size() < 12u);  // ...and training stopped early, on every worker
+      // a stop that only the last worker asks for, at the end of epoch 2, stops everyone there
+      struct stop_here : callback {
+        bool mine;
+        explicit stop_here(bool m) : mine(m) {}
+        void on_epoch_end(int epoch, const logs&) override {
+          if (mine && epoch == 1) model().stop_training = true;
+        }
+      };
+      const auto one = train(p, [p](int r) { return std::vector<callback_ref>{stop_here(r == p - 1)}; });
+      same_on_every_worker(one);
+      BOOST_TEST(one[0].hist.epochs.size() == 2u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(terminate_on_nan_on_one_replica_stops_every_worker_at_that_step) {
+  // a NaN in the rows only replica 1 takes of batch 3: its loss is NaN, the others' is not (yet)
+  auto [x, y] = dtrain_test::three_class_problem(48);
+  for (int p : {2, 3}) {
+    tensor bad = x;
+    const std::size_t per = 12 / std::size_t(p);
+    bad(2 * 12 + per + 1, 0) = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> first_losses(std::size_t(p), 0.0f);
+    const auto out = train(p, [&](int r) {
+      return std::vector<callback_ref>{terminate_on_nan(), lambda_callback({.on_train_batch_end = [&, r](std::int64_t b, const logs& l) {
+        if (b == 2) first_losses[std::size_t(r)] = l["loss"];
+      }})};
+    }, 4, 12, bad);
+    BOOST_TEST_CONTEXT("p = " << p) {
+      BOOST_TEST(!std::isfinite(first_losses[1]));
+      BOOST_TEST(std::isfinite(first_losses[0]));  // the chief's own loss was fine: it stops on replica 1's word
+      for (const auto& o : out) BOOST_TEST(o.iterations == 3);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(csv_logger_writes_on_the_chief_only) {
+  temp_dir t;
+  const auto out = train(3, [&](int r) {
+    return std::vector<callback_ref>{csv_logger((t.path / ("log" + std::to_string(r) + ".csv")).string())};
+  }, 2);
+  BOOST_TEST(fs::exists(t.path / "log0.csv"));
+  BOOST_TEST(!fs::exists(t.path / "log1.csv"));
+  BOOST_TEST(!fs::exists(t.path / "log2.csv"));
+}
+
+namespace {
+/// Every worker's backup_and_restore into `dir` (every 3 batches), plus a crash after `crash` batches.
+auto backed_up(const fs::path& dir, int crash = 0) {
+  return [dir, crash](int) {
+    std::vector<callback_ref> cbs{backup_and_restore({.backup_dir = dir, .save_freq = std::int64_t(3)})};
+    if (crash) cbs.push_back(crash_after(crash));
+    return cbs;
+  };
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_backup_of_n_workers_resumes_on_m_with_the_same_global_batch) {
+  // the data position counts global batches and the metric states are summed, so a backup resumes
+  // on another number of workers; the weights then equal an uninterrupted run's to float rounding
+  const auto straight = train(2, [](int) { return std::vector<callback_ref>{}; });
+  for (const auto& [from, to] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 1}}) {
+    BOOST_TEST_CONTEXT(from << " workers, then " << to) {
+      temp_dir t;
+      BOOST_CHECK_THROW(train(from, backed_up(t.path, 7)), std::runtime_error);  // in epoch 2
+      BOOST_REQUIRE(fs::exists(t.path / "ckpt-2.safetensors"));  // after batches 3 and 6
+      const auto resumed = train(to, backed_up(t.path));
+      same_on_every_worker(resumed);
+      if (from == to) BOOST_TEST(resumed[0].weights == straight[0].weights, tt::per_element());  // exact
+      else BOOST_TEST(dtrain_test::weights_close(resumed[0].weights, straight[0].weights));
+      BOOST_TEST(resumed[0].iterations == straight[0].iterations);
+      BOOST_TEST(resumed[0].hist["loss"].back() == straight[0].hist["loss"].back(), tt::tolerance(1e-4f));
+      BOOST_TEST(!fs::exists(t.path));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_resume_that_would_change_the_global_batch_or_a_per_worker_position_is_refused) {
+  temp_dir t;
+  BOOST_CHECK_THROW(train(2, backed_up(t.path, 5)), std::runtime_error);
+  // 3 workers of 3 rows: a global batch of 9, not 12
+  std::string e;
+  try {
+    train(3, backed_up(t.path), 4, 9);
+  } catch (const config_error& c) {
+    e = c.what();
+  }
+  BOOST_TEST(e.find("written with a global batch of 12 rows (2 workers) but this run's global batch is 9 rows "
+                    "(3 workers)") != std::string::npos, e);
+  BOOST_TEST(fs::exists(t.path / "ckpt-1.safetensors"));  // refused: the backup stays
+  // a per-worker pipeline's position is per worker: only the same number of workers resumes it
+  auto [x, y] = dtrain_test::three_class_problem(48);
+  e.clear();
+  try {
+    dtrain_test::on_workers(3, [&](auto& s, int) {
+      auto model = s.template make_model<net>(3);
+      model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                     .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+      auto ds = s.distribute_datasets_from_function([&](const input_context& c) {
+        return data::from_tensor_slices(x, y) | data::shard(c.num_input_pipelines, c.input_pipeline_id) |
+               data::batch(4);
+      });
+      model.fit(ds, {.epochs = 4, .callbacks = {backup_and_restore({.backup_dir = t.path, .save_freq = std::int64_t(3)})},
+                     .verbose = 0});
+    });
+  } catch (const config_error& c) {
+    e = c.what();
+  }
+  BOOST_TEST(e.find("written by 2 workers but this run has 3, and its data position is per worker") != std::string::npos, e);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
