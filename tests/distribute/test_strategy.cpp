@@ -1,5 +1,8 @@
 // Strategies end to end over real loopback sockets: N workers (threads, each with its own strategy
 // and sockets) train like one worker with the global batch; runs are deterministic; metrics agree.
+#include <atomic>
+#include <thread>
+
 #include "support/gradcheck.hpp"
 #include "support/loopback.hpp"
 #include "support/mirrored.hpp"
@@ -67,6 +70,25 @@ BOOST_AUTO_TEST_CASE(same_seed_same_workers_bitwise_identical) {
   const auto a = train(2, 11, 1), b = train(2, 11, 1);
   BOOST_TEST(a[0].weights == b[0].weights, tt::per_element());
   BOOST_TEST(train(2, 12, 1)[0].weights != a[0].weights);
+}
+
+// What callbacks and saving rely on: a real barrier (no worker leaves before the last arrives) and
+// all_gather in replica order, through the replica context a model sees.
+BOOST_AUTO_TEST_CASE(replica_context_barrier_and_all_gather) {
+  for (int p : {1, 3}) {
+    std::atomic<int> arrived{0};
+    dtrain_test::on_workers(p, [&](auto& s, int r) {
+      replica_context& rc = s;
+      const float mine[2] = {float(r), float(10 * r)};
+      std::vector<float> all(std::size_t(2 * p));
+      rc.all_gather(mine, all);
+      for (int k = 0; k < p; ++k) WORKER_CHECK(all[std::size_t(2 * k)] == float(k) && all[std::size_t(2 * k + 1)] == float(10 * k));
+      if (r == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the last one is late
+      ++arrived;
+      rc.barrier();
+      WORKER_CHECK(arrived == p);
+    });
+  }
 }
 
 BOOST_AUTO_TEST_CASE(distribute_dataset_policies) {
