@@ -29,23 +29,44 @@ struct args : allreduce_table::sweep {
   const char* op_name = "sum";
 };
 
+constexpr const char* usage_text =
+    "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] "
+    "[-C frame bytes] [-t 0|1]\n"
+    "All-reduce bus bandwidth of dtrain's TCP ring among -p ranks on loopback, nccl-tests style: sizes from -b to -e\n"
+    "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS.\n";
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "allreduce_perf: %s; see allreduce_perf --help\n", why.c_str());
+  std::exit(2);
+}
+
+int zero_or_one(const std::string& flag, const std::string& v) {
+  if (v != "0" && v != "1") usage_error("bad value '" + v + "' for " + flag + " (expected 0 or 1)");
+  return v == "1";
+}
+
 args parse(int argc, char** argv) {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "-h" || k == "--help") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) usage_error("missing value after " + k);
     const char* v = argv[i + 1];
     if (allreduce_table::parse_flag(a, k, v)) continue;
-    if (k == "-c") a.check = std::atoi(v);
-    else if (k == "-t") a.tls = std::atoi(v);
+    if (k == "-c") a.check = zero_or_one(k, v);
+    else if (k == "-t") a.tls = zero_or_one(k, v);
     else if (k == "-C") a.chunk = allreduce_table::bytes_arg(v);
     else if (k == "-o") {
       a.op_name = v;
       const std::string o = v;
       a.op = o == "mean" ? dtrain::reduce_op::mean : o == "max" ? dtrain::reduce_op::max
              : o == "min" ? dtrain::reduce_op::min : dtrain::reduce_op::sum;
+      if (o != "sum" && o != "mean" && o != "max" && o != "min") usage_error("bad value '" + o + "' for -o (sum, mean, max or min)");
     } else {
-      std::fprintf(stderr, "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] [-C frame bytes] [-t 0|1]\n");
-      std::exit(2);
+      usage_error("unknown option " + k);
     }
   }
   allreduce_table::check(a, "allreduce_perf");

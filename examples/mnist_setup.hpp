@@ -2,12 +2,14 @@
 // shared by the single-worker and multi-worker examples.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <dtrain/dtrain.hpp>
 
 namespace mnist_setup {
@@ -37,52 +39,49 @@ struct arguments {
   std::uint64_t seed = 1;
   int verbose = 1;
   std::string backup_dir;    // --backup-dir: backup_and_restore there
-  std::string save_freq = "epoch";  // --save-freq epoch|N
+  std::int64_t save_every = 0;  // --save-freq N: back up every N batches; 0 ("epoch"): every epoch
   std::string save_weights;  // --save-weights: the chief writes the final weights (safetensors)
   std::string dir;           // --dir: where the saving examples write their files
 };
 
+/// The command line, parsed by CLI11: every value into its type with its range checked; a mistake is one
+/// line naming the flag and exit code 2, --help the help and exit code 0.
 inline arguments parse(int argc, char** argv) {
   arguments a;
-  auto usage = [&](const std::string& why) {
-    std::fprintf(stderr,
-                 "%s\nusage: %s [--model cnn|mlp] [--optimizer sgd|adam] [--learning-rate X] [--batch-size N]\n"
-                 "          [--epochs N] [--steps-per-epoch N (0: full epochs)] [--seed N] [--verbose 0|1|2]\n"
-                 "          [--backup-dir DIR [--save-freq epoch|N]] [--save-weights PATH] [--dir DIR]\n",
-                 why.c_str(), argv[0]);
+  CLI::App app("Trains the tutorial's model on Fashion-MNIST.", std::filesystem::path(argv[0]).filename().string());
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+  app.add_option("--model", a.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
+  app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str();
+  app.add_option("--learning-rate", a.learning_rate)->check(CLI::Range(1e-9f, 10.0f))->capture_default_str();
+  app.add_option("--batch-size", a.batch_size, "per worker")->check(CLI::Range(std::size_t(1), std::size_t(60000)))
+      ->capture_default_str();
+  app.add_option("--epochs", a.epochs)->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--steps-per-epoch", a.steps_per_epoch, "0: full passes over the 60,000 images")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))->capture_default_str();
+  app.add_option("--seed", a.seed)->capture_default_str();
+  app.add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 a line per epoch")
+      ->check(CLI::IsMember({0, 1, 2}))->capture_default_str();
+  app.add_option("--backup-dir", a.backup_dir, "back up there (backup_and_restore)");
+  std::string save_freq = "epoch";
+  app.add_option("--save-freq", save_freq, "epoch, or a number of batches")
+      ->check(CLI::IsMember({"epoch"}) | CLI::Range(std::int64_t(1), std::int64_t(1) << 40))->capture_default_str();
+  app.add_option("--save-weights", a.save_weights, "the chief writes the final weights there");
+  app.add_option("--dir", a.dir, "where the saving examples write their files");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s; see --help\n", app.get_name().c_str(), e.what());
     std::exit(2);
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--help" || k == "-h") usage("Trains the tutorial's model on Fashion-MNIST.");
-    if (i + 1 >= argc) usage("missing value after " + k);
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    auto num = [&](auto parsed) {
-      if (!end || *end != '\0' || v.empty()) usage("bad value '" + v + "' for " + k);
-      return parsed;
-    };
-    if (k == "--model") a.model = v;
-    else if (k == "--optimizer") a.optimizer = v;
-    else if (k == "--learning-rate") a.learning_rate = num(std::strtof(v.c_str(), &end));
-    else if (k == "--batch-size") a.batch_size = num(std::strtoull(v.c_str(), &end, 10));
-    else if (k == "--epochs") a.epochs = static_cast<int>(num(std::strtol(v.c_str(), &end, 10)));
-    else if (k == "--steps-per-epoch") a.steps_per_epoch = num(std::strtoll(v.c_str(), &end, 10));
-    else if (k == "--seed") a.seed = num(std::strtoull(v.c_str(), &end, 10));
-    else if (k == "--verbose") a.verbose = static_cast<int>(num(std::strtol(v.c_str(), &end, 10)));
-    else if (k == "--backup-dir") a.backup_dir = v;
-    else if (k == "--save-freq") a.save_freq = v;
-    else if (k == "--save-weights") a.save_weights = v;
-    else if (k == "--dir") a.dir = v;
-    else usage("unknown option " + k);
   }
-  if (a.model != "cnn" && a.model != "mlp") usage("--model must be cnn or mlp");
-  if (a.optimizer != "sgd" && a.optimizer != "adam") usage("--optimizer must be sgd or adam");
-  if (a.batch_size == 0 || a.epochs < 1 || a.steps_per_epoch < 0 || !(a.learning_rate > 0.0f))
-    usage("--batch-size, --epochs and --learning-rate must be positive");
-  if (a.save_freq != "epoch" && (a.save_freq.empty() || a.save_freq.find_first_not_of("0123456789") != std::string::npos ||
-                                 std::stoll(a.save_freq) == 0))
-    usage("--save-freq must be epoch or a positive number of batches");
+  if (!std::isfinite(a.learning_rate)) {  // CLI11's range check lets nan through
+    std::fprintf(stderr, "%s: --learning-rate: %g is not a number in [1e-09 - 10]; see --help\n", app.get_name().c_str(),
+                 double(a.learning_rate));
+    std::exit(2);
+  }
+  if (save_freq != "epoch") a.save_every = std::stoll(save_freq);  // checked above: digits in range
   return a;
 }
 
@@ -90,8 +89,8 @@ inline arguments parse(int argc, char** argv) {
 inline dtrain::callback_list callbacks(const arguments& a) {
   dtrain::callback_list c;
   if (!a.backup_dir.empty()) {
-    std::variant<std::string, std::int64_t> freq = a.save_freq;
-    if (a.save_freq != "epoch") freq = std::int64_t(std::stoll(a.save_freq));
+    std::variant<std::string, std::int64_t> freq = std::string("epoch");
+    if (a.save_every > 0) freq = a.save_every;
     c.push_back(dtrain::backup_and_restore({.backup_dir = a.backup_dir, .save_freq = freq}));
   }
   return c;

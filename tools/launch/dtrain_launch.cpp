@@ -75,8 +75,9 @@ constexpr const char* usage_text =
     "worker exited 0, else the first failed worker's code (128+signal if killed); 128+signal when the launcher\n"
     "was stopped by one and the workers still exited 0; 2 for bad usage; 127 when the program cannot be run.\n";
 
+/// One line naming the mistake (the help is one --help away, not repeated after every mistake).
 [[noreturn]] void usage_error(const std::string& why) {
-  std::fprintf(stderr, "dtrain-launch: %s\n%s", why.c_str(), usage_text);
+  std::fprintf(stderr, "dtrain-launch: %s; see dtrain-launch --help\n", why.c_str());
   std::exit(2);
 }
 

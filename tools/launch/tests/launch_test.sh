@@ -183,7 +183,8 @@ usage)  # bad usage: exit code 2 and a clear message; --help: exit 0, text on st
     code=$?
     [ $code -eq 2 ] || fail "dtrain-launch $* exited $code, expected 2"
     has "^dtrain-launch: $msg" "$dir/err"
-    has "^usage: dtrain-launch -n N" "$dir/err"
+    has "; see dtrain-launch --help$" "$dir/err"
+    [ "$(wc -l < "$dir/err")" -eq 1 ] || fail "dtrain-launch $* wrote more than one line: $(cat "$dir/err")"
     [ ! -s "$dir/out" ] || fail "dtrain-launch $* wrote to stdout"
   }
   expect_usage "missing -n N"
