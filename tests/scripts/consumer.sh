@@ -1,19 +1,26 @@
 #!/bin/bash
-# Installs dtrain from a build tree into a temporary prefix, then configures, builds and runs the tiny
-# project in tests/consumer against it with find_package, and against the sources with add_subdirectory
-# and FetchContent.
-# usage: consumer.sh <dtrain build dir> <dtrain source dir>
+# Installs dtrain into a temporary prefix with docs/packaging.md's commands, then configures, builds and
+# runs the tiny project in tests/consumer against it with find_package, and against the sources with
+# add_subdirectory and FetchContent.
+# usage: consumer.sh <dtrain source dir>
 set -u
-build=$1; src=$2
+src=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; [ -f "$tmp/log" ] && tail -40 "$tmp/log"; exit 1; }
 launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/log" 2>&1 || fail "cmake --install"
+# docs/packaging.md's commands, as written: configure without tests, examples and benchmarks, install
+# without a build step (headers and package), then build the launcher and install again (with it)
+cmake -S "$src" -B "$tmp/dtrain-build" -G Ninja -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_EXAMPLES=OFF \
+  -DDTRAIN_BUILD_BENCHMARKS=OFF "${launcher[@]}" > "$tmp/log" 2>&1 || fail "configure dtrain as docs/packaging.md does"
+cmake --install "$tmp/dtrain-build" --prefix "$tmp/prefix" > "$tmp/log" 2>&1 || fail "cmake --install without a build step"
 [ -f "$tmp/prefix/share/cmake/dtrain/dtrainConfig.cmake" ] || fail "no dtrainConfig.cmake installed"
 [ -f "$tmp/prefix/include/dtrain/dtrain.hpp" ] || fail "headers not installed"
-[ -x "$tmp/prefix/bin/dtrain-launch" ] || fail "dtrain-launch not installed"
+[ -e "$tmp/prefix/bin/dtrain-launch" ] && fail "dtrain-launch installed although it was not built"
+cmake --build "$tmp/dtrain-build" --target dtrain-launch > "$tmp/log" 2>&1 || fail "build dtrain-launch"
+cmake --install "$tmp/dtrain-build" --prefix "$tmp/prefix" > "$tmp/log" 2>&1 || fail "cmake --install after the build"
+[ -x "$tmp/prefix/bin/dtrain-launch" ] || fail "dtrain-launch not installed after it was built"
 
 for mode in find_package add_subdirectory FetchContent; do
   b="$tmp/$mode"
