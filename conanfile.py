@@ -3,9 +3,11 @@
 import os
 
 from conan import ConanFile
+from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
 from conan.tools.files import copy
 from conan.tools.layout import basic_layout
+from conan.tools.scm import Version
 
 required_conan_version = ">=2.0"
 
@@ -40,7 +42,15 @@ class DtrainConan(ConanFile):
         self.info.clear()
 
     def validate(self):
+        # what is built and tested (README "Supported platforms"): Linux, GCC >= 12 or Clang >= 19
         check_min_cppstd(self, 20)
+        if self.settings.os != "Linux":
+            raise ConanInvalidConfiguration("dtrain supports Linux only (POSIX sockets, signals and fsync)")
+        compiler, version = str(self.settings.compiler), Version(str(self.settings.compiler.version))
+        oldest = {"gcc": "12", "clang": "19"}
+        if compiler not in oldest or version < oldest[compiler]:
+            raise ConanInvalidConfiguration(f"dtrain needs GCC >= 12 or Clang >= 19 (float template arguments, "
+                                            f"C++20 designated initializers); got {compiler} {version}")
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))

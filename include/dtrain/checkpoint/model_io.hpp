@@ -29,10 +29,11 @@ namespace dtrain::checkpoint {
 template <class Model>
 std::string signature(const Model& m) {
   std::string s;
-  for (const auto& l : m.layers()) {
-    s += (s.empty() ? "" : ";") + l.name + ":" + l.class_name + "[";
-    for (std::size_t v = 0; v < l.variables.size(); ++v) s += (v ? "|" : "") + shape_str(l.variables[v].shape);
-    s += "]";
+  for (const auto& l : m.layers()) {  // appends only: GCC 12 misreads `"x" + string` (-Wstringop-overflow)
+    if (!s.empty()) s += ';';
+    s.append(l.name).append(":").append(l.class_name).append("[");
+    for (std::size_t v = 0; v < l.variables.size(); ++v) s.append(v ? "|" : "").append(shape_str(l.variables[v].shape));
+    s += ']';
   }
   return s;
 }

@@ -20,22 +20,24 @@
 #include <thread>
 #include <vector>
 
-// OpenBLAS' own controls, declared here: dtrain includes no BLAS header (see backend/cpu/blas.hpp).
+// OpenBLAS' own controls, declared here (dtrain includes no BLAS header, see backend/cpu/blas.hpp) and
+// weak: with another BLAS (BLA_VENDOR) they are absent, and dtrain goes on without them.
 extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
+__attribute__((weak)) void openblas_set_num_threads(int num_threads);
+__attribute__((weak)) int openblas_get_num_threads(void);
 }
 
 namespace dtrain {
 
 namespace detail {
 /// The budget: `DTRAIN_NUM_THREADS` when set, else OpenBLAS' own count (OPENBLAS_NUM_THREADS /
-/// OMP_NUM_THREADS, else the cores). Read once, on first use; OpenBLAS is then kept on one thread.
+/// OMP_NUM_THREADS, else the cores), else (another BLAS) the cores. Read once, on first use; OpenBLAS
+/// is then kept on one thread (another BLAS keeps its own threading: set it to one thread yourself).
 inline std::atomic<int>& thread_budget() {
   static std::atomic<int> budget{[] {
-    int n = openblas_get_num_threads();
+    int n = openblas_get_num_threads ? openblas_get_num_threads() : int(std::thread::hardware_concurrency());
     if (const char* s = std::getenv("DTRAIN_NUM_THREADS"); s && std::atoi(s) > 0) n = std::atoi(s);
-    openblas_set_num_threads(1);
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
     return std::max(1, n);
   }()};
   return budget;

@@ -674,8 +674,12 @@ class basic_sequential {
   }
 
   static std::string thousands(std::size_t v) {
-    std::string s = std::to_string(v);
-    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+    const std::string digits = std::to_string(v);
+    std::string s;
+    for (std::size_t i = 0; i < digits.size(); ++i) {  // appends only: GCC 12 misreads insert (-Wrestrict)
+      if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+      s += digits[i];
+    }
     return s;
   }
 
