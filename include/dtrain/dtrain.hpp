@@ -22,6 +22,7 @@
 #include "dtrain/callbacks/model_checkpoint.hpp"
 #include "dtrain/callbacks/monitors.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
+#include "dtrain/callbacks/tensorboard.hpp"
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/concepts.hpp"

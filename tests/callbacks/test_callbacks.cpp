@@ -1,6 +1,8 @@
 // Callbacks driven by hand with fabricated logs, as fit would call them.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <regex>
 
 #include "support/gradcheck.hpp"
@@ -14,6 +16,7 @@ struct fake_model : training_model {
   std::vector<float> get_weights() override { return p; }
   void set_weights(std::span<const float> w) override { p.assign(w.begin(), w.end()); }
   any_optimizer& optimizer() override { return opt; }
+  std::vector<std::pair<std::string, std::vector<float>>> layer_weights() override { return {{"dense/kernel", p}}; }
   training_state capture_state() override { return {}; }
   void write_state(const training_state&, const std::filesystem::path&) override {}
   training_state read_state(std::span<const char>, const std::string&) override { return {}; }
@@ -140,12 +143,14 @@ BOOST_AUTO_TEST_CASE(csv_logger_writes_header_then_rows_and_appends) {
   {
     csv_logger c(path, {.append = true});
     attach(c, m);
-    c.on_epoch_end(2, make({{"loss", 0.125f}, {"accuracy", 1.0f}}));
+    c.on_epoch_end(2, make({{"loss", 1.0f / 3.0f}, {"accuracy", 0.1f}}));
     c.on_train_end({});
   }
   std::ifstream in(path);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  BOOST_TEST(all == "epoch,loss,accuracy\n0,0.5,0.75\n1,0.25,1\n2,0.125,1\n");
+  // Keras' form: sorted columns, every value as it reads back exactly
+  BOOST_TEST(all == "epoch,accuracy,loss\n0,0.75,0.5\n1,1,0.25\n2,0.1,0.33333334\n");
+  BOOST_TEST(std::stof("0.33333334") == 1.0f / 3.0f);
   std::filesystem::remove(path);
   csv_logger nowhere("/nonexistent-dir/x.csv");
   BOOST_CHECK_THROW(attach(nowhere, m), io_error);
@@ -157,7 +162,10 @@ BOOST_AUTO_TEST_CASE(history_keeps_every_epoch) {
   h.on_epoch_end(0, make({{"loss", 2.0f}, {"val_loss", 3.0f}}));
   h.on_epoch_end(1, make({{"loss", 1.0f}, {"val_loss", 2.5f}}));
   BOOST_TEST(h["loss"] == (std::vector<float>{2.0f, 1.0f}), boost::test_tools::per_element());
-  BOOST_TEST(h.epochs == (std::vector<int>{0, 1}), boost::test_tools::per_element());
+  BOOST_TEST(h.history.at("val_loss") == (std::vector<float>{3.0f, 2.5f}), boost::test_tools::per_element());
+  h.on_epoch_end(2, make({{"loss", std::numeric_limits<float>::quiet_NaN()}, {"val_loss", 0.1f}}));
+  BOOST_TEST(h.to_json() == "{\"loss\": [2, 1, NaN], \"val_loss\": [3, 2.5, 0.1]}");
+  BOOST_TEST(h.epochs == (std::vector<int>{0, 1, 2}), boost::test_tools::per_element());
   BOOST_CHECK_THROW(h["accuracy"], value_error);
 }
 
@@ -198,6 +206,51 @@ BOOST_AUTO_TEST_CASE(progbar_logger_prints_epoch_headers) {
   std::fclose(f);
   BOOST_TEST(out.find("Epoch 1/3\n2/2 [==============================]") == 0u);
   BOOST_TEST(out.find("- loss: 0.9000 - val_loss: 1.1000\n") != std::string::npos);
+}
+
+// The record framing TensorBoard reads (tests/interop/check_tensorboard.py reads the files with the real
+// tensorboard package): CRC-32C's check value, and every record's length and masked CRCs.
+BOOST_AUTO_TEST_CASE(tensorboard_event_files_are_framed_records) {
+  BOOST_TEST(tensorboard_events::crc32c("123456789", 9) == 0xe3069283u);  // the CRC-32C check value
+  const auto dir = std::filesystem::temp_directory_path() / "dtrain_tensorboard_test";
+  std::filesystem::remove_all(dir);
+  fake_model m;
+  {
+    tensorboard tb({.log_dir = dir, .histogram_freq = 1, .update_freq = std::int64_t(1)});
+    attach(tb, m);
+    tb.on_epoch_begin(0, {});
+    tb.on_train_batch_begin(0, {});
+    tb.on_train_batch_end(0, make({{"loss", 0.5f}}));
+    tb.on_epoch_end(0, make({{"loss", 0.5f}, {"val_loss", 0.75f}}));
+    tb.on_train_end({});
+  }
+  std::size_t files = 0;
+  for (const char* run : {"train", "validation"})
+    for (const auto& f : std::filesystem::directory_iterator(dir / run)) {
+      ++files;
+      BOOST_TEST(f.path().filename().string().rfind("events.out.tfevents.", 0) == 0u);
+      std::ifstream in(f.path(), std::ios::binary);
+      std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::size_t at = 0, records = 0;
+      while (at < all.size()) {
+        BOOST_REQUIRE(at + 12 <= all.size());
+        std::uint64_t n = 0;
+        std::uint32_t c1 = 0, c2 = 0;
+        std::memcpy(&n, all.data() + at, 8);
+        std::memcpy(&c1, all.data() + at + 8, 4);
+        BOOST_TEST(c1 == tensorboard_events::masked_crc32c(all.data() + at, 8));
+        BOOST_REQUIRE(at + 16 + n <= all.size());
+        std::memcpy(&c2, all.data() + at + 12 + n, 4);
+        BOOST_TEST(c2 == tensorboard_events::masked_crc32c(all.data() + at + 12, n));
+        at += 16 + n, ++records;
+      }
+      // train: the file version, batch_loss, epoch_loss, epoch_learning_rate, one histogram; validation:
+      // the file version, epoch_loss
+      BOOST_TEST(records == (std::string(run) == "train" ? 5u : 2u), run);
+    }
+  BOOST_TEST(files == 2u);
+  std::filesystem::remove_all(dir);
+  BOOST_CHECK_THROW(tensorboard({.update_freq = std::string("batch")}), value_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -61,7 +61,7 @@ void same_on_every_worker(const std::vector<outcome>& out) {
   for (std::size_t r = 1; r < out.size(); ++r) {
     BOOST_TEST_CONTEXT("worker " << r) {
       BOOST_TEST(out[r].weights == out[0].weights, tt::per_element());
-      BOOST_TEST(out[r].hist.values == out[0].hist.values);
+      BOOST_TEST(out[r].hist.history == out[0].hist.history);
       BOOST_TEST(out[r].iterations == out[0].iterations);
       BOOST_TEST(out[r].learning_rate == out[0].learning_rate);
     }

@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(n_workers_train_like_one_worker_with_the_global_ba
       for (int r = 1; r < p; ++r) {
         // every worker holds the same weights and reports the same (aggregated) metrics
         BOOST_TEST(many[std::size_t(r)].weights == many[0].weights, tt::per_element());
-        BOOST_TEST(many[std::size_t(r)].hist.values == many[0].hist.values);
+        BOOST_TEST(many[std::size_t(r)].hist.history == many[0].hist.history);
       }
       BOOST_TEST(many[0].hist["loss"][1] == one[0].hist["loss"][1], tt::tolerance(1e-4f));
       BOOST_TEST(many[0].hist["val_accuracy"][1] == one[0].hist["val_accuracy"][1], tt::tolerance(1e-6f));

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtrain/checkpoint/training_state.hpp"
@@ -45,6 +46,8 @@ class training_model {
   virtual std::vector<float> get_weights() = 0;
   virtual void set_weights(std::span<const float> weights) = 0;
   virtual any_optimizer& optimizer() = 0;
+  /// Each variable as `<layer>/<variable>` (`dense/kernel`) and a host copy of its values.
+  virtual std::vector<std::pair<std::string, std::vector<float>>> layer_weights() = 0;
   /// Collective: the training state now, with the metric states summed over the replicas and `position`.
   virtual training_state capture_state() = 0;
   /// Writes `s` to `path` atomically (the chief calls it; see checkpoint/training_state.hpp).

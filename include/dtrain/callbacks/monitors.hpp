@@ -3,6 +3,7 @@
 /// Callbacks that watch a logged quantity: early_stopping and reduce_lr_on_plateau (Keras semantics),
 /// and the learning-rate scheduler, TerminateOnNaN, CSVLogger and LambdaCallback.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -187,8 +188,9 @@ struct csv_logger_options {
   bool append = false;
 };
 
-/// Keras `callbacks.CSVLogger(filename)`: one row per epoch (epoch, then the logs in order), flushed
-/// as it is written. Under a strategy only the chief writes (the logs are the same on every worker).
+/// Keras `callbacks.CSVLogger(filename)`: one row per epoch, the epoch then the logs in sorted order
+/// (Keras sorts the keys), every value in full precision, flushed as it is written. Under a strategy
+/// only the chief writes (the logs are the same on every worker).
 class csv_logger : public callback {
  public:
   explicit csv_logger(std::string filename, csv_logger_options o = {}) : file_(std::move(filename)), o_(o) {}
@@ -201,14 +203,16 @@ class csv_logger : public callback {
   }
   void on_epoch_end(int epoch, const logs& l) override {
     if (!out_) return;
+    std::vector<std::pair<std::string, float>> sorted(l.begin(), l.end());
+    std::sort(sorted.begin(), sorted.end());
     if (!header_written_) {
       *out_ << "epoch";
-      for (const auto& [k, v] : l) *out_ << o_.separator << k;
+      for (const auto& [k, v] : sorted) *out_ << o_.separator << k;
       *out_ << '\n';
       header_written_ = true;
     }
     *out_ << epoch;
-    for (const auto& [k, v] : l) *out_ << o_.separator << v;
+    for (const auto& [k, v] : sorted) *out_ << o_.separator << detail::full_precision(v);
     *out_ << '\n';
     out_->flush();
   }

@@ -2,6 +2,8 @@
 /// \file
 /// `logs`: the ordered name -> value results of a step or an epoch (Keras' `logs` dict).
 
+#include <charconv>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,18 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
+
+namespace detail {
+/// `v` in the shortest text that reads back as exactly `v`; not-a-number and infinities as Python
+/// prints them (`nan`, `inf`, `-inf`), or, with `json`, as Python's json module reads them.
+inline std::string full_precision(float v, bool json = false) {
+  if (std::isnan(v)) return json ? "NaN" : "nan";
+  if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + (json ? "Infinity" : "inf");
+  char b[32];
+  const auto [end, ec] = std::to_chars(b, b + sizeof b, v);
+  return std::string(b, end);
+}
+}  // namespace detail
 
 class logs {
  public:

@@ -71,6 +71,15 @@ class model_handle final : public training_model {
   std::vector<float> get_weights() override { return m_.get_weights(); }
   void set_weights(std::span<const float> w) override { m_.set_weights(w); }
   any_optimizer& optimizer() override { return m_.optimizer(); }
+  std::vector<std::pair<std::string, std::vector<float>>> layer_weights() override {
+    const std::vector<float> w = m_.get_weights();
+    std::vector<std::pair<std::string, std::vector<float>>> out;
+    for (const auto& l : m_.layers())
+      for (const auto& v : l.variables)
+        out.emplace_back(l.name + "/" + v.name, std::vector<float>(w.begin() + std::ptrdiff_t(v.offset),
+                                                                    w.begin() + std::ptrdiff_t(v.offset + v.size)));
+    return out;
+  }
 
   training_state capture_state() override {
     training_state s = checkpoint::capture_training_state(m_);

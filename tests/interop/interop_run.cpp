@@ -1,0 +1,44 @@
+// What a Python user reads from a dtrain run, for the interop checks (tests/interop/check_*.py) to read
+// with the real packages: trains a small model with the tensorboard callback (epoch and batch scalars,
+// learning rate, steps per second, validation, histograms, an evaluation) into <dir>/train and
+// <dir>/validation, writes its History (history.json), and its weights as safetensors and .npz with the
+// same values as JSON (weights.json).
+// usage: interop_run <dir>
+#include <fstream>
+
+#include <dtrain/dtrain.hpp>
+
+using namespace dtrain;
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  const std::filesystem::path dir = argv[1];
+  rng r(3);
+  tensor x = zeros({64, 5}), y = zeros({64});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 64; ++i) y(i) = x(i, 0) + x(i, 1) > 0 ? 1.0f : 0.0f;
+  sequential<input<5>, dense<8, relu>, dense<2>> model(1);
+  model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                 .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {accuracy{}}});
+  auto board = tensorboard({.log_dir = dir, .histogram_freq = 1, .write_steps_per_second = true,
+                            .update_freq = std::int64_t(3)});
+  const history h = model.fit(x, y, {.epochs = 4, .callbacks = {board}, .verbose = 0, .batch_size = 8,
+                                     .validation_split = 0.25});
+  model.evaluate(x, y, {.verbose = 0, .callbacks = {board}});
+  std::ofstream(dir / "history.json") << h.to_json();
+  checkpoint::save_weights(model, dir / "weights.safetensors");
+  checkpoint::export_npz(model, dir / "weights.npz");
+  const std::vector<float> w = model.get_weights();
+  std::ofstream json(dir / "weights.json");
+  json << "{";
+  for (const auto& v : checkpoint::weight_views(model, w)) {
+    json << (v.name == "layers/dense/vars/0" ? "" : ", ") << '"' << v.name << "\": {\"shape\": [";
+    for (std::size_t i = 0; i < v.shape.size(); ++i) json << (i ? ", " : "") << v.shape[i];
+    json << "], \"values\": [";
+    for (std::size_t i = 0; i < v.data.size(); ++i) json << (i ? ", " : "") << dtrain::detail::full_precision(v.data[i], true);
+    json << "]}";
+  }
+  json << "}";
+  return 0;
+}
