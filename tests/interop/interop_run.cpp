@@ -5,6 +5,7 @@
 // same values as JSON (weights.json).
 // usage: interop_run <dir>
 #include <fstream>
+#include <utility>
 
 #include <dtrain/dtrain.hpp>
 
@@ -31,9 +32,9 @@ int main(int argc, char** argv) {
   checkpoint::export_npz(model, dir / "weights.npz");
   const std::vector<float> w = model.get_weights();
   std::ofstream json(dir / "weights.json");
-  json << "{";
+  const char* separator = "{";
   for (const auto& v : checkpoint::weight_views(model, w)) {
-    json << (v.name == "layers/dense/vars/0" ? "" : ", ") << '"' << v.name << "\": {\"shape\": [";
+    json << std::exchange(separator, ", ") << '"' << v.name << "\": {\"shape\": [";
     for (std::size_t i = 0; i < v.shape.size(); ++i) json << (i ? ", " : "") << v.shape[i];
     json << "], \"values\": [";
     for (std::size_t i = 0; i < v.data.size(); ++i) json << (i ? ", " : "") << dtrain::detail::full_precision(v.data[i], true);
