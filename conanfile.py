@@ -29,13 +29,14 @@ class DtrainConan(ConanFile):
         basic_layout(self, src_folder=".")
 
     def requirements(self):
-        # the same dependencies as CMakeLists.txt (Debian 12's versions or newer)
-        self.requires("xtensor/0.24.7", transitive_headers=True)
-        self.requires("openblas/0.3.25")
-        self.requires("nlohmann_json/3.11.3", transitive_headers=True)
+        # the same dependencies as CMakeLists.txt, in ranges that start at Debian 12's versions (what CI
+        # tests) so a profile's [platform_requires] can take them from the system
+        self.requires("xtensor/[>=0.24.3 <0.25]", transitive_headers=True)
+        self.requires("openblas/[>=0.3.21 <0.4]")
+        self.requires("nlohmann_json/[>=3.11.2 <4]", transitive_headers=True)
         self.requires("zlib/[>=1.2.13 <2]")
         if self.options.with_ring_tcp:
-            self.requires("asio/1.29.0", transitive_headers=True)
+            self.requires("asio/[>=1.22.1 <2]", transitive_headers=True)
             self.requires("openssl/[>=3 <4]")
 
     def package_id(self):
@@ -63,15 +64,27 @@ class DtrainConan(ConanFile):
 
         core = self.cpp_info.components["dtrain"]
         core.set_property("cmake_target_name", "dtrain::dtrain")
-        core.requires = ["xtensor::xtensor", "openblas::openblas", "nlohmann_json::nlohmann_json", "zlib::zlib"]
         core.bindirs = []
         core.libdirs = []
+        self._link(core, {"xtensor::xtensor": None, "openblas::openblas": "openblas",
+                          "nlohmann_json::nlohmann_json": None, "zlib::zlib": "z"})
         if self.settings.os in ["Linux", "FreeBSD"]:
-            core.system_libs = ["pthread"]
+            core.system_libs.append("pthread")
 
         if self.options.with_ring_tcp:
             ring = self.cpp_info.components["ring_tcp"]
             ring.set_property("cmake_target_name", "dtrain::ring_tcp")
-            ring.requires = ["dtrain", "asio::asio", "openssl::ssl", "openssl::crypto"]
+            ring.requires = ["dtrain"]
             ring.bindirs = []
             ring.libdirs = []
+            self._link(ring, {"asio::asio": None, "openssl::ssl": "ssl", "openssl::crypto": "crypto"})
+
+    def _link(self, component, needs):
+        # A dependency that the profile takes from the system ([platform_requires]) has no Conan package:
+        # its headers are on the compiler's default path and its library (if any) is linked by name.
+        from_conan = {dep.ref.name for dep in self.dependencies.host.values()}
+        for requirement, system_lib in needs.items():
+            if requirement.split("::")[0] in from_conan:
+                component.requires.append(requirement)
+            elif system_lib:
+                component.system_libs.append(system_lib)

@@ -386,8 +386,9 @@ int main(int argc, char** argv) {
     for (auto b : batches)
       for (int th : thread_counts) {
         const result d = run_dtrain(m, b, th, t);
-        std::optional<result> s = shipped ? shipped->run(m, b, th, t) : std::nullopt;
-        std::optional<result> be = best ? best->run(m, b, th, t) : std::nullopt;
+        std::optional<result> s, be;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
+        if (shipped) s = shipped->run(m, b, th, t);
+        if (best) be = best->run(m, b, th, t);
         std::printf("%-5s %6zu %8d %14.0f %14.2f %14s %14s %14s %15s\n", m.c_str(), b, th, d.samples_per_s,
                     d.ms_per_step, opt_fmt("%.0f", s).c_str(), opt_fmt("%.0f", be).c_str(),
                     ratio(d.samples_per_s, be).c_str(), ratio(d.samples_per_s, s).c_str());

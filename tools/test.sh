@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 tools/install-deps.sh --test
-cmake -S . -B build -G Ninja
+cmake -S . -B build -G Ninja -DDTRAIN_WERROR=ON  # examples, launcher and benchmarks warning-free
 cmake --build build
 ctest --test-dir build --output-on-failure -j2
 tests/scripts/sanitizers.sh

@@ -5,16 +5,17 @@
 #   garbage; fault injection; the seeds' saving, checkpoint, backup, side-car and sharding programs with
 #   two workers each), and a few seconds of fuzzing per parser after its corpus and past crashes;
 # - build-tsan: ThreadSanitizer on the communicator and strategy tests (threads and sockets).
-# Both build only what they run, at -O1.
+# Both build only what they run, at -O1, and clang-19 checks every example for warnings (examples_warnings:
+# -Wall -Wextra -Werror, front end only).
 set -eu
 cd "$(dirname "$0")/../.."
 common="-G Ninja -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1
-        -DDTRAIN_BUILD_BENCHMARKS=OFF"
+        -DDTRAIN_BUILD_BENCHMARKS=OFF -DDTRAIN_WERROR=ON"
 export UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1
 
 echo "== ASan + UBSan: unit tests and fuzzers (build-asan)"
 cmake -S . -B build-asan $common -DDTRAIN_SANITIZE=address,undefined -DDTRAIN_FUZZ=ON -DDTRAIN_FUZZ_SMOKE_SECONDS=5
-cmake --build build-asan --target unit_tests fuzzers dtrain-launch multi_worker_mnist save_and_load checkpoint_manager \
+cmake --build build-asan --target unit_tests fuzzers examples_warnings dtrain-launch multi_worker_mnist save_and_load checkpoint_manager \
   backup_and_restore sidecar_evaluator auto_shard_off
 ctest --test-dir build-asan -L "unit|fuzz|multiprocess" --output-on-failure -j2
 
