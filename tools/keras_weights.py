@@ -28,7 +28,7 @@ def keras_to_dtrain(src, dst):
         f.visititems(visit)
     if not tensors:
         sys.exit(f"keras_weights: {src} holds no layers/*/vars/* datasets: not a Keras 3 .weights.h5 file")
-    save_file(tensors, dst, metadata={"format": "np", "converted_from": "keras .weights.h5"})
+    save_file(tensors, dst, metadata={"format": "keras", "converted_from": "keras .weights.h5"})
     return len(tensors)
 
 

@@ -181,6 +181,47 @@ BOOST_AUTO_TEST_CASE(damaged_optimizer_metadata_is_an_io_error_and_allocates_not
   BOOST_TEST(contains(bad("dtrain.optimizer.slots", "1000000000000000"), "metadata 'dtrain.optimizer.slots' is"));
   BOOST_TEST(contains(bad("dtrain.optimizer.slots", "1000"), "metadata 'dtrain.optimizer.slots' is"));
   BOOST_TEST(contains(bad("dtrain.optimizer", "sgd"), "holds the state of optimizer sgd"));
+  // the metadata and the int64 tensor optimizer/vars/0 must agree (one step was taken)
+  BOOST_TEST(contains(bad("dtrain.optimizer.iterations", "7"), "optimizer/vars/0 says 1 iterations but the metadata says 7"));
+}
+
+BOOST_AUTO_TEST_CASE(the_iteration_count_is_int64_as_keras_keeps_it) {
+  temp_dir t;
+  net m = compiled();
+  auto [x, y] = problem(16);
+  for (int i = 0; i < 3; ++i) m.train_step(x, y);
+  checkpoint::save_model(m, t.path / "m.safetensors");
+  const auto f = checkpoint::load_safetensors(t.path / "m.safetensors");
+  const auto* it = f.find("optimizer/vars/0");
+  BOOST_REQUIRE(it != nullptr);
+  BOOST_TEST(it->data.empty());
+  BOOST_TEST((it->int64 == std::vector<std::int64_t>{m.optimizer().iterations()}));
+  BOOST_TEST(m.optimizer().iterations() == 3);
+  BOOST_TEST(f.find("optimizer/vars/1")->data.size() == 1u);
+  BOOST_TEST(f.metadata.at("format") == "keras");  // Keras' names and layouts, not PyTorch's ("pt")
+
+  // int64 values beyond float's (and double's) exact range round-trip, and their checksum guards them
+  const std::vector<std::int64_t> big{(std::int64_t(1) << 60) + 1, -3};
+  const std::vector<float> w{1.5f, -2.0f, 0.25f};
+  checkpoint::save_safetensors(t.path / "i64.safetensors", {{"w", {3}, w}, {"n", {2}, {}, big}});
+  const auto g = checkpoint::load_safetensors(t.path / "i64.safetensors");
+  BOOST_TEST(g.find("n")->int64 == big, tt::per_element());
+  BOOST_TEST(g.find("w")->data == w, tt::per_element());
+  BOOST_TEST(g.find("w")->int64.empty());
+  flip_byte(t.path / "i64.safetensors", fs::file_size(t.path / "i64.safetensors") - 3);
+  BOOST_TEST(contains(error_of([&] { checkpoint::load_safetensors(t.path / "i64.safetensors"); }),
+                      "checksum mismatch in tensor 'n'"));
+
+  // a weight stored as I64 is refused by name, not copied as nothing
+  net a(1);
+  std::vector<checkpoint::tensor_view> views;
+  const std::vector<float> aw = a.get_weights();
+  const std::vector<std::int64_t> ints(5 * 7, 1);
+  for (auto v : checkpoint::weight_views(a, aw))
+    views.push_back(v.name == "layers/dense/vars/0" ? checkpoint::tensor_view{v.name, v.shape, {}, ints} : v);
+  checkpoint::save_safetensors(t.path / "int_weights.safetensors", views);
+  BOOST_TEST(contains(error_of([&] { checkpoint::load_weights(a, t.path / "int_weights.safetensors"); }),
+                      "tensor 'layers/dense/vars/0' is I64, not F32"));
 }
 
 BOOST_AUTO_TEST_CASE(an_edited_checkpoint_index_is_a_dtrain_error_or_ignored) {
@@ -379,7 +420,7 @@ void rewrite(const fs::path& from, const fs::path& to,
   auto f = checkpoint::load_safetensors(from);
   edit(f.metadata, f.tensors);
   std::vector<checkpoint::tensor_view> views;
-  for (const auto& t : f.tensors) views.push_back({t.name, t.shape, t.data});
+  for (const auto& t : f.tensors) views.push_back({t.name, t.shape, t.data, t.int64});
   checkpoint::save_safetensors(to, views, f.metadata);
 }
 std::vector<char> bytes_of(const fs::path& p) { return checkpoint::detail::read_file(p); }

@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& t : f.tensors) {  // what it returns is consistent: every shape's product is its data's size
       std::size_t n = 1;
       for (auto d : t.shape) n *= d;
-      if (n != t.data.size()) __builtin_trap();
+      if (!t.data.empty() && !t.int64.empty()) __builtin_trap();  // float32 or int64, never both
+      if (n != (t.int64.empty() ? t.data.size() : t.int64.size())) __builtin_trap();
     }
   });
   return 0;

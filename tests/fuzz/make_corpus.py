@@ -40,7 +40,7 @@ def safetensors(tensors, meta):
     header, blob = {}, b""
     for name, a in tensors.items():
         b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(b)]}
+        header[name] = {"dtype": {"f": "F32", "q": "I64"}[a.code], "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(b)]}
         blob += b
     if meta:
         header["__metadata__"] = meta
@@ -49,7 +49,9 @@ def safetensors(tensors, meta):
 
 put("safetensors", "two", safetensors({"a": arr(range(6), (2, 3), "f", ""), "b": arr([1], (1,), "f", "")}, {"k": "v"}))
 put("safetensors", "scalar", safetensors({"s": arr([3], (), "f", "")}, None))
-put("safetensors", "empty", safetensors({}, {"format": "pt"}))
+put("safetensors", "empty", safetensors({}, {"format": "keras"}))
+put("safetensors", "int64", safetensors({"optimizer/vars/0": arr([2**40 + 1], (), "q", ""), "w": arr([1, 2], (2,), "f", "")},
+                                        {"format": "keras"}))
 
 
 # npy / npz: first byte 0 = .npy, 1 = .npz

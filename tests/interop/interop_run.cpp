@@ -1,8 +1,9 @@
 // What a Python user reads from a dtrain run, for the interop checks (tests/interop/check_*.py) to read
 // with the real packages: trains a small model with the tensorboard callback (epoch and batch scalars,
 // learning rate, steps per second, validation, histograms, an evaluation) into <dir>/train and
-// <dir>/validation, writes its History (history.json), and its weights as safetensors and .npz with the
-// same values as JSON (weights.json).
+// <dir>/validation, writes its History (history.json), its weights as safetensors and .npz with the
+// same values as JSON (weights.json), and the whole model (model.safetensors, with its optimizer's
+// iteration count in model.json).
 // usage: interop_run <dir>
 #include <fstream>
 #include <utility>
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "history.json") << h.to_json();
   checkpoint::save_weights(model, dir / "weights.safetensors");
   checkpoint::export_npz(model, dir / "weights.npz");
+  checkpoint::save_model(model, dir / "model.safetensors");
+  std::ofstream(dir / "model.json") << "{\"iterations\": " << model.optimizer().iterations() << "}";
   const std::vector<float> w = model.get_weights();
   std::ofstream json(dir / "weights.json");
   const char* separator = "{";

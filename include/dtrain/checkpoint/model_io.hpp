@@ -49,14 +49,18 @@ std::vector<tensor_view> weight_views(const Model& m, std::span<const float> p) 
   return out;
 }
 
-/// The optimizer's variables in Keras' order: vars/0 iterations, vars/1 learning rate, then for each
-/// model variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
+/// The two scalars that lead the optimizer's variables, as Keras types them.
+struct optimizer_scalars {
+  std::int64_t iterations = 0;
+  float learning_rate = 0;
+};
+
+/// The optimizer's variables in Keras' order and types: vars/0 iterations (int64), vars/1 learning rate,
+/// then for each model variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
 template <class Model>
-std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& st, float learning_rate,
-                                         std::vector<float>& scalars) {
-  scalars = {static_cast<float>(st.iterations), learning_rate};
-  std::vector<tensor_view> out{{"optimizer/vars/0", {}, std::span<const float>(&scalars[0], 1)},
-                               {"optimizer/vars/1", {}, std::span<const float>(&scalars[1], 1)}};
+std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& st, optimizer_scalars& scalars) {
+  std::vector<tensor_view> out{{"optimizer/vars/0", {}, {}, std::span<const std::int64_t>(&scalars.iterations, 1)},
+                               {"optimizer/vars/1", {}, std::span<const float>(&scalars.learning_rate, 1)}};
   const std::size_t n = m.count_params();
   const std::size_t slots = n ? st.slots.size() / n : 0;
   std::size_t k = 2;
@@ -71,7 +75,7 @@ std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& 
 namespace detail {
 template <class Model>
 std::map<std::string, std::string> metadata(const Model& m, const std::string& kind) {
-  return {{"format", "pt"}, {"dtrain.version", version}, {"dtrain.kind", kind}, {"dtrain.signature", signature(m)}};
+  return {{"format", "keras"}, {"dtrain.version", version}, {"dtrain.kind", kind}, {"dtrain.signature", signature(m)}};
 }
 
 /// Compares the file's signature with the model's and names the first difference (a `shape_error`:
@@ -111,6 +115,7 @@ inline void copy_in(const safetensors_file& f, const std::vector<tensor_view>& w
     if (t->shape != w.shape)
       throw shape_error(std::string(what) + ": " + file + ": tensor '" + w.name + "' has shape " + shape_str(t->shape) +
                      " but the model expects " + shape_str(w.shape));
+    if (!t->int64.empty()) throw io_error(std::string(what) + ": " + file + ": tensor '" + w.name + "' is I64, not F32");
     std::copy(t->data.begin(), t->data.end(), base.begin() + (w.data.data() - base.data()));
   }
 }
@@ -159,10 +164,11 @@ void save_values(Model& m, const model_values& v, const std::filesystem::path& p
                  const std::map<std::string, std::string>& extra = {}, const std::vector<tensor_view>& more = {}) {
   auto tensors = weight_views(m, v.weights);
   auto meta = detail::metadata(m, "model");
-  std::vector<float> scalars;
+  optimizer_scalars scalars;
   if (v.optimizer && m.compiled()) {
     const optimizer_state& st = *v.optimizer;
-    auto ov = optimizer_views(m, st, v.learning_rate.value_or(m.optimizer().learning_rate()), scalars);
+    scalars = {st.iterations, v.learning_rate.value_or(m.optimizer().learning_rate())};
+    auto ov = optimizer_views(m, st, scalars);
     tensors.insert(tensors.end(), ov.begin(), ov.end());
     meta["dtrain.optimizer"] = m.optimizer().name();
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
@@ -220,12 +226,15 @@ model_values read_model(Model& m, const safetensors_file& f, const std::string& 
   const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0, std::int64_t(n ? in_file / n : 0)));
   optimizer_state& st = v.optimizer.emplace();
   st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());
+  if (const named_tensor* it = f.find("optimizer/vars/0"); it && it->int64.size() == 1 && it->int64[0] != st.iterations)
+    throw io_error("load_model: " + file + ": optimizer/vars/0 says " + std::to_string(it->int64[0]) +
+                   " iterations but the metadata says " + std::to_string(st.iterations));
   st.slots.assign(slots * n, 0.0f);
-  std::vector<float> scalars;
-  const auto want = optimizer_views(m, st, 0.0f, scalars);
+  optimizer_scalars scalars;
+  const auto want = optimizer_views(m, st, scalars);
   for (std::size_t i = 2; i < want.size(); ++i) {
     const named_tensor* t = f.find(want[i].name);
-    if (!t || t->shape != want[i].shape)
+    if (!t || t->shape != want[i].shape || t->data.size() != want[i].data.size())
       throw io_error("load_model: " + file + ": optimizer tensor '" + want[i].name + "' is missing or mis-shaped");
     std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
   }

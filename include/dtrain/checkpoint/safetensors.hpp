@@ -28,17 +28,21 @@
 
 namespace dtrain::checkpoint {
 
-/// One named float32 tensor to write (a view) or that was read (owned).
+/// One named tensor that was read (owned): float32 values in `data`, or for an I64 tensor (Keras keeps
+/// the optimizer's iteration count as int64) its values in `int64` and none in `data`.
 struct named_tensor {
   std::string name;
   std::vector<std::size_t> shape;
   std::vector<float> data;
+  std::vector<std::int64_t> int64 = {};
 };
 
+/// One named tensor to write (a view): float32 `data`, or an I64 tensor when `int64` is not empty.
 struct tensor_view {
   std::string name;
   std::vector<std::size_t> shape;
   std::span<const float> data;
+  std::span<const std::int64_t> int64 = {};
 };
 
 namespace detail {
@@ -108,22 +112,27 @@ inline std::vector<char> read_file(const std::filesystem::path& path) {
 }
 }  // namespace detail
 
-/// Writes float32 tensors and string metadata as a safetensors file (atomically).
+/// Writes float32 (and int64) tensors and string metadata as a safetensors file (atomically).
 inline void save_safetensors(const std::filesystem::path& path, const std::vector<tensor_view>& tensors,
                              const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::ordered_json header;
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
   std::size_t offset = 0;
+  std::vector<std::span<const std::byte>> bytes;
   for (const auto& t : tensors) {
+    const bool i64 = !t.int64.empty();
+    bytes.push_back(i64 ? std::as_bytes(t.int64) : std::as_bytes(t.data));
+    const std::size_t values = i64 ? t.int64.size() : t.data.size();
     std::size_t n = 1;
     for (auto d : t.shape) n *= d;
-    if (n != t.data.size())
-      throw shape_error("save_safetensors: tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
-                        " values for shape " + shape_str(t.shape));
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + n * 4}}};
-    meta["dtrain.crc32." + t.name] = detail::hex32(detail::crc32_of(t.data.data(), n * 4));
-    offset += n * 4;
+    if (n != values)
+      throw shape_error("save_safetensors: tensor '" + t.name + "' has " + std::to_string(values) + " values for shape " +
+                        shape_str(t.shape));
+    const std::size_t size = bytes.back().size();
+    header[t.name] = {{"dtype", i64 ? "I64" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + size}}};
+    meta["dtrain.crc32." + t.name] = detail::hex32(detail::crc32_of(bytes.back().data(), size));
+    offset += size;
   }
   header["__metadata__"] = meta;
   std::string h = header.dump();
@@ -133,9 +142,9 @@ inline void save_safetensors(const std::filesystem::path& path, const std::vecto
   for (int i = 0; i < 8; ++i) out[std::size_t(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
   std::memcpy(out.data() + 8, h.data(), h.size());
   std::size_t at = 8 + h.size();
-  for (const auto& t : tensors) {
-    std::memcpy(out.data() + at, t.data.data(), t.data.size_bytes());
-    at += t.data.size_bytes();
+  for (const auto& b : bytes) {
+    std::memcpy(out.data() + at, b.data(), b.size());
+    at += b.size();
   }
   detail::write_file_atomic(path, out);
 }
@@ -151,7 +160,7 @@ struct safetensors_file {
   }
 };
 
-/// Parses the bytes of a safetensors file of float32 tensors (`f` names it in errors), checking its
+/// Parses the bytes of a safetensors file of float32 and int64 tensors (`f` names it in errors), checking its
 /// structure and (when present) the CRC-32 of every tensor. Every defect is an `io_error` naming the
 /// file and what is wrong.
 inline safetensors_file parse_safetensors(std::span<const char> b, const std::string& f) {
@@ -184,14 +193,16 @@ inline safetensors_file parse_safetensors(std::span<const char> b, const std::st
     const auto& t = *it;
     if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
       throw io_error(f + ": tensor '" + it.key() + "' lacks dtype, shape or data_offsets");
-    if (t["dtype"] != "F32")
-      throw io_error(f + ": tensor '" + it.key() + "' has dtype " + t["dtype"].dump() + "; dtrain reads F32");
+    if (t["dtype"] != "F32" && t["dtype"] != "I64")
+      throw io_error(f + ": tensor '" + it.key() + "' has dtype " + t["dtype"].dump() + "; dtrain reads F32 and I64");
+    const bool i64 = t["dtype"] == "I64";
+    const std::size_t width = i64 ? 8 : 4;
     named_tensor nt{it.key(), {}, {}};
     std::size_t n = 1;
     for (const auto& d : t["shape"]) {
       if (!d.is_number_unsigned()) throw io_error(f + ": tensor '" + it.key() + "' has a bad shape");
       nt.shape.push_back(d.get<std::size_t>());
-      if (nt.shape.back() != 0 && n > data_size / 4 / nt.shape.back())  // checked before it can wrap
+      if (nt.shape.back() != 0 && n > data_size / width / nt.shape.back())  // checked before it can wrap
         throw io_error(f + ": tensor '" + it.key() + "' has shape " + shape_str(nt.shape) + "..., more values than the file holds");
       n *= nt.shape.back();
     }
@@ -199,19 +210,26 @@ inline safetensors_file parse_safetensors(std::span<const char> b, const std::st
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw io_error(f + ": tensor '" + it.key() + "' has bad data_offsets");
     const auto b0 = off[0].get<std::size_t>(), b1 = off[1].get<std::size_t>();
-    if (b1 < b0 || b1 - b0 != n * 4)
+    if (b1 < b0 || b1 - b0 != n * width)
       throw io_error(f + ": tensor '" + it.key() + "' has data_offsets that do not fit its shape " + shape_str(nt.shape));
     if (b1 > data_size)
       throw io_error(f + ": truncated: tensor '" + it.key() + "' ends at byte " + std::to_string(b1) + " of " +
                      std::to_string(data_size) + " data bytes");
-    nt.data.resize(n);
-    std::memcpy(nt.data.data(), data + b0, n * 4);
+    if (i64) {
+      nt.int64.resize(n);
+      std::memcpy(nt.int64.data(), data + b0, n * 8);
+    } else {
+      nt.data.resize(n);
+      std::memcpy(nt.data.data(), data + b0, n * 4);
+    }
     order.push_back({it.key(), b0});
     out.tensors.push_back(std::move(nt));
   }
   for (const auto& t : out.tensors) {
     auto c = out.metadata.find("dtrain.crc32." + t.name);
-    if (c != out.metadata.end() && c->second != detail::hex32(detail::crc32_of(t.data.data(), t.data.size() * 4)))
+    const auto crc = t.int64.empty() ? detail::crc32_of(t.data.data(), t.data.size() * 4)
+                                     : detail::crc32_of(t.int64.data(), t.int64.size() * 8);
+    if (c != out.metadata.end() && c->second != detail::hex32(crc))
       throw io_error(f + ": checksum mismatch in tensor '" + t.name + "' (the file is damaged)");
   }
   std::sort(out.tensors.begin(), out.tensors.end(), [&](const named_tensor& a, const named_tensor& c) {
@@ -225,7 +243,7 @@ inline safetensors_file parse_safetensors(std::span<const char> b, const std::st
   return out;
 }
 
-/// Reads a safetensors file of float32 tensors: `parse_safetensors` of its bytes.
+/// Reads a safetensors file of float32 and int64 tensors: `parse_safetensors` of its bytes.
 inline safetensors_file load_safetensors(const std::filesystem::path& path) {
   return parse_safetensors(detail::read_file(path), path.string());
 }
