@@ -33,6 +33,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <cerrno>
 #include <chrono>
@@ -857,7 +859,7 @@ class ring_tcp {
     detail::frame_header out_h, in_h;
     std::error_code failure;
     int failed_peer = -1, reported = -1;
-    bool timed_out = false;
+    bool timed_out = false, send_stalled = false;
     auto fail = [&](std::error_code ec, int peer) { failure = ec, failed_peer = peer; };
     protocol_error_.clear();
     auto deadline = clock::now() + o_.operation_timeout;
@@ -947,25 +949,51 @@ class ring_tcp {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0) {
         timed_out = true;
+        send_stalled = want_out;  // the next rank stopped taking data: the stronger evidence
         break;
       }
       if (::poll(fds, nfds, int(std::min<long long>(left, 1 << 30))) < 0 && errno != EINTR)
         fail(std::error_code(errno, std::system_category()), rs < ns ? prev_rank() : next_rank());
     }
     if (!timed_out && reported < 0 && failed_peer == next_rank())
-      reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head);
-    collective_failed(timed_out, reported, failed_peer, failure, rs < ns);
+      reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, std::chrono::milliseconds(300));
+    const bool receiving = rs < ns && !send_stalled;
+    bool unreachable = false;
+    if (timed_out && receiving) {
+      // Everyone waits for its previous rank, so the wait alone does not say who failed. A host that is
+      // down or cut off does not acknowledge a probe: then it is the previous rank. Otherwise the
+      // previous rank is waiting too, and the rank after the failed one tells the others shortly.
+      const auto window = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), o_.operation_timeout / 4);
+      unreachable = !acknowledges_probe(prev_.native_handle(), window);
+      if (!unreachable) reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, 2 * window);
+    }
+    collective_failed(timed_out, reported, failed_peer, failure, receiving, unreachable);
   }
 
-  /// The next rank closed on us: it may have stopped because of a failure further on. Reads what the
-  /// previous rank still sends for up to 300 ms, skipping data frames (first the rest of the one in
+  /// Whether the host at the other end of the TCP connection `fd` acknowledges one probe byte within
+  /// `window` (the kernel acknowledges for a hung process too; nothing does for a host that is down or
+  /// cut off). The byte goes against the data's direction, after a failure, just before the ring closes.
+  static bool acknowledges_probe(int fd, std::chrono::milliseconds window) {
+    const char probe = 0;
+    if (::send(fd, &probe, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) return true;  // no evidence either way
+    for (const auto end = clock::now() + window; clock::now() < end;) {
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_unacked == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  /// The next rank closed on us, or the previous one went silent: it may have stopped because of a failure
+  /// further on. Reads what the previous rank still sends for up to `wait`, skipping data frames (first the rest of the one in
   /// progress: `at` of its `end` bytes read, `h` its header), until an abort frame names the failed
   /// rank. Returns that rank, or -1.
-  int await_abort(detail::frame_header h, std::size_t at, std::size_t end) {
+  int await_abort(detail::frame_header h, std::size_t at, std::size_t end, std::chrono::milliseconds wait) {
     if (!prev_.is_open()) return -1;
     constexpr std::size_t head = sizeof(detail::frame_header);
     const int fd = prev_.native_handle();
-    const auto deadline = clock::now() + std::chrono::milliseconds(300);
+    const auto deadline = clock::now() + wait;
     std::array<std::byte, 4096> sink;
     auto read = [&](std::byte* p, std::size_t n) {  // exactly n bytes (into the sink when p is null) by the deadline
       while (n > 0) {
@@ -999,9 +1027,10 @@ class ring_tcp {
   }
 
   /// After a failed or timed-out collective: names the rank that failed, tells the next rank (which
-  /// tells its next...), closes the ring and throws.
+  /// tells its next...), closes the ring and throws. A timeout blames the previous rank when this one
+  /// was `receiving` from it, else the next rank (which stopped taking this one's data).
   [[noreturn]] void collective_failed(bool timed_out, int reported, int failed_peer, std::error_code failure,
-                                      bool receiving) {
+                                      bool receiving, bool unreachable) {
     // Name the rank that failed, tell the next rank (which tells its next...), and close the ring.
     const int culprit = reported >= 0 ? reported : timed_out ? (receiving ? prev_rank() : next_rank()) : failed_peer;
     if (culprit != next_rank()) {
@@ -1015,12 +1044,19 @@ class ring_tcp {
     std::error_code ig;
     prev_.close(ig), next_.close(ig);
     std::string what;
-    if (timed_out)
+    if (timed_out && unreachable && reported < 0)
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + " waiting for " + peer_name(culprit) +
+             ", whose host does not acknowledge (down or cut off)";
+    else if (reported >= 0)
+      what = peer_name(reported) + " failed (reported around the ring by " + peer_name(prev_rank()) + ")";
+    else if (timed_out && culprit == next_rank())
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + ": " + peer_name(culprit) + " stopped taking data (it died, hung or is unreachable)";
+    else if (timed_out)
       what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
              std::to_string(seq_) + " waiting for " + peer_name(culprit) +
              " (it, or a rank before it in the ring, died or hung)";
-    else if (reported >= 0)
-      what = peer_name(reported) + " failed (reported around the ring by " + peer_name(prev_rank()) + ")";
     else if (!protocol_error_.empty())
       what = "protocol error: " + protocol_error_;
     else if (failure == asio::error::eof || failure == asio::error::connection_reset ||
