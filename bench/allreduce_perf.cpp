@@ -2,6 +2,8 @@
 // (all_reduce_perf): ranks are processes on loopback, rank 0 prints one row per size.
 //   allreduce_perf -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -p 2 [-o sum|mean|max|min] [-t 0|1]
 // -t 1: with a job token and TLS 1.3 on the data plane (docs/security.md).
+// Built with DTRAIN_BENCH_MPI (mpi_comm_perf), the same table for comm::mpi, run under mpirun (the ranks
+// are MPI's; -p is ignored); -k 0 skips its collective agreement check.
 // algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,7 +17,11 @@
 #include <string>
 #include <vector>
 
+#ifdef DTRAIN_BENCH_MPI
+#include <dtrain/distribute/comm/mpi.hpp>
+#else
 #include <dtrain/distribute/comm/ring_tcp.hpp>
+#endif
 
 #include "allreduce_table.hpp"
 
@@ -24,6 +30,9 @@ namespace {
 struct args : allreduce_table::sweep {
   int check = 1;
   int tls = 0;
+  int agree = 1;  // comm::mpi: compare each collective across the ranks first
+  int rank = -1;  // -r with -a: this process is that rank of a cluster on other hosts
+  std::vector<std::string> addresses;
   std::size_t chunk = std::size_t{1} << 20;
   dtrain::reduce_op op = dtrain::reduce_op::sum;
   const char* op_name = "sum";
@@ -31,9 +40,11 @@ struct args : allreduce_table::sweep {
 
 constexpr const char* usage_text =
     "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] "
-    "[-C frame bytes] [-t 0|1]\n"
+    "[-C frame bytes] [-t 0|1] [-k 0|1] [-r rank -a addresses]\n"
     "All-reduce bus bandwidth of dtrain's TCP ring among -p ranks on loopback, nccl-tests style: sizes from -b to -e\n"
-    "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS.\n";
+    "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS.\n"
+    "Built as mpi_comm_perf: comm::mpi under mpirun instead (-k 0: without its collective agreement check).\n"
+    "-r rank -a host:port,host:port,...: be that rank of a ring on those addresses (one process per host).\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "allreduce_perf: %s; see allreduce_perf --help\n", why.c_str());
@@ -58,6 +69,15 @@ args parse(int argc, char** argv) {
     if (allreduce_table::parse_flag(a, k, v)) continue;
     if (k == "-c") a.check = zero_or_one(k, v);
     else if (k == "-t") a.tls = zero_or_one(k, v);
+    else if (k == "-k") a.agree = zero_or_one(k, v);
+    else if (k == "-r") a.rank = std::atoi(v);
+    else if (k == "-a") {
+      for (std::string list = v; !list.empty();) {
+        const auto comma = list.find(',');
+        a.addresses.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+    }
     else if (k == "-C") a.chunk = allreduce_table::bytes_arg(v);
     else if (k == "-o") {
       a.op_name = v;
@@ -70,9 +90,15 @@ args parse(int argc, char** argv) {
     }
   }
   allreduce_table::check(a, "allreduce_perf");
+  if ((a.rank >= 0) != !a.addresses.empty()) usage_error("-r and -a go together");
+  if (!a.addresses.empty()) {
+    a.ranks = int(a.addresses.size());
+    if (a.rank >= a.ranks) usage_error("-r " + std::to_string(a.rank) + " is not one of the " + std::to_string(a.ranks) + " addresses");
+  }
   return a;
 }
 
+#ifndef DTRAIN_BENCH_MPI
 std::vector<std::string> free_addresses(int n) {
   std::vector<int> fds;
   std::vector<std::string> out;
@@ -90,19 +116,16 @@ std::vector<std::string> free_addresses(int n) {
   for (int fd : fds) ::close(fd);
   return out;
 }
+#endif
 
 /// The value rank r holds at index i for checking: small integers, exact in any summation order.
 float value(int r, std::size_t i) { return float((i % 7) + std::size_t(r)); }
 
-int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
-  dtrain::comm::ring_tcp comm({.rank = rank, .world_size = a.ranks, .addresses = addrs, .fingerprint = 1,
-                               .chunk_bytes = a.chunk,
-                               .job_token = a.tls ? "allreduce-perf-job-token" : "",
-                               .tls = a.tls != 0,
-                               .log = [](const std::string&) {}});
-  const int p = a.ranks;
+template <class Comm>
+int run_rank(const args& a, Comm& comm, const char* title) {
+  const int p = comm.size(), rank = comm.rank();
   std::vector<float> buf(a.max_bytes / 4);
-  if (rank == 0) allreduce_table::print_header(a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3" : "dtrain ring_tcp all_reduce", p, a);
+  if (rank == 0) allreduce_table::print_header(title, p, a);
   double sum_busbw = 0;
   int rows = 0;
   long wrong_total = 0;
@@ -150,8 +173,37 @@ int run_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
 
 }  // namespace
 
+#ifdef DTRAIN_BENCH_MPI
 int main(int argc, char** argv) {
   const args a = parse(argc, argv);
+  const dtrain::cluster_info c = dtrain::comm::mpi::resolve_cluster();
+  dtrain::comm::mpi comm({.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
+                          .check_collectives = a.agree != 0});
+  try {
+    return run_rank(a, comm, a.agree ? "dtrain comm::mpi all_reduce" : "dtrain comm::mpi all_reduce, no agreement check");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", c.rank, e.what());
+    return 1;
+  }
+}
+#else
+int run_ring_rank(const args& a, int rank, const std::vector<std::string>& addrs) {
+  dtrain::comm::ring_tcp comm({.rank = rank, .world_size = a.ranks, .addresses = addrs, .fingerprint = 1,
+                               .chunk_bytes = a.chunk,
+                               .job_token = a.tls ? "allreduce-perf-job-token" : "",
+                               .tls = a.tls != 0,
+                               .log = [](const std::string&) {}});
+  return run_rank(a, comm, a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3" : "dtrain ring_tcp all_reduce");
+}
+
+int main(int argc, char** argv) {
+  const args a = parse(argc, argv);
+  if (a.rank >= 0) try {  // one rank of a ring across hosts
+      return run_ring_rank(a, a.rank, a.addresses);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", a.rank, e.what());
+      return 1;
+    }
   const auto addrs = free_addresses(a.ranks);
   std::vector<pid_t> kids;
   for (int r = 1; r < a.ranks; ++r) {
@@ -159,7 +211,7 @@ int main(int argc, char** argv) {
     if (pid == 0) {
       int code = 1;
       try {
-        code = run_rank(a, r, addrs);
+        code = run_ring_rank(a, r, addrs);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -170,7 +222,7 @@ int main(int argc, char** argv) {
   }
   int code = 0;
   try {
-    code = run_rank(a, 0, addrs);
+    code = run_ring_rank(a, 0, addrs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank 0: %s\n", e.what());
     code = 1;
@@ -182,3 +234,4 @@ int main(int argc, char** argv) {
   }
   return code;
 }
+#endif

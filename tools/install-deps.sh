@@ -1,12 +1,12 @@
 #!/bin/sh
 # Installs the Debian 12 packages dtrain builds and runs its demo with; with --test, also what the
-# sanitizer and fuzzing trees need (clang-19 and its runtimes) and what the Python interop tests make
-# their venv with. Idempotent: it calls apt-get only when a package is missing. Runs as root, or
+# sanitizer and fuzzing trees need (clang-19 and its runtimes), Open MPI for the comm::mpi tests, and what
+# the Python interop tests make their venv with. Idempotent: it calls apt-get only when a package is missing. Runs as root, or
 # through sudo when there is one.
 set -eu
 packages="cmake g++ ninja-build ccache libxtensor-dev libopenblas-dev libboost-test-dev
 libasio-dev libssl-dev nlohmann-json3-dev zlib1g-dev libcli11-dev dataset-fashion-mnist"
-[ "${1:-}" = "--test" ] && packages="$packages clang-19 libclang-rt-19-dev libfuzzer-19-dev python3-venv"
+[ "${1:-}" = "--test" ] && packages="$packages clang-19 libclang-rt-19-dev libfuzzer-19-dev python3-venv python3-yaml libopenmpi-dev openmpi-bin"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -53,4 +53,11 @@ mkdir -p "$tmp/bad"
 printf 'cmake_minimum_required(VERSION 3.25)\nproject(bad LANGUAGES CXX)\nfind_package(dtrain CONFIG REQUIRED COMPONENTS nonesuch)\n' > "$tmp/bad/CMakeLists.txt"
 cmake -S "$tmp/bad" -B "$tmp/bad/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/log" 2>&1 && fail "an unknown component was accepted"
 grep -q "nonesuch" "$tmp/log" || fail "the unknown component is not named"
+# COMPONENTS mpi: found with its target where an MPI is installed (dtrain was configured with one)
+if command -v mpicxx > /dev/null; then
+  mkdir -p "$tmp/mpi"
+  printf 'cmake_minimum_required(VERSION 3.25)\nproject(m LANGUAGES CXX)\nfind_package(dtrain CONFIG REQUIRED COMPONENTS mpi)\nif(NOT TARGET dtrain::mpi)\n  message(FATAL_ERROR "no dtrain::mpi")\nendif()\n' > "$tmp/mpi/CMakeLists.txt"
+  cmake -S "$tmp/mpi" -B "$tmp/mpi/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/log" 2>&1 || fail "find_package(dtrain COMPONENTS mpi)"
+  echo "find_package(dtrain COMPONENTS mpi): dtrain::mpi"
+fi
 echo "PASS: consumer"

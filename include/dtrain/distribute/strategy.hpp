@@ -192,11 +192,12 @@ class multi_worker_mirrored_strategy final : public replica_context {
  public:
   using backend_type = Backend;
 
-  /// Resolves the cluster (explicit spec, else TF_CONFIG, Slurm, torchrun or MPI variables, else one
-  /// worker) and connects to the other workers (blocks until all are there).
+  /// Resolves the cluster (explicit spec, else the communicator's own membership when it has one (MPI),
+  /// else TF_CONFIG, Slurm, torchrun or MPI variables, else one worker) and connects to the other
+  /// workers (blocks until all are there).
   explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {},
                                           Backend device = {})
-      : o_(o), cluster_(cluster ? std::move(*cluster) : resolve_cluster()), comm_(connect(o_, cluster_)),
+      : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()), comm_(connect(o_, cluster_)),
         buckets_(o.first_bucket_bytes, o.bucket_bytes), device_(std::move(device)) {}
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
@@ -304,6 +305,10 @@ class multi_worker_mirrored_strategy final : public replica_context {
       s->pending_.push_back(s->comm_.all_reduce_async(s->grads_.subspan(begin, end - begin), reduce_op::sum));
     }
   };
+  static cluster_info default_cluster() {
+    if constexpr (requires { { Comm::resolve_cluster() } -> std::same_as<cluster_info>; }) return Comm::resolve_cluster();
+    else return resolve_cluster();
+  }
   static Comm connect(const communication_options& o, const cluster_info& c) {
     using impl = communication_options::implementation_type;
     if (o.implementation == impl::nccl)

@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""dtrain's ring all-reduce between 4 hosts with real addresses and rate-limited links: each rank in its
+own network namespace (tests/deploy/netns.py), every host's sending side shaped with tc tbf to the link
+rate, and the bus bandwidth compared with it (a ring all-reduce can at best move data at the link rate:
+busbw = link). Needs root (skips otherwise).
+  bench/netns_allreduce.py [build dir] [runs]"""
+import os
+import statistics
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "deploy"))
+import netns  # noqa: E402
+
+build = sys.argv[1] if len(sys.argv) > 1 else "build"
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+perf = os.path.join(build, "bench", "allreduce_perf")
+N, PORT = 4, 29600
+links = [("1gbit", 1e9, "256kb"), ("10gbit", 10e9, "2mb")]  # tbf burst: at least rate / HZ
+sizes = ["-b", "1M", "-e", "64M", "-f", "4", "-n", "10", "-w", "3", "-c", "0"]
+
+try:
+    with netns.hosts(N) as h:
+        addresses = ",".join(f"{a}:{PORT}" for a in h.address)
+        print(f"# all_reduce, {N} ranks on {N} hosts (network namespaces, veth + bridge), float sum, "
+              f"median busbw of {runs} runs; link = each host's sending rate (tc tbf)")
+        print(f"{'link':>8} {'size(B)':>10} {'busbw(GB/s)':>12} {'% of link':>10}")
+        for name, bits, burst in links:
+            for i in range(N):
+                subprocess.run(["tc", "-n", h.names[i], "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", name,
+                                "burst", burst, "latency", "100ms"], check=True)
+            table = {}
+            for _ in range(runs):
+                procs = [h.run(i, [perf, *sizes, "-r", str(i), "-a", addresses], stdout=subprocess.PIPE, text=True)
+                         for i in range(N)]
+                out = procs[0].communicate(timeout=600)[0]
+                for p in procs[1:]:
+                    p.wait(timeout=600)
+                for line in out.splitlines():
+                    f = line.split()
+                    if f and not line.startswith("#"):
+                        table.setdefault(int(f[0]), []).append(float(f[6]))
+            for size, values in sorted(table.items()):
+                busbw = statistics.median(values)
+                print(f"{name:>8} {size:>10} {busbw:>12.3f} {100 * busbw * 8e9 / bits:>9.1f}%")
+except netns.Unavailable as e:
+    print(f"skipped: {e}")

@@ -1,0 +1,266 @@
+#pragma once
+/// \file
+/// `comm::mpi`: the communicator over MPI, so `multi_worker_mirrored_strategy<comm::mpi>` runs under
+/// `mpirun` or `srun` on the transports the cluster's MPI is tuned for (shared memory, InfiniBand).
+///
+/// Membership comes from MPI itself (`resolve_cluster()`: MPI_COMM_WORLD's rank and size), not from
+/// TF_CONFIG or addresses. MPI is initialized on first use (MPI_THREAD_SERIALIZED: one thread at a time
+/// calls it) and finalized at exit, unless the program initialized it itself. Collectives run on a
+/// duplicate of MPI_COMM_WORLD whose errors return instead of aborting, so an MPI error becomes a
+/// `comm_error` naming the collective.
+///
+/// Contract differences from `ring_tcp`, all MPI's:
+/// - Before each collective the ranks compare what they are about to do (kind, size, root) in one small
+///   MPI_Allreduce, so a mismatch is a `comm_error` on every rank, not MPI's undefined behaviour;
+///   `check_collectives = false` skips that round trip and trusts the callers, as MPI does.
+/// - Every wait polls (MPI_Test) against `operation_timeout`: a hung or dead rank makes the others
+///   throw `comm_error` (the training programs then exit 138). MPI does not say which rank it was, and
+///   under `mpirun` a rank that dies usually makes mpirun end the others first (with SIGTERM).
+/// - `all_reduce_async` is MPI_Iallreduce: Open MPI advances it only inside MPI calls, so it overlaps
+///   with the caller's work less than ring_tcp's communication thread does.
+/// - Results are bitwise identical on all ranks when the MPI's reduction is (Open MPI's are; the tests
+///   check it).
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dtrain/distribute/cluster.hpp"
+#include "dtrain/distribute/comm/communicator.hpp"
+
+namespace dtrain::comm {
+
+struct mpi_options {
+  /// What the strategy resolved; checked against MPI's own rank and size.
+  int rank = 0;
+  int world_size = 1;
+  /// Unused: MPI finds its peers itself (kept so the strategy fills every communicator alike).
+  std::vector<std::string> addresses{};
+  std::uint64_t fingerprint = 0;
+  std::chrono::milliseconds operation_timeout{60'000};
+  std::chrono::milliseconds connect_timeout{300'000};
+  /// Compare every collective's kind, size and root across the ranks first (one small all-reduce).
+  bool check_collectives = true;
+};
+
+namespace detail {
+/// MPI_Init_thread on first use; MPI_Finalize at exit when dtrain initialized it.
+inline void ensure_mpi() {
+  struct session {
+    bool ours = false;
+    session() {
+      int up = 0;
+      MPI_Initialized(&up);
+      if (up) return;
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        throw comm_error("comm::mpi: MPI_Init_thread failed");
+      ours = true;
+    }
+    ~session() {
+      int down = 0;
+      MPI_Finalized(&down);
+      if (ours && !down) MPI_Finalize();
+    }
+  };
+  static session s;
+}
+}  // namespace detail
+
+class mpi {
+ public:
+  using options_type = mpi_options;
+  using clock = std::chrono::steady_clock;
+
+  /// This process's place in MPI_COMM_WORLD (initializing MPI): what `multi_worker_mirrored_strategy<mpi>`
+  /// uses instead of TF_CONFIG or a launcher's variables. Rank 0 is the chief.
+  static cluster_info resolve_cluster() {
+    detail::ensure_mpi();
+    cluster_info c;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c.world_size);
+    c.task_id = c.rank;
+    c.source = "MPI";
+    return c;
+  }
+
+  explicit mpi(mpi_options o = {}) : o_(std::move(o)) {
+    detail::ensure_mpi();
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (o_.world_size != size || o_.rank != rank)
+      throw config_error("comm::mpi: the cluster says rank " + std::to_string(o_.rank) + " of " +
+                         std::to_string(o_.world_size) + " but MPI says rank " + std::to_string(rank) + " of " +
+                         std::to_string(size) + " (let the strategy take the cluster from MPI: pass no cluster)");
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &comm_) != MPI_SUCCESS) throw comm_error("comm::mpi: MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    // every rank must run the same cluster: compare the fingerprints (as ring_tcp's handshake does)
+    std::uint64_t fp[2] = {o_.fingerprint, ~o_.fingerprint};
+    check(MPI_Allreduce(MPI_IN_PLACE, fp, 2, MPI_UINT64_T, MPI_MAX, comm_), "the rendezvous");
+    if (fp[0] != o_.fingerprint || ~fp[1] != o_.fingerprint)
+      fail("the ranks were started for different clusters (cluster fingerprints differ)");
+  }
+  mpi(const mpi&) = delete;
+  mpi& operator=(const mpi&) = delete;
+  ~mpi() {
+    int down = 0;
+    MPI_Finalized(&down);
+    if (comm_ != MPI_COMM_NULL && !down) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const { return o_.rank; }
+  int size() const { return o_.world_size; }
+
+  /// Completion of an MPI_Iallreduce (the mean is divided when it completes).
+  class handle {
+   public:
+    handle() = default;
+    void wait() {
+      if (!owner_) return;
+      mpi* o = std::exchange(owner_, nullptr);
+      o->complete(request_, "all_reduce");
+      if (op_ == reduce_op::mean)
+        for (auto& v : data_) v /= float(o->size());
+    }
+
+   private:
+    friend class mpi;
+    handle(mpi* owner, MPI_Request r, std::span<float> data, reduce_op op)
+        : owner_(owner), request_(r), data_(data), op_(op) {}
+    mpi* owner_ = nullptr;
+    MPI_Request request_ = MPI_REQUEST_NULL;
+    std::span<float> data_;
+    reduce_op op_ = reduce_op::sum;
+  };
+
+  handle all_reduce_async(std::span<float> data, reduce_op op) {
+    agree(kind::all_reduce, data.size(), int(op));
+    if (data.size() > std::size_t(INT_MAX)) {  // beyond one MPI count: blocking pieces
+      all_reduce(data, op);
+      return {};
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, mpi_op(op), comm_, &r), "all_reduce");
+    return handle(this, r, data, op);
+  }
+  void all_reduce(std::span<float> data, reduce_op op) {
+    agree(kind::all_reduce, data.size(), int(op));
+    for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX)) {
+      const auto piece = data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX)));
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, piece.data(), int(piece.size()), MPI_FLOAT, mpi_op(op), comm_, &r), "all_reduce");
+      complete(r, "all_reduce");
+    }
+    if (op == reduce_op::mean)
+      for (auto& v : data) v /= float(size());
+  }
+  void broadcast(std::span<std::byte> data, int root) {
+    check_root(root);
+    agree(kind::broadcast, data.size(), root);
+    for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX)) {
+      const auto piece = data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX)));
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Ibcast(piece.data(), int(piece.size()), MPI_BYTE, root, comm_, &r), "broadcast");
+      complete(r, "broadcast");
+    }
+  }
+  void broadcast(std::span<float> data, int root) { broadcast(std::as_writable_bytes(data), root); }
+  void all_gather(std::span<const float> in, std::span<float> out) {
+    if (out.size() != in.size() * std::size_t(size()))
+      throw value_error("all_gather: output holds " + std::to_string(out.size()) + " floats, need size() * " +
+                        std::to_string(in.size()));
+    if (in.size() > std::size_t(INT_MAX) / std::size_t(size()))
+      throw value_error("all_gather: " + std::to_string(in.size()) + " floats per rank is more than one MPI call moves");
+    agree(kind::all_gather, in.size(), 0);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(in.data(), int(in.size()), MPI_FLOAT, out.data(), int(in.size()), MPI_FLOAT, comm_, &r),
+          "all_gather");
+    complete(r, "all_gather");
+  }
+  void barrier() {
+    agree(kind::barrier, 0, 0);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &r), "barrier");
+    complete(r, "barrier");
+  }
+
+ private:
+  enum class kind : std::int64_t { all_reduce = 1, broadcast, all_gather, barrier };
+  static const char* name(kind k) {
+    switch (k) {
+      case kind::all_reduce: return "all_reduce";
+      case kind::broadcast: return "broadcast";
+      case kind::all_gather: return "all_gather";
+      default: return "barrier";
+    }
+  }
+
+  static MPI_Op mpi_op(reduce_op op) {
+    return op == reduce_op::max ? MPI_MAX : op == reduce_op::min ? MPI_MIN : MPI_SUM;
+  }
+  void check_root(int root) const {
+    if (root < 0 || root >= size())
+      throw value_error("broadcast: root " + std::to_string(root) + " is not a rank of " + std::to_string(size()));
+  }
+
+  /// The first failure latches: later calls rethrow it.
+  [[noreturn]] void fail(const std::string& what) {
+    failure_ = "comm::mpi (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + "): " + what;
+    throw comm_error(failure_);
+  }
+  void check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int n = 0;
+    MPI_Error_string(rc, text, &n);
+    fail(std::string(what) + " failed: " + std::string(text, std::size_t(n)));
+  }
+  /// Waits for `r` until the operation deadline, polling so that a hung rank cannot block forever.
+  void complete(MPI_Request& r, const char* what) {
+    const auto deadline = clock::now() + o_.operation_timeout;
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (clock::now() > deadline)
+        fail(std::string(what) + " did not complete within " + std::to_string(o_.operation_timeout.count()) +
+             " ms: a rank is dead or hung (MPI does not say which)");
+      if (spins > 1000) std::this_thread::yield();
+    }
+  }
+  /// Every rank states the collective it is about to run; a difference is a comm_error on all of them.
+  void agree(kind k, std::size_t count, int arg) {
+    if (!failure_.empty()) throw comm_error(failure_);
+    if (!o_.check_collectives || size() == 1) return;
+    const auto kind_id = std::int64_t(k), n = std::int64_t(count);
+    std::int64_t v[6] = {kind_id, n, arg, -kind_id, -n, -arg};  // max and -min in one MPI_MAX
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, v, 6, MPI_INT64_T, MPI_MAX, comm_, &r), name(k));
+    complete(r, name(k));
+    if (v[0] != -v[3] || v[1] != -v[4] || v[2] != -v[5]) {
+      const auto range = [&](int i, const char* what) {
+        return std::string(what) + " " + std::to_string(-v[i + 3]) + (v[i] != -v[i + 3] ? ".." + std::to_string(v[i]) : "");
+      };
+      fail(std::string("the ranks disagree on the collective: this rank runs ") + name(k) + " of " + std::to_string(count) +
+           " elements (op/root " + std::to_string(arg) + "); across the ranks: " + range(0, "kind") + ", " +
+           range(1, "elements") + ", " + range(2, "op/root"));
+    }
+  }
+
+  mpi_options o_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string failure_;
+};
+
+static_assert(communicator<mpi>);
+
+}  // namespace dtrain::comm

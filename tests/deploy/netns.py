@@ -1,0 +1,67 @@
+"""Hosts for multi-host tests on one machine: network namespaces joined by veth pairs to a bridge, each
+with its own address and, optionally, its own /etc/hosts (bind-mounted in a private mount namespace for
+the commands run there). Everything is made under names unique to this process and removed on exit.
+
+    with netns.hosts(3) as h:             # h.address[i]: "10.201.x.(i+1)"
+        h.run(i, argv, env=..., hosts_file=...)   # a Popen in host i
+
+Raises netns.Unavailable (with the reason) where namespaces cannot be made (not root, no CAP_NET_ADMIN)."""
+import contextlib
+import os
+import subprocess
+
+
+class Unavailable(Exception):
+    pass
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=check)
+
+
+class Hosts:
+    def __init__(self, n):
+        tag = os.getpid() % 100000
+        self.prefix = f"dt{tag}"
+        self.subnet = f"10.201.{tag % 250}"
+        self.names = [f"{self.prefix}n{i}" for i in range(n)]
+        self.address = [f"{self.subnet}.{i + 1}" for i in range(n)]
+        self.bridge = f"{self.prefix}br"
+        self.links = [f"{self.prefix}v{i}" for i in range(n)]  # the host side of each veth pair
+
+    def up(self):
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else str(e)
+            raise Unavailable(f"cannot make a bridge ({why}): not root, or no CAP_NET_ADMIN")
+        _ip("link", "set", self.bridge, "up")
+        for name, link, address in zip(self.names, self.links, self.address):
+            _ip("netns", "add", name)
+            _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
+            _ip("link", "set", link, "master", self.bridge, "up")
+            _ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
+            _ip("-n", name, "link", "set", "eth0", "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+
+    def down(self):
+        for name in self.names:
+            _ip("netns", "del", name, check=False)
+        _ip("link", "del", self.bridge, check=False)
+
+    def run(self, i, argv, env=None, hosts_file=None, **popen):
+        """Starts argv in host i (with hosts_file as its /etc/hosts when given)."""
+        wrap = ["ip", "netns", "exec", self.names[i]]
+        if hosts_file:
+            wrap += ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', hosts_file]
+        return subprocess.Popen(wrap + list(argv), env=env, **popen)
+
+
+@contextlib.contextmanager
+def hosts(n):
+    h = Hosts(n)
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
