@@ -4,7 +4,8 @@
 //   collectives  all_reduce (sum, mean, max, min; sizes 0 to 100003; async in flight together), broadcast
 //                from the last rank, all_gather, barrier: equal to the arithmetic, bitwise equal on all ranks
 //   train        multi_worker_mirrored_strategy<comm::mpi> trains like one worker with the global batch
-//   mismatch     rank 0 all-reduces another size than the others: a comm_error on every rank, latched
+//   mismatch     rank 0 all-reduces another size than the others: a comm_error on every rank, latched;
+//                the ranks then exit 138 as after any collective failure (without MPI_Finalize)
 //   hang         the last rank stops calling; the others' barrier is a comm_error within the timeout and
 //                they exit 138 (peer_failure_exit_code), as the training programs do
 #include <mpi.h>
@@ -150,7 +151,7 @@ void mismatch() {
   if (!failures) std::printf("rank %d: PASS: %s\n", c.rank(), first.c_str());
 }
 
-[[noreturn]] void hang() {
+int hang() {
   auto c = make_comm(std::chrono::milliseconds(1'000));
   if (c.rank() == c.size() - 1) {  // stops taking part; mpirun ends it once the others have exited
     std::this_thread::sleep_for(std::chrono::seconds(120));
@@ -159,11 +160,11 @@ void mismatch() {
   try {
     c.barrier();
     std::printf("rank %d: FAIL: the barrier completed without the last rank\n", c.rank());
-    std::_Exit(1);
+    return 1;
   } catch (const comm_error& e) {
     std::printf("rank %d: comm_error: %s\n", c.rank(), e.what());
     std::fflush(stdout);
-    std::_Exit(peer_failure_exit_code);  // what the training programs do on a peer failure
+    return peer_failure_exit_code;  // as the training programs do: a normal exit, without MPI_Finalize
   }
 }
 }  // namespace
@@ -173,8 +174,11 @@ int main(int argc, char** argv) {
   my_rank = comm::mpi::resolve_cluster().rank;
   if (mode == "collectives") collectives();
   else if (mode == "train") train();
-  else if (mode == "mismatch") mismatch();
-  else if (mode == "hang") hang();
+  else if (mode == "mismatch") {
+    mismatch();
+    if (!failures) return peer_failure_exit_code;
+  }
+  else if (mode == "hang") return hang();
   else {
     std::fprintf(stderr, "usage: mpirun -np N mpi_worker collectives|train|mismatch|hang\n");
     return 2;

@@ -23,6 +23,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -52,7 +53,11 @@ struct mpi_options {
 };
 
 namespace detail {
-/// MPI_Init_thread on first use; MPI_Finalize at exit when dtrain initialized it.
+/// Set when a collective failed: MPI_Finalize waits for every rank, so after a failure (a rank may be
+/// hung) the process exits without it, and mpirun ends the job.
+inline std::atomic<bool> mpi_failed{false};
+
+/// MPI_Init_thread on first use; MPI_Finalize at exit when dtrain initialized it and nothing failed.
 inline void ensure_mpi() {
   struct session {
     bool ours = false;
@@ -68,7 +73,7 @@ inline void ensure_mpi() {
     ~session() {
       int down = 0;
       MPI_Finalized(&down);
-      if (ours && !down) MPI_Finalize();
+      if (ours && !down && !mpi_failed) MPI_Finalize();
     }
   };
   static session s;
@@ -215,6 +220,7 @@ class mpi {
   /// The first failure latches: later calls rethrow it.
   [[noreturn]] void fail(const std::string& what) {
     failure_ = "comm::mpi (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + "): " + what;
+    detail::mpi_failed = true;
     throw comm_error(failure_);
   }
   void check(int rc, const char* what) {
