@@ -985,9 +985,9 @@ class ring_tcp {
     return false;
   }
 
-  /// The next rank closed on us, or the previous one went silent: it may have stopped because of a failure
-  /// further on. Reads what the previous rank still sends for up to `wait`, skipping data frames (first the rest of the one in
-  /// progress: `at` of its `end` bytes read, `h` its header), until an abort frame names the failed
+  /// The next rank closed on us, or the previous one went silent: it may have stopped because of a
+  /// failure further on. Reads what the previous rank still sends for up to `wait`, skipping data frames
+  /// (first the rest of the one in progress: `at` of its `end` bytes read, `h` its header), until an abort frame names the failed
   /// rank. Returns that rank, or -1.
   int await_abort(detail::frame_header h, std::size_t at, std::size_t end, std::chrono::milliseconds wait) {
     if (!prev_.is_open()) return -1;
