@@ -5,9 +5,27 @@ using namespace dtrain;
 
 BOOST_AUTO_TEST_SUITE(cpu_backend)
 
+namespace {
+/// Whether this BLAS computes each element of C the same way whatever block of C a call covers: then
+/// the `split` plan (one block of C per thread) gives the same bits for any thread count. OpenBLAS'
+/// AVX-512 kernels do; its Zen (AVX2) kernels do not: there a split GEMM can differ in the last bits.
+bool blas_is_split_invariant() {
+  const std::size_t m = 40, n = 333, k = 300;
+  rng r(5);
+  const auto a = dtrain_test::random_vector(m * k, r), b = dtrain_test::random_vector(k * n, r);
+  std::vector<float> whole(m * n), halves(m * n);
+  detail::sgemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, whole.data(), n);
+  detail::sgemm(transpose::no, transpose::no, m, 160, k, 1.0f, a.data(), k, b.data(), n, 0.0f, halves.data(), n);
+  detail::sgemm(transpose::no, transpose::no, m, n - 160, k, 1.0f, a.data(), k, b.data() + 160, n, 0.0f,
+                halves.data() + 160, n);
+  return whole == halves;
+}
+}  // namespace
+
 // Shapes that take each of the cpu backend's plans (one call, row blocks, k slices, C split by rows or
 // by columns over the pool), every transpose, leading dimensions wider than the operands: the result
-// matches a double-precision loop, and 1 and 2 threads give the same bits.
+// matches a double-precision loop, and 1 and 2 threads give the same bits (for the split plan, where the
+// BLAS itself is split-invariant).
 BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_count) {
   struct gemm_case {
     std::size_t m, n, k;
@@ -19,6 +37,11 @@ BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_coun
                              {300, 100, 200, detail::gemm_plan::split},
                              {40, 333, 300, detail::gemm_plan::split}};
   const int before = num_threads();
+  set_num_threads(1);
+  const bool split_invariant = blas_is_split_invariant();
+  if (!split_invariant)
+    BOOST_TEST_MESSAGE("this BLAS rounds a GEMM differently when C is split: the split "
+                       "plan's bits depend on the thread count here, and are checked against the loop only");
   rng r(11);
   for (const auto& [m, n, k, plan] : cases) {
     BOOST_TEST_CONTEXT("m " << m << " n " << n << " k " << k) {
@@ -58,7 +81,8 @@ BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_coun
             }
           BOOST_TEST(wrong == 0u);
           BOOST_TEST(padding_touched == 0u);
-          BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+          if (plan != detail::gemm_plan::split || split_invariant)
+            BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
         }
     }
   }

@@ -4,7 +4,9 @@
 /// through dtrain's plans (cpu/gemm.hpp), every other kernel is a loop of its own, and the large ones
 /// (GEMM, conv2d, optimizer steps) are split over dtrain's thread budget (core/threads.hpp). Kernels run
 /// on the caller's thread and are done when they return. The thread split never changes a result:
-/// every split computes the same sums in the same order.
+/// every split computes the same sums in the same order (for a GEMM split into blocks of C, as far as the
+/// BLAS computes an element the same way in any block: OpenBLAS' AVX-512 kernels do, its Zen kernels
+/// round differently by block).
 
 #include <algorithm>
 #include <cstddef>
