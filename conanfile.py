@@ -20,8 +20,10 @@ class DtrainConan(ConanFile):
     topics = ("deep-learning", "distributed-training", "all-reduce", "keras", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"with_ring_tcp": [True, False]}
-    default_options = {"with_ring_tcp": True}
+    # with_cuda: the cuda backend's component (dtrain::cuda). The CUDA Toolkit is not a Conan package:
+    # it is taken from the machine, at the conf user.dtrain:cuda_root (default /usr/local/cuda).
+    options = {"with_ring_tcp": [True, False], "with_cuda": [True, False]}
+    default_options = {"with_ring_tcp": True, "with_cuda": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -52,6 +54,11 @@ class DtrainConan(ConanFile):
         if compiler not in oldest or version < oldest[compiler]:
             raise ConanInvalidConfiguration(f"dtrain needs GCC >= 12 or Clang >= 19 (float template arguments, "
                                             f"C++20 designated initializers); got {compiler} {version}")
+        if self.options.with_cuda:
+            root = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")
+            if not os.path.isfile(os.path.join(root, "include", "nvrtc.h")):
+                raise ConanInvalidConfiguration(f"with_cuda: no CUDA Toolkit at {root} (nvrtc.h not found); set the conf "
+                                                f"user.dtrain:cuda_root to where it is")
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
@@ -78,6 +85,16 @@ class DtrainConan(ConanFile):
             ring.bindirs = []
             ring.libdirs = []
             self._link(ring, {"asio::asio": None, "openssl::ssl": "ssl", "openssl::crypto": "crypto"})
+
+        if self.options.with_cuda:
+            root = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")
+            gpu = self.cpp_info.components["cuda"]
+            gpu.set_property("cmake_target_name", "dtrain::cuda")
+            gpu.requires = ["dtrain"]
+            gpu.bindirs = []
+            gpu.includedirs = [os.path.join(root, "include")]
+            gpu.libdirs = [os.path.join(root, "lib64")]
+            gpu.system_libs = ["cudart", "cublas", "nvrtc"]
 
     def _link(self, component, needs):
         # A dependency that the profile takes from the system ([platform_requires]) has no Conan package:

@@ -4,6 +4,7 @@
 #include "support/gradcheck.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -32,8 +33,11 @@ constexpr double opt_rtol = 1e-5, opt_atol = 5e-6;
 
 const json& golden() {
   static const json j = [] {
-    std::ifstream f(DTRAIN_TEST_SOURCE_DIR "/golden/golden.json");
-    if (!f) throw std::runtime_error("cannot open " DTRAIN_TEST_SOURCE_DIR "/golden/golden.json");
+    // the tests' folder as built, or DTRAIN_TEST_SOURCE_DIR (a test binary carried to another machine)
+    const char* dir = std::getenv("DTRAIN_TEST_SOURCE_DIR") ? std::getenv("DTRAIN_TEST_SOURCE_DIR") : DTRAIN_TEST_SOURCE_DIR;
+    const std::string path = std::string(dir) + "/golden/golden.json";
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot open " + path);
     return json::parse(f);
   }();
   return j;

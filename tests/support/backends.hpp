@@ -4,13 +4,23 @@
 #include <vector>
 
 #include <dtrain/backend/cpu.hpp>
+#include <dtrain/backend/cuda/emulator.hpp>
 #include <dtrain/backend/opaque.hpp>
+#ifdef DTRAIN_TEST_GPU
+#include <dtrain/backend/cuda.hpp>
+#endif
 
 namespace dtrain_test {
 
 /// Every backend-parameterised test case runs once per backend here (BOOST_AUTO_TEST_CASE_TEMPLATE):
-/// the cpu backend, and the opaque one, whose memory no code can touch behind its back.
-using backends = std::tuple<dtrain::cpu, dtrain::opaque>;
+/// the cpu backend, the opaque one, whose memory no code can touch behind its back, and the CUDA
+/// backend's code (kernels, recording, graphs) on the emulated device. The GPU suite (label `gpu`)
+/// runs the same cases on `cuda`.
+#ifdef DTRAIN_TEST_GPU
+using backends = std::tuple<dtrain::cuda>;
+#else
+using backends = std::tuple<dtrain::cpu, dtrain::opaque, dtrain::cuda_emulated>;
+#endif
 
 /// A new buffer of backend B holding a copy of `v`.
 template <class B>

@@ -1,0 +1,136 @@
+// The CUDA backend's own machinery, on the emulated device here and on a GPU in the `gpu` suite: graph
+// replay gives the bits of launched steps, N steps agree with the cpu backend, the allocator stops
+// allocating once a step is stable, errors name the device and the sizes, and one_device_strategy
+// places the model by TF's device names. The kernels themselves run through every backend-parameterised
+// case of the suite.
+#include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
+
+using namespace dtrain;
+using dtrain_test::on;
+using dtrain_test::to_host;
+namespace tt = boost::test_tools;
+
+#ifdef DTRAIN_TEST_GPU
+using gpu_backend = cuda;
+#else
+using gpu_backend = cuda_emulated;
+#endif
+
+namespace {
+
+using pooled = sequential<input<8, 8, 2>, conv2d<3, 3, relu, padding::same, l2<0.001f>>, max_pooling2d<2>,
+                          conv2d<4, 2, sigmoid, strides<2>>, average_pooling2d<2, padding::same>, flatten,
+                          dense<16, gelu>, dropout<0.25f>, dense<5>>;
+
+std::pair<tensor, tensor> batch(std::uint64_t seed, std::size_t n = 6) {
+  rng r(seed);
+  tensor x = zeros({n, 8, 8, 2}), y = zeros({n});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < n; ++i) y(i) = float((i + seed) % 5);
+  return {x, y};
+}
+
+/// `steps` Adam steps (a step size that changes every step, a dropout key per step) on device `d`:
+/// the weights, the optimizer's slots and the last step's loss.
+template <class B>
+std::vector<float> train(const B& d, int steps) {
+  on<pooled, B> m(4, d);
+  m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  logs l;
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = batch(std::uint64_t(s % 3));
+    l = m.train_step(x, y);
+  }
+  std::vector<float> out = m.get_weights(), slots = m.optimizer().state().slots;
+  out.insert(out.end(), slots.begin(), slots.end());
+  out.push_back(l["loss"]);
+  out.push_back(l["accuracy"]);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_backend)
+
+BOOST_AUTO_TEST_CASE(graph_replay_gives_the_bits_of_launched_steps) {
+  const gpu_backend graphs(0, cuda_options{.graphs = true}), launched(0, cuda_options{.graphs = false});
+  const auto a = train(graphs, 8), b = train(launched, 8);
+  BOOST_TEST(a == b, tt::per_element());
+  // the graph path was taken: the step was captured once and replayed from then on (its Adam step
+  // size and dropout key patched into the graph every step), and never with graphs off
+  const auto g = graphs.issued(), l = launched.issued();
+  BOOST_TEST(g.captured >= 1u);
+  BOOST_TEST(g.replayed >= 5u);
+  BOOST_TEST(l.captured == 0u);
+  BOOST_TEST(l.replayed == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(steps_agree_with_the_cpu_backend) {
+  // 10 steps from the same initial weights: the kernels sum in other orders (two-pass reductions,
+  // gathers instead of scatters, cuBLAS on a GPU), so the results agree to float tolerance, not bits
+  const auto c = train(cpu{}, 10), g = train(gpu_backend{}, 10);
+  BOOST_REQUIRE_EQUAL(c.size(), g.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) worst = std::max(worst, double(std::abs(c[i] - g[i])) / (1e-3 + std::abs(c[i])));
+  BOOST_TEST(worst < 2e-3, "largest relative difference " << worst);
+}
+
+BOOST_AUTO_TEST_CASE(a_stable_step_allocates_nothing) {
+  const gpu_backend d(0, cuda_options{});
+  on<pooled, gpu_backend> m(1, d);
+  m.compile({.optimizer = adam{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  auto [x, y] = batch(1);
+  m.train_step(x, y);
+  const std::size_t in_use = d.bytes_in_use();
+  for (int s = 0; s < 4; ++s) m.train_step(x, y);
+  BOOST_TEST(d.bytes_in_use() == in_use);
+  // a freed block is what the next allocation of its size class gets
+  auto a = d.template allocate<float>(1000);
+  const auto p = a.data();
+  a = {};
+  auto b = d.template allocate<float>(900);
+  BOOST_TEST((b.data() == p));
+}
+
+BOOST_AUTO_TEST_CASE(one_device_strategy_places_the_model_by_tf_device_name) {
+  one_device_strategy<gpu_backend> s("/gpu:0");
+  BOOST_TEST(s.device() == "/gpu:0");
+  auto m = s.make_model<pooled>(3);
+  static_assert(std::is_same_v<decltype(m), on<pooled, gpu_backend>>);
+  m.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  auto [x, y] = batch(2);
+  BOOST_TEST(std::isfinite(m.train_step(x, y)["loss"]));
+  BOOST_TEST(one_device_strategy<gpu_backend>("/device:GPU:0").device() == "/device:GPU:0");
+  // a device that does not exist, a name that is no GPU, a GPU for the cpu strategy
+  const std::string missing = dtrain_test::error_of([] { one_device_strategy<gpu_backend>("/gpu:7"); });
+  BOOST_TEST(missing.find("device '/gpu:7' is not available") != std::string::npos, missing);
+  BOOST_TEST(missing.find("no CUDA device 7") != std::string::npos, missing);
+  const std::string cpu_name = dtrain_test::error_of([] { one_device_strategy<gpu_backend>("/cpu:0"); });
+  BOOST_TEST(cpu_name.find("'/cpu:0' is not a GPU device name") != std::string::npos, cpu_name);
+  const std::string wrong_type = dtrain_test::error_of([] { one_device_strategy<>("/gpu:0"); });
+  BOOST_TEST(wrong_type.find("use one_device_strategy<dtrain::cuda>") != std::string::npos, wrong_type);
+  BOOST_CHECK_THROW(one_device_strategy<>("/tpu:0"), config_error);
+}
+
+#ifndef DTRAIN_TEST_GPU
+BOOST_AUTO_TEST_CASE(out_of_memory_names_the_device_and_the_sizes) {
+  const std::size_t before = emulated_runtime::capacity;
+  emulated_runtime::capacity = std::size_t{64} << 20;
+  const cuda_emulated d(0, cuda_options{});
+  auto held = d.allocate<float>(std::size_t{10} << 20);  // 40 MiB
+  const std::string msg = dtrain_test::error_of([&] { d.allocate<float>(std::size_t{8} << 20); });
+  emulated_runtime::capacity = before;
+  BOOST_TEST(msg.find("cuda device 0 (emulated on the host): out of memory allocating 32.0 MiB for a buffer") == 0u, msg);
+  BOOST_TEST(msg.find("40.0 MiB in use by dtrain") != std::string::npos, msg);
+  BOOST_TEST(msg.find("of 64.0 MiB") != std::string::npos, msg);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_device_is_named) {
+  const std::string msg = dtrain_test::error_of([] { cuda_emulated d(3); });
+  BOOST_TEST(msg.find("no CUDA device 3") != std::string::npos, msg);
+}
+#endif
+
+BOOST_AUTO_TEST_SUITE_END()
