@@ -2,7 +2,7 @@
 /// \file
 /// Strategies (`tf.distribute.Strategy`): how a model's replicas are laid out and kept in sync.
 /// - `default_strategy`: one replica, no communication (what `get_strategy()` returns);
-/// - `one_device_strategy`: one replica on a named device (the CPU until the CUDA backend exists);
+/// - `one_device_strategy<B>`: one replica on a named device ("/cpu:0", or "/gpu:N" with B = cuda);
 /// - `multi_worker_mirrored_strategy<Comm, Backend>`: one replica per worker of a cluster (TF_CONFIG,
 ///   Slurm, torchrun or MPI variables, or an explicit cluster), gradients summed by `Comm` (ring_tcp),
 ///   computed on `Backend` (cpu).
@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/backend/cpu.hpp"
@@ -152,17 +153,70 @@ inline strategy_ref get_strategy() { return strategy_ref(detail::current_replica
 /// `tf.distribute.has_strategy()`: whether a strategy other than the default is in scope.
 inline bool has_strategy() { return detail::current_replica_context() != nullptr; }
 
-/// `tf.distribute.OneDeviceStrategy(device)`: one replica placed on `device` ("/cpu:0").
+namespace detail {
+/// The index N of a TF device name for a GPU: "/gpu:N", "/GPU:N", "/device:GPU:N", "gpu:N", "cuda:N",
+/// "gpu" (0); nullopt for anything else.
+inline std::optional<int> gpu_index(std::string d) {
+  for (const char* prefix : {"/job:localhost/replica:0/task:0/device:", "/device:", "/"})
+    if (d.starts_with(prefix)) d = d.substr(std::string(prefix).size());
+  for (const char* name : {"gpu", "GPU", "cuda", "CUDA"}) {
+    const std::string n(name);
+    if (d == n) return 0;
+    if (d.starts_with(n + ":") && d.size() > n.size() + 1 && d.size() <= n.size() + 4 &&
+        d.find_first_not_of("0123456789", n.size() + 1) == std::string::npos)
+      return std::stoi(d.substr(n.size() + 1));
+  }
+  return std::nullopt;
+}
+inline bool is_cpu_name(const std::string& d) {
+  return d == "/cpu:0" || d == "/CPU:0" || d == "/device:CPU:0" || d == "cpu" || d == "cpu:0" || d == "CPU:0";
+}
+}  // namespace detail
+
+/// `tf.distribute.OneDeviceStrategy(device)`: one replica placed on `device`. On the cpu backend (the
+/// default) the device is "/cpu:0"; on a GPU backend, `one_device_strategy<cuda>("/gpu:1")`, it is a
+/// GPU by TF's names ("/gpu:N", "/device:GPU:N"). A backend is a compile-time choice in dtrain, so a
+/// GPU name given to the cpu strategy is an error that says which type to use.
+template <backend B = cpu>
 class one_device_strategy : public default_strategy {
  public:
-  explicit one_device_strategy(std::string device = "/cpu:0") : device_(std::move(device)) {
-    if (device_ != "/cpu:0" && device_ != "/CPU:0" && device_ != "cpu")
-      throw config_error("one_device_strategy: device '" + device_ + "' is not available (this build runs on the CPU)");
+  using backend_type = B;
+  explicit one_device_strategy(std::string device = std::is_constructible_v<B, int> ? "/gpu:0" : "/cpu:0")
+      : name_(std::move(device)), device_(make_device(name_)) {}
+  const std::string& device() const { return name_; }
+  /// The backend object the replica computes on.
+  const B& backend_device() const { return device_; }
+
+  template <class Model>
+  model_for_t<one_device_strategy, Model> make_model(std::uint64_t seed = default_seed) {
+    return model_for_t<one_device_strategy, Model>(seed, device_);
   }
-  const std::string& device() const { return device_; }
 
  private:
-  std::string device_;
+  static B make_device(const std::string& name) {
+    const auto gpu = detail::gpu_index(name);
+    if constexpr (std::is_constructible_v<B, int>) {
+      if (!gpu)
+        throw config_error("one_device_strategy<" + std::string(B::name) + ">: '" + name +
+                           "' is not a GPU device name (use \"/gpu:N\"; the CPU is one_device_strategy<>)");
+      try {
+        return B(*gpu);
+      } catch (const std::exception& e) {
+        throw config_error("one_device_strategy: device '" + name + "' is not available: " + e.what());
+      }
+    } else {
+      if (gpu)
+        throw config_error("one_device_strategy: device '" + name + "' is a GPU, and this strategy's backend is " +
+                           B::name + ": use one_device_strategy<dtrain::cuda> (dtrain/backend/cuda.hpp, CMake "
+                           "target dtrain::cuda)");
+      if (!detail::is_cpu_name(name))
+        throw config_error("one_device_strategy: unknown device '" + name + "' (the CPU is \"/cpu:0\")");
+      return B{};
+    }
+  }
+
+  std::string name_;
+  B device_;
 };
 
 namespace detail {
