@@ -2,6 +2,7 @@
 // dtrain against PyTorch in the same invocation. See bench/README.md for the columns.
 //
 //   cmake --build build --target train_throughput && build/bench/train_throughput [--quick] [--no-torch]
+//   build/bench/train_throughput --device cuda     # on a GPU: the cuda backend against PyTorch on that GPU
 #include <dtrain/core/threads.hpp>
 #include <dtrain/layers/activations.hpp>
 #include <dtrain/layers/conv2d.hpp>
@@ -13,6 +14,9 @@
 #include <dtrain/model/sequential.hpp>
 #include <dtrain/optimizers/adam.hpp>
 #include <dtrain/version.hpp>
+#ifdef DTRAIN_BENCH_CUDA
+#include <dtrain/backend/cuda.hpp>
+#endif
 
 #include <fcntl.h>
 #include <signal.h>
@@ -55,6 +59,7 @@ struct timing {
 
 struct result {
   double ms_per_step = 0, samples_per_s = 0;
+  double peak_bytes = 0;  // device memory at its peak (GPU runs)
 };
 
 double median(std::vector<double> v) {
@@ -189,10 +194,10 @@ class child {
 /// One PyTorch setting, a co-process that answers measurement requests.
 class torch_peer {
  public:
-  torch_peer(const std::string& script, const std::string& setting) {
+  torch_peer(const std::string& script, const std::string& setting, const std::string& interpreter = python) {
     std::vector<std::string> env{"DTRAIN_TORCH_SETTING=" + setting};
     if (setting == "best") env.emplace_back(malloc_tunables);
-    proc_.emplace(std::vector<std::string>{python, script, "serve"}, env);
+    proc_.emplace(std::vector<std::string>{interpreter, script, "serve"}, env);
     if (auto hello = proc_->receive(); hello && hello->value("ok", false)) {
       ok_ = true;
       version_ = hello->value("torch", "?");
@@ -208,15 +213,16 @@ class torch_peer {
   const std::string& version() const { return version_; }
   const std::string& why() const { return why_; }
 
-  std::optional<result> run(const std::string& model, std::size_t batch, int threads, const timing& t) {
+  /// One measurement: `setting` is the thread count (CPU peer) or the mode (GPU peer).
+  std::optional<result> run(const std::string& model, std::size_t batch, const std::string& setting, const timing& t) {
     if (!ok_) return std::nullopt;
     std::ostringstream req;
-    req << model << ' ' << batch << ' ' << threads << ' ' << t.window_s << ' ' << t.windows;
+    req << model << ' ' << batch << ' ' << setting << ' ' << t.window_s << ' ' << t.windows;
     if (!proc_->send(req.str())) return ok_ = false, std::nullopt;
     auto r = proc_->receive();
     if (!r) return ok_ = false, std::nullopt;
     if (!r->value("ok", false)) return std::nullopt;
-    return result{r->value("ms_per_step", 0.0), r->value("samples_per_s", 0.0)};
+    return result{r->value("ms_per_step", 0.0), r->value("samples_per_s", 0.0), r->value("peak_bytes", 0.0)};
   }
 
  private:
@@ -292,19 +298,93 @@ std::optional<long> rss_of(std::vector<std::string> argv, std::vector<std::strin
   return j->value("vm_hwm_kib", 0L);
 }
 
+#ifdef DTRAIN_BENCH_CUDA
+/// Full training steps of Net on the GPU (dtrain::cuda, graphs on or off), measured as on the CPU; the
+/// peak of dtrain's device buffers plus cuBLAS' fixed 32 MiB workspace.
+template <class Net>
+result run_cuda(std::size_t batch, bool graphs, const timing& t) {
+  const dtrain::cuda d(0, dtrain::cuda_options{.graphs = graphs});
+  typename Net::template rebind<dtrain::cuda> model(42, d);
+  compile(model);
+  auto [x, y] = make_batch<Net>(batch);
+  const double t0 = now_s();
+  int done = 0;
+  while (done < 5 || now_s() - t0 < t.warmup_s) model.train_step(x, y), ++done;
+  const double per = (now_s() - t0) / done;
+  const int steps = std::max(3, static_cast<int>(t.window_s / per + 0.5));
+  std::vector<double> ms;
+  for (int w = 0; w < t.windows; ++w) {
+    const double s = now_s();
+    for (int i = 0; i < steps; ++i) model.train_step(x, y);
+    ms.push_back((now_s() - s) * 1e3 / steps);
+  }
+  const double m = median(ms);
+  return {m, static_cast<double>(batch) * 1e3 / m, static_cast<double>(d.peak_bytes_in_use() + (32 << 20))};
+}
+
+std::string cuda_script_path() {
+  if (const char* s = std::getenv("DTRAIN_TORCH_CUDA_SCRIPT")) return s;
+  return DTRAIN_BENCH_DIR "/torch_cuda_train.py";
+}
+
+/// `--device cuda`: dtrain's cuda backend (graph replay, and every kernel launched) against PyTorch on the
+/// same GPU (eager, whole-step CUDA graph, torch.compile), in one invocation.
+int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> batches, const timing& t, bool use_torch,
+              bool use_compile) {
+  if (dtrain::cuda_device_count() == 0) return std::fprintf(stderr, "train_throughput: no CUDA device\n"), 1;
+  if (batches == std::vector<std::size_t>{32, 64, 256}) batches = {64, 256, 1024};
+  const dtrain::cuda probe;
+  const char* interpreter = std::getenv("DTRAIN_TORCH_PYTHON") ? std::getenv("DTRAIN_TORCH_PYTHON") : "python3";
+  std::printf("# train_throughput --device cuda: dtrain %s vs PyTorch on %s; full training steps (forward, backward,"
+              " adam, loss and accuracy read back every step)\n",
+              dtrain::version, probe.describe().c_str());
+  std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each; peak = device memory at its peak"
+              " (dtrain: buffers + cuBLAS' 32 MiB workspace; torch: max_memory_allocated)\n",
+              t.warmup_s, t.windows, t.window_s);
+  std::optional<torch_peer> peer;
+  if (use_torch) {
+    peer.emplace(cuda_script_path(), "cuda", interpreter);
+    if (peer->ok()) std::printf("# torch %s (%s)\n", peer->version().c_str(), interpreter);
+    else std::printf("# torch columns n/a: %s\n", peer->why().c_str());
+  }
+  std::printf("\n%-5s %6s %12s %12s %12s %12s %12s %10s %10s %10s %11s %11s\n", "model", "batch", "dtrain graph",
+              "dtrain eager", "torch eager", "torch graph", "torch comp", "graph/eag", "eager/eag", "graph/tgr",
+              "dtrain MiB", "torch MiB");
+  for (const auto& m : models)
+    for (auto b : batches) {
+      const result dg = m == "cnn" ? run_cuda<cnn>(b, true, t) : run_cuda<mlp>(b, true, t);
+      const result dl = m == "cnn" ? run_cuda<cnn>(b, false, t) : run_cuda<mlp>(b, false, t);
+      std::optional<result> te, tg, tc;
+      if (peer) te = peer->run(m, b, "eager", t), tg = peer->run(m, b, "graphs", t);
+      if (peer && use_compile) tc = peer->run(m, b, "compile", t);
+      auto mib = [](double bytes) { return fmt("%.1f", bytes / (1 << 20)); };
+      std::printf("%-5s %6zu %12.0f %12.0f %12s %12s %12s %10s %10s %10s %11s %11s\n", m.c_str(), b, dg.samples_per_s,
+                  dl.samples_per_s, opt_fmt("%.0f", te).c_str(), opt_fmt("%.0f", tg).c_str(), opt_fmt("%.0f", tc).c_str(),
+                  ratio(dg.samples_per_s, te).c_str(), ratio(dl.samples_per_s, te).c_str(),
+                  ratio(dg.samples_per_s, tg).c_str(), mib(dg.peak_bytes).c_str(),
+                  te ? mib(te->peak_bytes).c_str() : "n/a");
+      std::fflush(stdout);
+    }
+  return 0;
+}
+#endif
+
 void usage() {
   std::puts(
       "usage: train_throughput [--quick] [--no-torch] [--no-rss] [--models cnn,mlp] [--batches 32,64,256] [--threads 1,2]\n"
-      "                        [--window SECONDS] [--windows N] [--stat median|best]\n"
+      "                        [--window SECONDS] [--windows N] [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
       "Trains each model at each batch size and thread count with dtrain, then PyTorch (as shipped, and in\n"
-      "its best setting), interleaved, and prints one table. Env DTRAIN_TORCH_SCRIPT overrides the peer script.");
+      "its best setting), interleaved, and prints one table. Env DTRAIN_TORCH_SCRIPT overrides the peer script.\n"
+      "--device cuda: the cuda backend on GPU 0 against PyTorch on it (DTRAIN_TORCH_PYTHON, default python3; batches\n"
+      "64,256,1024 unless given; --no-compile leaves out torch.compile).");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   timing t;
-  bool use_torch = true, rss = true;
+  bool use_torch = true, rss = true, use_compile = true;
+  std::string device = "cpu";
   std::vector<std::string> models{"cnn", "mlp"};
   std::vector<std::size_t> batches{32, 64, 256};
   std::vector<int> thread_counts{1, 2};
@@ -337,6 +417,11 @@ int main(int argc, char** argv) {
       t.window_s = std::stod(next());
     } else if (a == "--windows") {
       t.windows = std::stoi(next());
+    } else if (a == "--device") {
+      device = next();
+      if (device != "cpu" && device != "cuda") usage(), std::exit(2);
+    } else if (a == "--no-compile") {
+      use_compile = false;
     } else if (a == "--stat") {
       const std::string v = next();
       if (v != "best" && v != "median") usage(), std::exit(2);
@@ -349,6 +434,14 @@ int main(int argc, char** argv) {
   for (auto& m : models)
     if (m != "cnn" && m != "mlp") return std::fprintf(stderr, "unknown model %s (cnn, mlp)\n", m.c_str()), 2;
 
+  if (device == "cuda") {
+#ifdef DTRAIN_BENCH_CUDA
+    return cuda_main(models, batches, t, use_torch, use_compile);
+#else
+    return std::fprintf(stderr, "train_throughput: --device cuda: built without the cuda backend (DTRAIN_CUDA)\n"), 2;
+#endif
+  }
+  (void)use_compile;
   const bool avx512 = has_avx512();
   const double peak_core = avx512 ? 226.0 : 113.0;  // GFLOP/s per core, FP32 FMA
   std::printf("# train_throughput: dtrain %s vs PyTorch, full training steps (forward, backward, adam)\n",
@@ -387,8 +480,8 @@ int main(int argc, char** argv) {
       for (int th : thread_counts) {
         const result d = run_dtrain(m, b, th, t);
         std::optional<result> s, be;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
-        if (shipped) s = shipped->run(m, b, th, t);
-        if (best) be = best->run(m, b, th, t);
+        if (shipped) s = shipped->run(m, b, std::to_string(th), t);
+        if (best) be = best->run(m, b, std::to_string(th), t);
         std::printf("%-5s %6zu %8d %14.0f %14.2f %14s %14s %14s %15s\n", m.c_str(), b, th, d.samples_per_s,
                     d.ms_per_step, opt_fmt("%.0f", s).c_str(), opt_fmt("%.0f", be).c_str(),
                     ratio(d.samples_per_s, be).c_str(), ratio(d.samples_per_s, s).c_str());

@@ -1,0 +1,46 @@
+#!/bin/bash
+# dtrain's GPU checks, on the GPU machine, from the repository's root, with .gpu/ from tools/gpu/pack.sh:
+#   1. NVRTC compiles the kernels for every architecture it knows;
+#   2. the `gpu` test label: the GPU suite (every backend-parameterised case on cuda, graph replay, cpu vs
+#      cuda equality) and single_worker_mnist --device gpu's smoke run;
+#   3. single_worker_mnist --device gpu: CNN, Adam, 3 full epochs (the issue asks test accuracy >= 0.89);
+#   4. train_throughput --device cuda against PyTorch on the same GPU.
+# Everything printed is also written to $OUT/gpu.log when OUT is set (the device tool's folder).
+#   tools/gpu/run.sh [--quick]     # --quick: 1 epoch and --quick timings, to check the wiring
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+here=$PWD/.gpu
+[ -d "$here/bin" ] || { echo "run.sh: no .gpu/ here: run tools/gpu/pack.sh first and carry .gpu" >&2; exit 2; }
+log=${OUT:-/tmp}/gpu.log
+exec > >(tee "$log") 2>&1
+epochs=3 quick=()
+[ "${1:-}" = "--quick" ] && epochs=1 quick=(--quick --no-compile)
+
+# CUDA's libraries: the toolkit's, else the pip packages' beside PyTorch
+libs=$here/lib
+[ -d /usr/local/cuda/lib64 ] && libs=$libs:/usr/local/cuda/lib64
+for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, q, "lib")) for p in nvidia.__path__ for q in os.listdir(p)]' 2>/dev/null); do
+  [ -d "$d" ] && libs=$libs:$d
+done
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export DTRAIN_FASHION_MNIST_DIR=$here/data DTRAIN_TEST_SOURCE_DIR=$PWD/tests
+export DTRAIN_TORCH_CUDA_SCRIPT=$PWD/bench/torch_cuda_train.py DTRAIN_TORCH_PYTHON=python3
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+status=0
+step() { echo; echo "=== $*"; "$@" || { echo "=== FAILED ($?): $*"; status=1; }; }
+step "$here/bin/test_nvrtc_kernels"
+step "$here/bin/test_gpu" --report_level=short
+step "$here/bin/single_worker_mnist" --device gpu --model cnn --optimizer adam --epochs 2 --steps-per-epoch 3 --verbose 2
+echo; echo "=== single_worker_mnist --device gpu, CNN, Adam, $epochs full epochs"
+start=$(date +%s.%N)
+"$here/bin/single_worker_mnist" --device gpu --model cnn --optimizer adam --epochs "$epochs" --steps-per-epoch 0 \
+  --verbose 2 | tee /tmp/mnist.txt || status=1
+echo "wall: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+acc=$(sed -n 's/^test_accuracy: //p' /tmp/mnist.txt)
+if [ "$epochs" = 3 ] && ! awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.89) }'; then
+  echo "=== FAILED: test accuracy ${acc:-none} < 0.89"; status=1
+fi
+step "$here/bin/train_throughput" --device cuda "${quick[@]}"
+echo; echo "=== run.sh: $([ $status = 0 ] && echo all passed || echo FAILURES above)"
+exit $status
