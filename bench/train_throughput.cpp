@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-extern "C" char* openblas_get_corename(void);
+extern "C" __attribute__((weak)) char* openblas_get_corename(void);  // absent with another BLAS
 extern char** environ;
 
 namespace {
@@ -447,7 +447,8 @@ int main(int argc, char** argv) {
   std::printf("# train_throughput: dtrain %s vs PyTorch, full training steps (forward, backward, adam)\n",
               dtrain::version);
   std::printf("# cpu: %s, %ld cores online, %s, OpenBLAS core %s; dtrain built with: %s\n", cpu_name().c_str(),
-              sysconf(_SC_NPROCESSORS_ONLN), avx512 ? "avx512f" : "avx2", openblas_get_corename(),
+              sysconf(_SC_NPROCESSORS_ONLN), avx512 ? "avx512f" : "avx2",
+              openblas_get_corename ? openblas_get_corename() : "(not OpenBLAS)",
               DTRAIN_BENCH_FLAGS);
   std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each\n", t.warmup_s, t.windows,
               t.window_s);

@@ -23,13 +23,18 @@ for t in "${targets[@]}"; do
 done
 
 # The shared libraries the programs load from Debian, except the C runtime and CUDA's own (the GPU
-# machine has both, newer).
+# machine has both, newer). OpenBLAS (35 MiB: every CPU's kernels) would not fit: netlib's reference BLAS
+# (Debian's libblas3, 0.4 MiB) takes its file name there. The GPU programs use the CPU's BLAS only for
+# the cpu side of their comparisons, and dtrain needs nothing of OpenBLAS but sgemm_.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnvrtc)'
 for f in "$out"/bin/*; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $skip ]]; then cp -L "$path" "$out/lib/$name"; fi
 done
+reference=/usr/lib/x86_64-linux-gnu/blas/libblas.so.3
+[ -f "$reference" ] || { echo "pack.sh: needs netlib's reference BLAS ($reference; Debian: libblas3)" >&2; exit 1; }
+cp -L "$reference" "$out/lib/libopenblas.so.0"
 
 data=${DTRAIN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cp "$data"/*-ubyte.gz "$out/data/"
