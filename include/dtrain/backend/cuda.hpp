@@ -42,10 +42,29 @@ inline int cuda_device_count() {
 
 namespace cuda_detail {
 
+/// Makes `device` current for a scope and restores the caller's device after (a thread may drive
+/// several devices, and cuBLAS handles and streams belong to the device current when they were made).
+class device_guard {
+ public:
+  explicit device_guard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) (void)cudaGetLastError(), previous_ = -1;
+    if (previous_ != device && cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+    else if (previous_ == device) previous_ = -1;
+  }
+  ~device_guard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 inline std::string describe_error(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
-/// The kernels as NVRTC compiles them for an architecture (sm_XY: a cubin; an architecture newer than
-/// this NVRTC knows: PTX for the newest it knows, which the driver compiles), once per process.
+/// The kernels as NVRTC compiles them for an architecture (sm_XY: a cubin; an architecture this NVRTC
+/// does not know: PTX for the newest it knows below it, which the driver compiles), once per process.
 inline const std::vector<char>& compiled_kernels(int major, int minor) {
   static std::mutex m;
   static std::map<int, std::vector<char>> cache;
@@ -57,8 +76,11 @@ inline const std::vector<char>& compiled_kernels(int major, int minor) {
   std::vector<int> archs(static_cast<std::size_t>(count));
   if (count) nvrtcGetSupportedArchs(archs.data());
   const bool known = std::find(archs.begin(), archs.end(), arch) != archs.end();
+  int virtual_arch = archs.empty() ? 90 : archs.front();  // the newest this NVRTC knows that the device runs
+  for (int a : archs)
+    if (a <= arch) virtual_arch = std::max(virtual_arch, a);
   const std::string target = known ? "--gpu-architecture=sm_" + std::to_string(arch)
-                                   : "--gpu-architecture=compute_" + std::to_string(archs.empty() ? 90 : archs.back());
+                                   : "--gpu-architecture=compute_" + std::to_string(virtual_arch);
   const std::string source = std::string(cuda_kernels::preamble) + cuda_kernels::source;
   nvrtcProgram p = nullptr;
   if (const auto r = nvrtcCreateProgram(&p, source.c_str(), "dtrain_kernels.cu", 0, nullptr, nullptr); r != NVRTC_SUCCESS)
@@ -115,9 +137,22 @@ class cuda_runtime {
       throw device_error(count == 0 ? "cuda: no CUDA device (no GPU or no driver on this machine)"
                                     : "cuda: no CUDA device " + std::to_string(device) + " (this machine has " +
                                           std::to_string(count) + ")");
-    check(cudaSetDevice(device), "selecting the device");
+    try {
+      open();
+    } catch (...) {
+      close();  // what was made before the failure
+      throw;
+    }
+  }
+  ~cuda_runtime() { close(); }
+  cuda_runtime(const cuda_runtime&) = delete;
+  cuda_runtime& operator=(const cuda_runtime&) = delete;
+
+ private:
+  void open() {
+    const cuda_detail::device_guard on(device_);
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, device), "reading the device's properties");
+    check(cudaGetDeviceProperties(&prop, device_), "reading the device's properties");
     name_ = prop.name;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     if (const auto s = cublasCreate(&blas_); s != CUBLAS_STATUS_SUCCESS)
@@ -133,27 +168,26 @@ class cuda_runtime {
       check(cudaLibraryGetKernel(&kernels_[static_cast<std::size_t>(k)], library_, cuda_kernels::kernel_names[k]),
             std::string("finding kernel ") + cuda_kernels::kernel_names[k]);
   }
-  ~cuda_runtime() {
-    cudaSetDevice(device_);
-    if (library_) cudaLibraryUnload(library_);
-    if (blas_) cublasDestroy(blas_);
-    if (workspace_) cudaFree(workspace_);
-    if (stream_) cudaStreamDestroy(stream_);
+  void close() {
+    const cuda_detail::device_guard on(device_);
+    if (library_) cudaLibraryUnload(library_), library_ = nullptr;
+    if (blas_) cublasDestroy(blas_), blas_ = nullptr;
+    if (workspace_) cudaFree(workspace_), workspace_ = nullptr;
+    if (stream_) cudaStreamDestroy(stream_), stream_ = nullptr;
   }
-  cuda_runtime(const cuda_runtime&) = delete;
-  cuda_runtime& operator=(const cuda_runtime&) = delete;
 
+ public:
   std::string describe() const { return "cuda device " + std::to_string(device_) + " (" + name_ + ")"; }
   std::pair<std::size_t, std::size_t> memory_info() const {
     std::size_t free = 0, total = 0;
-    cudaSetDevice(device_);
+    const cuda_detail::device_guard on(device_);
     cudaMemGetInfo(&free, &total);
     return {free, total};
   }
   cudaStream_t stream() const { return stream_; }
 
   void* allocate(std::size_t bytes) {
-    cudaSetDevice(device_);
+    const cuda_detail::device_guard on(device_);
     void* p = nullptr;
     const auto e = cudaMalloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
@@ -164,7 +198,7 @@ class cuda_runtime {
     return p;
   }
   void deallocate(void* p) {
-    cudaSetDevice(device_);
+    const cuda_detail::device_guard on(device_);
     cudaFree(p);
   }
   void* allocate_host(std::size_t bytes) {
@@ -178,14 +212,17 @@ class cuda_runtime {
   void deallocate_host(void* p) { cudaFreeHost(p); }
 
   void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+    const cuda_detail::device_guard on(device_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
           "an upload of " + std::to_string(bytes) + " bytes");
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+    const cuda_detail::device_guard on(device_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
           "a download of " + std::to_string(bytes) + " bytes");
   }
   void synchronize(const char* what) {
+    const cuda_detail::device_guard on(device_);
     if (const auto e = cudaStreamSynchronize(stream_); e != cudaSuccess)
       throw device_error(describe() + ": " + what + " found that work issued before it failed: " +
                          cuda_detail::describe_error(e));
@@ -193,6 +230,7 @@ class cuda_runtime {
 
   using node = cudaGraphNode_t;
   node launch(cuda_kernels::kernel k, unsigned grid, unsigned block, void** args) {
+    const cuda_detail::device_guard on(device_);
     const auto e = cudaLaunchKernel(reinterpret_cast<const void*>(kernels_[static_cast<std::size_t>(k)]), dim3(grid),
                                     dim3(block), args, 0, stream_);
     check(e, std::string("launching ") + cuda_kernels::kernel_names[static_cast<int>(k)] + " on " +
@@ -201,11 +239,17 @@ class cuda_runtime {
     cudaStreamCaptureStatus status{};
     const cudaGraphNode_t* deps = nullptr;
     std::size_t count = 0;
+#if CUDART_VERSION >= 13000
     check(cudaStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &deps, nullptr, &count),
           "reading a captured kernel's node");
+#else
+    check(cudaStreamGetCaptureInfo_v2(stream_, &status, nullptr, nullptr, &deps, &count),
+          "reading a captured kernel's node");
+#endif
     return count ? deps[count - 1] : nullptr;
   }
   void gemm(const cuda_detail::gemm_call& g) {
+    const cuda_detail::device_guard on(device_);
     const auto s = cublasSgemm(blas_, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k,
                                &g.alpha, g.a, g.lda, g.b, g.ldb, &g.beta, g.c, g.ldc);
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -238,7 +282,10 @@ class cuda_runtime {
       r_->check(cudaGraphExecKernelNodeSetParams(e_, n, &p),
                 std::string("updating a graph's ") + cuda_kernels::kernel_names[static_cast<int>(k)] + " node");
     }
-    void launch() { r_->check(cudaGraphLaunch(e_, r_->stream_), "launching a step's CUDA graph"); }
+    void launch() {
+      const cuda_detail::device_guard on(r_->device_);
+      r_->check(cudaGraphLaunch(e_, r_->stream_), "launching a step's CUDA graph");
+    }
 
    private:
     cudaGraph_t g_;
@@ -247,12 +294,14 @@ class cuda_runtime {
   };
 
   void begin_capture() {
+    const cuda_detail::device_guard on(device_);
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "beginning a graph capture");
     capturing_ = true;
   }
   /// The captured graph, instantiated; nullopt when capture or instantiation failed (the work then runs
   /// as ordinary launches).
   std::optional<graph> end_capture() {
+    const cuda_detail::device_guard on(device_);
     capturing_ = false;
     cudaGraph_t g = nullptr;
     if (cudaStreamEndCapture(stream_, &g) != cudaSuccess || !g) {

@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -216,6 +217,7 @@ class context {
     } catch (...) {  // a failed device cannot be waited for; the memory goes with the process
     }
     graphs_.clear();
+    if (scratch_) runtime_.deallocate(scratch_);
     for (auto& [size, blocks] : free_)
       for (void* p : blocks) runtime_.deallocate(p);
     for (auto& s : staging_) runtime_.deallocate_host(s.first);
@@ -307,6 +309,11 @@ class context {
   void upload(void* dst, const void* host, std::size_t bytes) {
     if (bytes == 0) return;
     std::lock_guard lock(mutex_);
+    if (uploads_ == max_staged) {  // a program that uploads without ever reading back: reuse the slots
+      flush_locked();
+      runtime_.synchronize("an upload");
+      uploads_ = 0;
+    }
     const std::size_t slot = uploads_++;
     if (staging_.size() <= slot) staging_.resize(slot + 1, {nullptr, 0});
     auto& [stage, capacity] = staging_[slot];
@@ -342,6 +349,7 @@ class context {
 
   /// Scratch device memory for reductions (valid until the next call; stream order keeps it safe).
   void* scratch(std::size_t bytes) {
+    std::lock_guard lock(scratch_mutex_);
     if (scratch_bytes_ < bytes) {
       release(scratch_, scratch_bytes_);
       scratch_ = nullptr, scratch_bytes_ = 0;
@@ -366,7 +374,8 @@ class context {
  private:
   void record(const operation& op) {
     pending_.push_back(op);
-    if (!options_.graphs) flush_locked();  // launched as issued
+    // launched as issued without graphs; a segment that never synchronises is issued in pieces
+    if (!options_.graphs || pending_.size() >= max_pending) flush_locked();
   }
 
   void issue(operation& op) {
@@ -394,11 +403,16 @@ class context {
     if (options_.graphs) {
       for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
         if (!replays(ops, it->ops)) continue;
-        for (std::size_t i = 0; i < ops.size(); ++i)
-          if (ops[i].what == operation::type::kernel && !ops[i].same_arguments(it->ops[i])) {
-            auto args = ops[i].arg_pointers();
-            it->graph.update(it->nodes[i], ops[i].k, ops[i].grid, ops[i].block, args.data());
-          }
+        try {
+          for (std::size_t i = 0; i < ops.size(); ++i)
+            if (ops[i].what == operation::type::kernel && !ops[i].same_arguments(it->ops[i])) {
+              auto args = ops[i].arg_pointers();
+              it->graph.update(it->nodes[i], ops[i].k, ops[i].grid, ops[i].block, args.data());
+            }
+        } catch (...) {  // half updated: no longer the graph of it->ops
+          graphs_.erase(it);
+          throw;
+        }
         it->ops = std::move(ops);
         it->graph.launch();
         ++counts_.replayed;
@@ -442,6 +456,7 @@ class context {
   }
 
   static constexpr std::size_t max_graphs = 4;
+  static constexpr std::size_t max_pending = 8192, max_staged = 256;
 
   Runtime runtime_;
   cuda_options options_;
@@ -453,6 +468,7 @@ class context {
   std::vector<operation> pending_, previous_;
   std::vector<cached_graph> graphs_;
   counts counts_;
+  std::mutex scratch_mutex_;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
 };
@@ -546,6 +562,11 @@ class basic_cuda {
             pointer<const float> a, std::size_t lda, pointer<const float> b, std::size_t ldb, float beta,
             pointer<float> c, std::size_t ldc) const {
     if (m == 0 || n == 0) return;
+    for (std::size_t v : {m, n, k, lda, ldb, ldc})
+      if (v > std::size_t(std::numeric_limits<int>::max()))
+        throw device_error(describe() + ": a GEMM of " + std::to_string(m) + " x " + std::to_string(n) + " x " +
+                           std::to_string(k) + " (leading dimensions " + std::to_string(lda) + ", " +
+                           std::to_string(ldb) + ", " + std::to_string(ldc) + ") exceeds cuBLAS' 32-bit sizes");
     const auto i = [](std::size_t v) { return static_cast<int>(std::max<std::size_t>(v, 1)); };
     c_->gemm({tb == transpose::yes, ta == transpose::yes, static_cast<int>(n), static_cast<int>(m),
               static_cast<int>(k), alpha, b.get(), i(ldb), a.get(), i(lda), beta, c.get(), i(ldc)});
