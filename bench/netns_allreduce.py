@@ -2,7 +2,8 @@
 """dtrain's ring all-reduce between 4 hosts with real addresses and rate-limited links: each rank in its
 own network namespace (tests/deploy/netns.py), every host's sending side shaped with tc tbf to the link
 rate, and the bus bandwidth compared with it (a ring all-reduce can at best move data at the link rate:
-busbw = link). Needs root (skips otherwise).
+busbw = link). Links with a one-way delay go through netrelay (tests/deploy/netrelay.cpp) instead of the
+bridge, with 9000-byte frames. Needs root (skips otherwise).
   bench/netns_allreduce.py [build dir] [runs]"""
 import os
 import statistics
@@ -17,16 +18,19 @@ build = sys.argv[1] if len(sys.argv) > 1 else "build"
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 perf = os.path.join(build, "bench", "allreduce_perf")
 N, PORT = 4, 29600
-links = [("1gbit", 1e9, "256kb"), ("10gbit", 10e9, "2mb")]  # tbf burst: at least rate / HZ
+relay = os.path.join(build, "examples", "netrelay")
+# (tc rate, bits/s, tbf burst: at least rate / HZ, one-way delay in microseconds: 0 = the bridge)
+links = [("1gbit", 1e9, "256kb", 0), ("1gbit", 1e9, "256kb", 500), ("10gbit", 10e9, "2mb", 0),
+         ("10gbit", 10e9, "2mb", 5000)]
 sizes = ["-b", "1M", "-e", "64M", "-f", "4", "-n", "10", "-w", "3", "-c", "0"]
 
+print(f"# all_reduce, {N} ranks on {N} hosts (network namespaces, veth + bridge, or + netrelay where there is a "
+      f"delay), float sum, median busbw of {runs} runs; link = each host's sending rate (tc tbf)")
+print(f"{'link':>8} {'delay':>7} {'size(B)':>10} {'busbw(GB/s)':>12} {'% of link':>10}")
 try:
-    with netns.hosts(N) as h:
-        addresses = ",".join(f"{a}:{PORT}" for a in h.address)
-        print(f"# all_reduce, {N} ranks on {N} hosts (network namespaces, veth + bridge), float sum, "
-              f"median busbw of {runs} runs; link = each host's sending rate (tc tbf)")
-        print(f"{'link':>8} {'size(B)':>10} {'busbw(GB/s)':>12} {'% of link':>10}")
-        for name, bits, burst in links:
+    for name, bits, burst, delay in links:
+        with netns.hosts(N, relay=netns.Relay(relay, delay_us=delay) if delay else None) as h:
+            addresses = ",".join(f"{a}:{PORT}" for a in h.address)
             for i in range(N):
                 subprocess.run(["tc", "-n", h.names[i], "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", name,
                                 "burst", burst, "latency", "100ms"], check=True)
@@ -43,6 +47,7 @@ try:
                         table.setdefault(int(f[0]), []).append(float(f[6]))
             for size, values in sorted(table.items()):
                 busbw = statistics.median(values)
-                print(f"{name:>8} {size:>10} {busbw:>12.3f} {100 * busbw * 8e9 / bits:>9.1f}%")
+                print(f"{name:>8} {delay / 1000:>5.1f}ms {size:>10} {busbw:>12.3f} {100 * busbw * 8e9 / bits:>9.1f}%",
+                      flush=True)
 except netns.Unavailable as e:
     print(f"skipped: {e}")

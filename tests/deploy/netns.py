@@ -5,6 +5,12 @@ the commands run there). Everything is made under names unique to this process a
     with netns.hosts(3) as h:             # h.address[i]: "10.201.x.(i+1)"
         h.run(i, argv, env=..., hosts_file=...)   # a Popen in host i
 
+Links with delay or loss (this kernel's tc has no netem): hosts(n, relay=Relay(binary, delay_us, loss))
+joins the veth pairs through netrelay (tests/deploy/netrelay.cpp), a user-space switch that delays every
+frame by delay_us and drops each with probability loss, instead of the bridge. Those links use 9000-byte
+frames, one packet per frame (gso_max_segs 1), so the relay forwards what a switch would, at a rate it
+keeps up with.
+
 Raises netns.Unavailable (with the reason) where namespaces cannot be made (not root, no CAP_NET_ADMIN)."""
 import contextlib
 import os
@@ -19,8 +25,15 @@ def _ip(*args, check=True):
     return subprocess.run(["ip", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=check)
 
 
+class Relay:
+    def __init__(self, binary, delay_us=0, loss=0.0, seed=1):
+        self.binary, self.delay_us, self.loss, self.seed = binary, delay_us, loss, seed
+
+
 class Hosts:
-    def __init__(self, n):
+    def __init__(self, n, relay=None):
+        self.relay = relay
+        self.relay_proc = None
         tag = os.getpid() % 100000
         self.prefix = f"dt{tag}"
         self.subnet = f"10.201.{tag % 250}"
@@ -39,12 +52,30 @@ class Hosts:
         for name, link, address in zip(self.names, self.links, self.address):
             _ip("netns", "add", name)
             _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
-            _ip("link", "set", link, "master", self.bridge, "up")
+            if self.relay:  # no bridge: the relay joins the links
+                _ip("link", "set", link, "mtu", "9000", "up")
+                _ip("-n", name, "link", "set", "eth0", "mtu", "9000", "gso_max_segs", "1")
+            else:
+                _ip("link", "set", link, "master", self.bridge, "up")
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
             _ip("-n", name, "link", "set", "eth0", "up")
             _ip("-n", name, "link", "set", "lo", "up")
+        if self.relay:
+            r = self.relay
+            self.relay_proc = subprocess.Popen([r.binary, "--delay-us", str(r.delay_us), "--loss", str(r.loss),
+                                                "--seed", str(r.seed), *self.links],
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            first = self.relay_proc.stdout.readline()
+            if not first.startswith("netrelay:") or self.relay_proc.poll() is not None:
+                raise Unavailable(f"netrelay did not start: {first.strip()}")
 
     def down(self):
+        if self.relay_proc:
+            self.relay_proc.terminate()
+            try:
+                self.relay_stats = self.relay_proc.communicate(timeout=10)[0].strip()
+            except subprocess.TimeoutExpired:
+                self.relay_proc.kill()
         for name in self.names:
             _ip("netns", "del", name, check=False)
         _ip("link", "del", self.bridge, check=False)
@@ -58,8 +89,8 @@ class Hosts:
 
 
 @contextlib.contextmanager
-def hosts(n):
-    h = Hosts(n)
+def hosts(n, relay=None):
+    h = Hosts(n, relay)
     try:
         h.up()
         yield h
