@@ -8,8 +8,9 @@ the commands run there). Everything is made under names unique to this process a
 Links with delay or loss (this kernel's tc has no netem): hosts(n, relay=Relay(binary, delay_us, loss))
 joins the veth pairs through netrelay (tests/deploy/netrelay.cpp), a user-space switch that delays every
 frame by delay_us and drops each with probability loss, instead of the bridge. Those links use 9000-byte
-frames, one packet per frame (gso_max_segs 1), so the relay forwards what a switch would, at a rate it
-keeps up with.
+frames; segmentation offload passes through the relay (up to 64 KiB per frame, what keeps a user-space
+switch at link rate on a small machine), except with loss, where each frame is one packet
+(gso_max_segs 1), so that loss is per packet.
 
 Raises netns.Unavailable (with the reason) where namespaces cannot be made (not root, no CAP_NET_ADMIN)."""
 import contextlib
@@ -54,7 +55,9 @@ class Hosts:
             _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
             if self.relay:  # no bridge: the relay joins the links
                 _ip("link", "set", link, "mtu", "9000", "up")
-                _ip("-n", name, "link", "set", "eth0", "mtu", "9000", "gso_max_segs", "1")
+                _ip("-n", name, "link", "set", "eth0", "mtu", "9000")
+                if self.relay.loss > 0:  # one packet per frame, so that a dropped frame is one lost packet
+                    _ip("-n", name, "link", "set", "eth0", "gso_max_segs", "1")
             else:
                 _ip("link", "set", link, "master", self.bridge, "up")
             _ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
@@ -76,6 +79,8 @@ class Hosts:
                 self.relay_stats = self.relay_proc.communicate(timeout=10)[0].strip()
             except subprocess.TimeoutExpired:
                 self.relay_proc.kill()
+        for link in self.links:  # synchronously (a namespace's deletion frees its links later)
+            _ip("link", "del", link, check=False)
         for name in self.names:
             _ip("netns", "del", name, check=False)
         _ip("link", "del", self.bridge, check=False)
