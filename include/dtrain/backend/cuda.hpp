@@ -337,6 +337,8 @@ class cuda_runtime {
   bool capturing_ = false;
 };
 
+static_assert(device_runtime<cuda_runtime>);
+
 /// The CUDA backend: `cuda{}` (device 0), `cuda(device)`, `cuda(device, cuda_options{...})`.
 using cuda = basic_cuda<cuda_runtime>;
 static_assert(backend<cuda>);

@@ -23,21 +23,14 @@
 /// the cache is emptied and the allocation retried once; then the error names the device, the sizes
 /// and what is cached and in use.
 ///
-/// The Runtime (what `cuda_runtime` and `emulated_runtime` provide), for one device and one stream:
-///   Runtime(int device); std::string describe();  memory_info() -> {free, total}
-///   void* allocate(bytes) (nullptr when out of memory); deallocate(void*); allocate_host/deallocate_host
-///   copy_to_device(dst, pinned src, bytes), copy_to_host(dst, src, bytes): in stream order
-///   synchronize(): waits for the stream; throws (naming `what`) on an asynchronous error
-///   launch(kernel, grid, block, void** args) -> node: returns the graph node while capturing
-///   gemm(...) as cublasSgemm (column-major) on the stream
-///   begin_capture(); end_capture() -> optional<graph>; graph.update(node, kernel, grid, block, args);
-///   graph.launch()
+/// The runtime seam (`device_runtime`, below): what `cuda_runtime` and `emulated_runtime` provide.
 
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <concepts>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -67,6 +60,46 @@ struct cuda_options {
   /// results are bitwise the same.
   bool graphs = true;
 };
+
+namespace cuda_detail {
+struct gemm_call;
+}
+
+/// The runtime seam of `basic_cuda`: one device and one stream of it. Contract, for a runtime `r`:
+/// - `R(device)` opens the device (a `device_error` naming it when it cannot); `R::name` names the kind;
+///   `r.describe()` names the device in messages; `r.memory_info()` is {free, total} bytes.
+/// - `r.allocate(bytes)` is device memory, or nullptr when the device is out of memory (any other failure
+///   throws); `r.deallocate(p)`; `r.allocate_host(bytes)` is pinned host memory (nullptr when refused).
+/// - In stream order: `r.copy_to_device(dst, pinned_src, bytes)`, `r.copy_to_host(dst, src, bytes)`,
+///   `r.launch(kernel, grid, block, args)` (CUDA's argument array; while capturing, it returns the graph
+///   node it added), `r.gemm(call)` (as cublasSgemm, column-major). `r.synchronize(what)` waits for the
+///   stream and throws a `device_error` naming `what` if anything issued before it failed.
+/// - `r.begin_capture()` starts recording the stream into a graph instead of running it;
+///   `r.end_capture()` returns it instantiated, or nullopt when capture failed (nothing then ran);
+///   `g.update(node, kernel, grid, block, args)` changes a kernel node's arguments for later launches;
+///   `g.launch()` runs the graph in stream order.
+template <class R>
+concept device_runtime =
+    requires(R& r, const R& cr, std::size_t n, void* p, const void* cp, cuda_kernels::kernel k, unsigned u,
+             void** args, const cuda_detail::gemm_call& g, typename R::node node, typename R::graph& graph) {
+      { R::name } -> std::convertible_to<const char*>;
+      requires std::constructible_from<R, int>;
+      { cr.describe() } -> std::convertible_to<std::string>;
+      { cr.memory_info() } -> std::convertible_to<std::pair<std::size_t, std::size_t>>;
+      { r.allocate(n) } -> std::same_as<void*>;
+      r.deallocate(p);
+      { r.allocate_host(n) } -> std::same_as<void*>;
+      r.deallocate_host(p);
+      r.copy_to_device(p, cp, n);
+      r.copy_to_host(p, cp, n);
+      r.synchronize("what");
+      { r.launch(k, u, u, args) } -> std::same_as<typename R::node>;
+      r.gemm(g);
+      r.begin_capture();
+      { r.end_capture() } -> std::same_as<std::optional<typename R::graph>>;
+      graph.update(node, k, u, u, args);
+      graph.launch();
+    };
 
 namespace cuda_detail {
 
@@ -206,7 +239,7 @@ inline std::string mib(std::size_t bytes) {
 }
 
 /// One device and stream with its allocator, its recording and its graphs (shared by backend handles).
-template <class Runtime>
+template <device_runtime Runtime>
 class context {
  public:
   context(int device, cuda_options o) : runtime_(device), options_(o) {}
@@ -475,7 +508,7 @@ class context {
 
 }  // namespace cuda_detail
 
-template <class Runtime>
+template <device_runtime Runtime>
 class basic_cuda {
   using context = cuda_detail::context<Runtime>;
   using kernel = cuda_kernels::kernel;

@@ -178,6 +178,8 @@ class emulated_runtime {
   std::optional<std::vector<node_type>> capture_;
 };
 
+static_assert(device_runtime<emulated_runtime>);
+
 /// The CUDA backend on the emulated device.
 using cuda_emulated = basic_cuda<emulated_runtime>;
 static_assert(backend<cuda_emulated>);
