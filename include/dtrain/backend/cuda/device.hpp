@@ -18,6 +18,9 @@
 /// give the same bits. Uploads are staged through pinned host memory (the copy a graph replays reads
 /// the staging slot the upload wrote), so `upload` returns at once, as the contract asks.
 ///
+/// A backend object and its copies are used by one thread at a time; each thread's default-constructed
+/// handles get a stream of their own.
+///
 /// Memory comes from a caching allocator (no cudaMalloc per step): freed blocks return to size-class
 /// free lists of the backend's one stream, where stream order makes their reuse safe. Out of memory,
 /// the cache is emptied and the allocation retried once; then the error names the device, the sizes
