@@ -18,9 +18,9 @@ FP32 everywhere, TF32 off (PyTorch's default for matmul; dtrain's cuBLAS calls a
 """
 
 import json
-import statistics
 import sys
-import time
+
+from step_timing import time_steps
 
 try:
     import torch
@@ -87,23 +87,9 @@ def make(model, batch, mode):
 
 
 def measure(model, batch, mode, window_s, windows):
-    step = make(model, batch, mode)
-    t0 = time.perf_counter()
-    done = 0
-    while done < 5 or time.perf_counter() - t0 < 0.5:
-        step()
-        done += 1
-    per = (time.perf_counter() - t0) / done
-    steps = max(3, int(window_s / per + 0.5))
-    ms = []
-    for _ in range(windows):
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        ms.append((time.perf_counter() - t) * 1e3 / steps)
-    med = statistics.median(ms)
-    return {"ok": True, "ms_per_step": med, "samples_per_s": batch * 1e3 / med, "windows": ms,
-            "peak_bytes": torch.cuda.max_memory_allocated(DEVICE)}
+    r = time_steps(make(model, batch, mode), batch, window_s, windows)
+    r["peak_bytes"] = torch.cuda.max_memory_allocated(DEVICE)
+    return r
 
 
 def main(argv):

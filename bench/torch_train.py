@@ -22,9 +22,9 @@ import ctypes
 import ctypes.util
 import json
 import os
-import statistics
 import sys
-import time
+
+from step_timing import time_steps
 
 try:
     import torch
@@ -90,24 +90,7 @@ def make(model, batch):
 
 def measure(model, batch, threads, window_s, windows):
     set_threads(threads)
-    step = make(model, batch)
-    # warm up: at least 5 steps and 0.5 s, and learn how many steps fill a window
-    t0 = time.perf_counter()
-    done = 0
-    while done < 5 or time.perf_counter() - t0 < 0.5:
-        step()
-        done += 1
-    per = (time.perf_counter() - t0) / done
-    steps = max(3, int(window_s / per + 0.5))
-    ms = []
-    for _ in range(windows):
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        ms.append((time.perf_counter() - t) * 1e3 / steps)
-    med = statistics.median(ms)
-    return {"ok": True, "ms_per_step": med, "samples_per_s": batch * 1e3 / med, "windows": ms,
-            "steps_per_window": steps}
+    return time_steps(make(model, batch), batch, window_s, windows)
 
 
 def vm_hwm_kib():

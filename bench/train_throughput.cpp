@@ -91,12 +91,12 @@ void compile(Net& model) {
                  .metrics = {dtrain::accuracy{}}});
 }
 
-template <class Net>
-result run_dtrain(std::size_t batch, int threads, const timing& t) {
-  dtrain::set_num_threads(threads);
-  Net model(42);
+/// Training steps of `model` on a generated batch: a warm-up that learns how many steps fill a window,
+/// then `t.windows` timed windows (the median, or with --stat best the fastest).
+template <class Model>
+result time_steps(Model& model, std::size_t batch, const timing& t) {
   compile(model);
-  auto [x, y] = make_batch<Net>(batch);
+  auto [x, y] = make_batch<Model>(batch);
   const double t0 = now_s();
   int done = 0;
   while (done < 5 || now_s() - t0 < t.warmup_s) model.train_step(x, y), ++done;
@@ -110,6 +110,13 @@ result run_dtrain(std::size_t batch, int threads, const timing& t) {
   }
   const double m = t.best ? *std::min_element(ms.begin(), ms.end()) : median(ms);
   return {m, static_cast<double>(batch) * 1e3 / m};
+}
+
+template <class Net>
+result run_dtrain(std::size_t batch, int threads, const timing& t) {
+  dtrain::set_num_threads(threads);
+  Net model(42);
+  return time_steps(model, batch, t);
 }
 
 result run_dtrain(const std::string& model, std::size_t batch, int threads, const timing& t) {
@@ -305,21 +312,9 @@ template <class Net>
 result run_cuda(std::size_t batch, bool graphs, const timing& t) {
   const dtrain::cuda d(0, dtrain::cuda_options{.graphs = graphs});
   typename Net::template rebind<dtrain::cuda> model(42, d);
-  compile(model);
-  auto [x, y] = make_batch<Net>(batch);
-  const double t0 = now_s();
-  int done = 0;
-  while (done < 5 || now_s() - t0 < t.warmup_s) model.train_step(x, y), ++done;
-  const double per = (now_s() - t0) / done;
-  const int steps = std::max(3, static_cast<int>(t.window_s / per + 0.5));
-  std::vector<double> ms;
-  for (int w = 0; w < t.windows; ++w) {
-    const double s = now_s();
-    for (int i = 0; i < steps; ++i) model.train_step(x, y);
-    ms.push_back((now_s() - s) * 1e3 / steps);
-  }
-  const double m = median(ms);
-  return {m, static_cast<double>(batch) * 1e3 / m, static_cast<double>(d.peak_bytes_in_use() + (32 << 20))};
+  result r = time_steps(model, batch, t);
+  r.peak_bytes = static_cast<double>(d.peak_bytes_in_use() + (32 << 20));
+  return r;
 }
 
 std::string cuda_script_path() {

@@ -449,10 +449,11 @@ class context {
           graphs_.erase(it);
           throw;
         }
-        it->ops = std::move(ops);
+        it->ops.swap(ops);
         it->graph.launch();
         ++counts_.replayed;
         std::rotate(graphs_.begin(), it, it + 1);  // most recently used first
+        reuse(ops);
         return;
       }
       if (replays(ops, previous_) && capture(ops)) {
@@ -462,7 +463,13 @@ class context {
     }
     for (auto& op : ops) issue(op);
     ++counts_.launched;
-    previous_ = std::move(ops);
+    previous_.swap(ops);
+    reuse(ops);
+  }
+  /// The next segment records into `ops`' storage: a step allocates no operation list.
+  void reuse(std::vector<operation>& ops) {
+    ops.clear();
+    pending_ = std::move(ops);
   }
 
   /// Captures `ops` into a graph and launches it; false (nothing issued) when capture fails.
