@@ -5,15 +5,17 @@
 #include "mnist_setup.hpp"
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
+#ifdef DTRAIN_EXAMPLE_CUDA
+#include <dtrain/backend/cuda.hpp>
+#endif
 
 using strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp>;
 
-template <class Net>
-int run(const mnist_setup::arguments& args) {
-  strategy_type strategy;
+template <class Net, class Strategy>
+int train(Strategy& strategy, const mnist_setup::arguments& args) {
   const std::size_t global_batch_size = args.batch_size * strategy.num_replicas_in_sync();
   auto dataset = mnist_setup::mnist_dataset(global_batch_size, args.seed);
-  auto model = strategy.make_model<Net>(args.seed);
+  auto model = strategy.template make_model<Net>(args.seed);
   mnist_setup::compile(model, args);
   model.fit(dataset, {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, global_batch_size),
                       .callbacks = mnist_setup::callbacks(args), .verbose = args.verbose});
@@ -22,4 +24,23 @@ int run(const mnist_setup::arguments& args) {
   return 0;
 }
 
-int main(int argc, char** argv) { return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>>(argc, argv); }
+/// --device gpu: each worker's replica on its GPU 0 (one GPU per worker, or workers sharing one), the
+/// gradients summed over the same TCP ring through host memory.
+template <class Net>
+int run(const mnist_setup::arguments& args) {
+  if (args.device == "gpu") {
+#ifdef DTRAIN_EXAMPLE_CUDA
+    dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, dtrain::cuda> strategy;
+    return train<Net>(strategy, args);
+#else
+    throw dtrain::config_error("--device gpu: this build has no cuda backend (configure where the CUDA Toolkit is, "
+                               "-DDTRAIN_CUDA=ON)");
+#endif
+  }
+  strategy_type strategy;
+  return train<Net>(strategy, args);
+}
+
+int main(int argc, char** argv) {
+  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true>(argc, argv);
+}

@@ -51,7 +51,9 @@
 
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
+#include "dtrain/distribute/comm/threads.hpp"
 #include "dtrain/distribute/input.hpp"
+#include "dtrain/distribute/mirrored_strategy.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 #include "dtrain/distribute/saving.hpp"
 #include "dtrain/distribute/strategy.hpp"

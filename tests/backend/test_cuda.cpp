@@ -5,6 +5,7 @@
 // case of the suite.
 #include "support/gradcheck.hpp"
 #include "support/helpers.hpp"
+#include "support/mirrored.hpp"
 
 using namespace dtrain;
 using dtrain_test::on;
@@ -127,6 +128,28 @@ BOOST_AUTO_TEST_CASE(out_of_memory_names_the_device_and_the_sizes) {
   BOOST_TEST(msg.find("of 64.0 MiB") != std::string::npos, msg);
 }
 
+#endif
+
+BOOST_AUTO_TEST_CASE(mirrored_strategy_on_every_gpu_trains_like_one_replica) {
+  // every GPU of the machine (the emulator's two here): the global batch split among them, gradients
+  // summed through host copies, each replica's weights the same as one replica's with the whole batch
+  auto train = [](std::vector<std::string> devices) {
+    mirrored_strategy<gpu_backend> s(std::move(devices));
+    auto m = s.make_model<dtrain_test::small_net>(3);
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+               .metrics = {accuracy{}}});
+    auto [x, y] = dtrain_test::three_class_problem(36);
+    m.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 12, .shuffle = false});
+    return std::pair{m.get_weights(), m.evaluate(x, y, {.verbose = 0})["accuracy"]};
+  };
+  mirrored_strategy<gpu_backend> all;
+  BOOST_TEST_MESSAGE("mirrored_strategy<" << gpu_backend::name << "> on " << all.num_replicas_in_sync() << " device(s)");
+  const auto one = train({"/gpu:0"}), many = train(all.devices());
+  BOOST_TEST(dtrain_test::weights_close(many.first, one.first));
+  BOOST_TEST(many.second == one.second, tt::tolerance(1e-6f));
+}
+
+#ifndef DTRAIN_TEST_GPU
 BOOST_AUTO_TEST_CASE(a_missing_device_is_named) {
   const std::string msg = dtrain_test::error_of([] { cuda_emulated d(3); });
   BOOST_TEST(msg.find("no CUDA device 3") != std::string::npos, msg);

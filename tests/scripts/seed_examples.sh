@@ -1,7 +1,7 @@
 #!/bin/bash
 # Smoke tests of the examples that follow the seeds' saving and sharding code paths: each runs with two
 # workers on loopback (a few steps of the MLP on Fashion-MNIST) and its files and output lines are checked.
-# usage: seed_examples.sh path/to/dtrain-launch path/to/examples/dir example
+# usage: seed_examples.sh path/to/dtrain-launch path/to/examples/dir example [its arguments]
 set -u
 launch=$1; bin=$2; name=$3
 dir=$(mktemp -d)
@@ -60,6 +60,16 @@ auto_shard_off)
   run2 --epochs 2 --steps-per-epoch 5
   has '^\[0\] Epoch 2/2'
   [ "$(grep '^\[[01]\] test_accuracy' "$dir/out.log" | sed 's/^\[.\] //' | sort -u | wc -l)" = 1 ] || fail "the workers disagree"
+  ;;
+multi_worker_mnist)  # the tutorial with the arguments given after the name (--device gpu: two GPU workers)
+  "$launch" -n 2 -- "$bin/$name" --model cnn --optimizer adam --verbose 2 --epochs 1 --steps-per-epoch 20 "${@:4}" \
+    > "$dir/out.log" 2>&1
+  rc=$?
+  grep -q "no CUDA device" "$dir/out.log" && { echo "SKIP: no CUDA device"; exit 77; }
+  [ $rc = 0 ] || fail "exit code $rc"
+  has '^\[0\] Epoch 1/1'
+  [ "$(grep -c '^\[[01]\] test_accuracy: 0\.[0-9]*$' "$dir/out.log")" = 2 ] || fail "not both workers reported test_accuracy"
+  [ "$(grep '^\[[01]\] test_\(loss\|accuracy\)' "$dir/out.log" | sed 's/^\[.\] //' | sort -u | wc -l)" = 2 ] || fail "the workers disagree"
   ;;
 *) echo "unknown example $name"; exit 2 ;;
 esac

@@ -163,6 +163,7 @@ concept backend =
       { p + n } -> std::same_as<pointer_t<B, float>>;
       { cp + n } -> std::same_as<pointer_t<B, const float>>;
       { !p } -> std::convertible_to<bool>;
+      static_cast<bool>(p);  // null or not, as `if (p)` asks
       requires std::convertible_to<pointer_t<B, float>, pointer_t<B, const float>>;
       requires std::is_nothrow_move_constructible_v<buffer_t<B, float>>;
       b.upload(n, host_in, p);

@@ -130,6 +130,7 @@ inline const char* cublas_status(cublasStatus_t s) {
 class cuda_runtime {
  public:
   static constexpr const char* name = "cuda";
+  static int device_count() { return cuda_device_count(); }
 
   explicit cuda_runtime(int device) : device_(device) {
     const int count = cuda_device_count();

@@ -4,6 +4,7 @@
 /// tensors whose first extent is the batch; predictions come back as tensors. This folder is the
 /// only one that includes xtensor, so the rest of dtrain is insulated from it.
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -41,5 +42,32 @@ inline tensor from_span(std::span<const float> data, const extents& e) {
   std::copy(data.begin(), data.end(), t.data());
   return t;
 }
+
+namespace detail {
+/// Rows [from, to) of `t` (along its first extent) as a new tensor.
+inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
+  extents e = extents_of(t);
+  const std::size_t per = e[0] ? t.size() / e[0] : 0;
+  e[0] = to - from;
+  return from_span({t.data() + from * per, (to - from) * per}, e);
+}
+
+/// The tensors' rows one after the other (all of the same trailing shape); empty parts are skipped.
+inline tensor concatenate_rows(const std::vector<tensor>& parts) {
+  extents e;
+  std::vector<float> all;
+  for (const tensor& p : parts) {
+    if (p.dimension() == 0 || p.shape()[0] == 0) continue;
+    const extents pe = extents_of(p);
+    if (e.empty()) e = pe, e[0] = 0;
+    else if (!std::equal(pe.begin() + 1, pe.end(), e.begin() + 1, e.end()))
+      throw shape_error("concatenate_rows: rows of shape " + shape_str(pe) + " after rows of shape " + shape_str(e));
+    e[0] += pe[0];
+    all.insert(all.end(), p.data(), p.data() + p.size());
+  }
+  if (e.empty()) return parts.empty() ? tensor{} : parts.front();
+  return from_span(all, e);
+}
+}  // namespace detail
 
 }  // namespace dtrain

@@ -44,8 +44,20 @@ inline std::atomic<int>& thread_budget() {
 }
 }  // namespace detail
 
+namespace detail {
+/// This thread's own budget, when set (> 0): a replica thread of `mirrored_strategy` gets its share of
+/// the process budget, so the replicas neither fight over the pool nor depend on who got it.
+inline int& thread_budget_override() {
+  thread_local int n = 0;
+  return n;
+}
+}  // namespace detail
+
 /// Threads the math kernels may use. Defaults to `DTRAIN_NUM_THREADS`, else the hardware's cores.
-inline int num_threads() { return detail::thread_budget().load(std::memory_order_relaxed); }
+inline int num_threads() {
+  const int own = detail::thread_budget_override();
+  return own > 0 ? own : detail::thread_budget().load(std::memory_order_relaxed);
+}
 
 /// Sets the math thread budget (at least 1); it wins over `DTRAIN_NUM_THREADS`.
 inline void set_num_threads(int n) { detail::thread_budget().store(std::max(1, n), std::memory_order_relaxed); }

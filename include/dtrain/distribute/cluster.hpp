@@ -81,6 +81,13 @@ struct cluster_info {
   /// not known. It does not depend on which task this process is, so every member computes the same value;
   /// the ring's handshake compares it to refuse workers of another cluster. Same value on every platform.
   std::uint64_t fingerprint() const;
+  /// "host:port" of every member in rank order, else of rank 0 alone (what a communicator connects to).
+  std::vector<std::string> addresses() const {
+    std::vector<std::string> a;
+    for (const auto& e : ring) a.push_back(e.str());
+    if (a.empty() && master) a.push_back(master->str());
+    return a;
+  }
 };
 
 /// Something that tells this process where it sits in the cluster.

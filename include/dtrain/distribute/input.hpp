@@ -48,14 +48,6 @@ template <class E>
 std::size_t batch_rows(const E& e) {
   return features(e).dimension() ? features(e).shape()[0] : 0;
 }
-/// Rows [from, to) of `t` as a new tensor.
-inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
-  extents e = extents_of(t);
-  const std::size_t per = e[0] ? t.size() / e[0] : 0;
-  e[0] = to - from;
-  return from_span({t.data() + from * per, (to - from) * per}, e);
-}
-
 /// Keeps workers whose pipelines differ in length in step (see the file comment): for each element, one
 /// all-reduce of (has data, rows) over `rc`; a worker that ran out gets an empty element while any
 /// other has data, and the pass ends for all when none has. Without `rc` elements pass through.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
@@ -41,6 +42,20 @@ class replica_context {
   virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
   /// Returns once every replica has entered it.
   virtual void barrier() = 0;
+
+  /// Processes that each run the training loop (TF's `num_input_pipelines`): one per worker. The loop's
+  /// own collectives (agreeing to stop, summing metric states, the chief's broadcasts) are among these,
+  /// and `fit` shards a dataset among them. The replicas of one process (`mirrored_strategy`) share one
+  /// loop, which splits each batch among them.
+  virtual int num_input_pipelines() const { return num_replicas_in_sync(); }
+  virtual int input_pipeline_id() const { return replica_id(); }
+  /// Replicas this process runs: one per device for `mirrored_strategy`, else one.
+  virtual int num_local_replicas() const { return 1; }
+  /// Runs `f(i)` for every local replica i at once, each on its own thread, where
+  /// `detail::current_local_replica()` is i (a model made by the strategy then acts as replica i's copy)
+  /// and the collectives above are among the local replicas. Returns when all have returned; the first
+  /// exception is rethrown once the others are released from their collectives.
+  virtual void for_each_local_replica(const std::function<void(int)>& f) { f(0); }
 };
 
 namespace detail {
@@ -48,6 +63,12 @@ namespace detail {
 /// strategy). Set by `strategy_scope`.
 inline replica_context*& current_replica_context() {
   thread_local replica_context* current = nullptr;
+  return current;
+}
+/// Which of its process's replicas this thread computes for inside `for_each_local_replica`; -1 outside
+/// (TF's cross-replica context).
+inline int& current_local_replica() {
+  thread_local int current = -1;
   return current;
 }
 }  // namespace detail

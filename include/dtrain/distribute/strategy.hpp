@@ -26,31 +26,13 @@
 
 #include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/random.hpp"
+#include "dtrain/data/any_dataset.hpp"
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/input.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
-
-/// `tf.distribute.experimental.CommunicationOptions` plus dtrain's knobs.
-struct communication_options {
-  /// ring: ring all-reduce over TCP; nccl: NVIDIA NCCL (needs the CUDA backend); auto: the best available.
-  enum class implementation_type { auto_, ring, nccl };
-  implementation_type implementation = implementation_type::auto_;
-  std::chrono::milliseconds timeout{60'000};           // per collective operation
-  std::chrono::milliseconds connect_timeout{300'000};  // for all workers to come up
-  std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
-  std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
-  std::size_t chunk_bytes = std::size_t{1} << 20;  // the ring's frame size; the same on every worker
-  /// The job token every connection proves (docs/security.md); nullopt: DTRAIN_JOB_TOKEN or
-  /// DTRAIN_JOB_TOKEN_FILE, "": none. The same on every worker.
-  std::optional<std::string> job_token{};
-  /// Refuse to run off loopback without a token (also DTRAIN_REQUIRE_JOB_TOKEN=1); else one warning.
-  bool require_job_token = false;
-  /// Encrypt the data plane with TLS 1.3 keyed by the job token (also DTRAIN_TLS=1): docs/security.md.
-  bool tls = false;
-};
 
 /// What `strategy.cluster_resolver()` tells (TF: `strategy.cluster_resolver.task_type`, `.task_id`).
 struct task_info {
@@ -74,6 +56,48 @@ struct rebind_model<Model, B> {
 /// `Model` as strategy S builds it (on S's backend).
 template <class S, class Model>
 using model_for_t = typename detail::rebind_model<Model, typename S::backend_type>::type;
+
+namespace detail {
+/// What a custom loop's step returns (a replica's loss), for the concept below.
+struct step_archetype {
+  float operator()() const { return 0.0f; }
+};
+}  // namespace detail
+
+/// What user programs, `fit` and library code rely on of a strategy, so that "swap one type" is checked
+/// by the compiler (every strategy of dtrain is `static_assert`ed to model it). Contract:
+/// - `backend_type`: the backend its models compute on; `make_model<Model>(seed)` builds `Model` there
+///   (`model_for_t<S, Model>`), every replica from the same weights, attached to the strategy, which must
+///   outlive it (a model type needs what `strategy_for` lists);
+/// - `num_replicas_in_sync()` >= 1; exactly one process in a job has `is_chief()`; `cluster_resolver()`
+///   tells its task;
+/// - `run(fn, args...)` runs a step on the replicas this process holds, in the strategy's scope;
+///   `reduce(op, result)` combines what it returned over all replicas, the same value everywhere;
+///   `experimental_local_results(result)` lists this process's replicas' values;
+/// - `distribute_dataset(d)` (and TF's name `experimental_distribute_dataset`) yields, on each
+///   process, what its replicas train on from a dataset of global batches;
+///   `distribute_datasets_from_function(fn)` calls `fn(input_context)` for this process's pipeline.
+template <class S>
+concept strategy = requires(S& s, const S& cs, data::any_dataset<data::example> d) {
+  typename S::backend_type;
+  requires backend<typename S::backend_type>;
+  { cs.num_replicas_in_sync() } -> std::convertible_to<int>;
+  { cs.is_chief() } -> std::convertible_to<bool>;
+  { cs.cluster_resolver() } -> std::same_as<task_info>;
+  { s.reduce(reduce_op::sum, s.run(detail::step_archetype{})) } -> std::convertible_to<float>;
+  { s.experimental_local_results(s.run(detail::step_archetype{})) } -> std::same_as<std::vector<float>>;
+  { s.distribute_dataset(d) } -> data::dataset;
+  { s.experimental_distribute_dataset(d) } -> data::dataset;
+  { s.distribute_datasets_from_function([](const input_context&) { return data::any_dataset<data::example>{}; }) } -> data::dataset;
+};
+
+/// A strategy that can make models of type `Model`: `Model::rebind<backend_type>` (or Model itself)
+/// built from (seed, backend object), with `get_weights`/`set_weights` (the chief's weights reach every
+/// worker) and `set_replica_context` (and `set_mirrors` for a strategy with several local replicas).
+template <class S, class Model>
+concept strategy_for = strategy<S> && requires(S& s, std::uint64_t seed) {
+  { s.template make_model<Model>(seed) } -> std::same_as<model_for_t<S, Model>>;
+};
 
 /// One replica, no communication: what a program without a strategy runs under.
 class default_strategy {
@@ -154,12 +178,12 @@ inline strategy_ref get_strategy() { return strategy_ref(detail::current_replica
 inline bool has_strategy() { return detail::current_replica_context() != nullptr; }
 
 namespace detail {
-/// The index N of a TF device name for a GPU: "/gpu:N", "/GPU:N", "/device:GPU:N", "gpu:N", "cuda:N",
-/// "gpu" (0); nullopt for anything else.
-inline std::optional<int> gpu_index(std::string d) {
+/// The index N of a TF device name of one of `kinds`: "/gpu:N", "/GPU:N", "/device:GPU:N", "gpu:N",
+/// "gpu" (0), with the job prefix or without; nullopt for anything else.
+inline std::optional<int> device_index(std::string d, std::initializer_list<const char*> kinds) {
   for (const char* prefix : {"/job:localhost/replica:0/task:0/device:", "/device:", "/"})
     if (d.starts_with(prefix)) d = d.substr(std::string(prefix).size());
-  for (const char* name : {"gpu", "GPU", "cuda", "CUDA"}) {
+  for (const char* name : kinds) {
     const std::string n(name);
     if (d == n) return 0;
     if (d.starts_with(n + ":") && d.size() > n.size() + 1 && d.size() <= n.size() + 4 &&
@@ -168,8 +192,35 @@ inline std::optional<int> gpu_index(std::string d) {
   }
   return std::nullopt;
 }
-inline bool is_cpu_name(const std::string& d) {
-  return d == "/cpu:0" || d == "/CPU:0" || d == "/device:CPU:0" || d == "cpu" || d == "cpu:0" || d == "CPU:0";
+inline std::optional<int> gpu_index(const std::string& d) { return device_index(d, {"gpu", "GPU", "cuda", "CUDA"}); }
+inline std::optional<int> cpu_index(const std::string& d) { return device_index(d, {"cpu", "CPU"}); }
+inline bool is_cpu_name(const std::string& d) { return cpu_index(d) == 0; }
+
+/// The backend object for the TF device name `name`, for strategy `who`: a GPU by index for a GPU
+/// backend; for the cpu backend "/cpu:0", or with `logical_cpus` any "/cpu:N" (TF's logical CPU
+/// devices, each a replica thread). Errors say which backend type a name needs.
+template <backend B>
+B device_for(const std::string& name, const std::string& who, bool logical_cpus = false) {
+  const auto gpu = gpu_index(name);
+  if constexpr (std::is_constructible_v<B, int>) {
+    if (!gpu)
+      throw config_error(who + "<" + std::string(B::name) + ">: '" + name +
+                         "' is not a GPU device name (use \"/gpu:N\"; the CPU is " + who + "<>)");
+    try {
+      return B(*gpu);
+    } catch (const std::exception& e) {
+      throw config_error(who + ": device '" + name + "' is not available: " + e.what());
+    }
+  } else {
+    if (gpu)
+      throw config_error(who + ": device '" + name + "' is a GPU, and this strategy's backend is " + B::name +
+                         ": use " + who + "<dtrain::cuda> (dtrain/backend/cuda.hpp, CMake target dtrain::cuda)");
+    const auto cpu = cpu_index(name);
+    if (!cpu || (*cpu != 0 && !logical_cpus))
+      throw config_error(who + ": unknown device '" + name + "' (the CPU is \"/cpu:0\"" +
+                         (logical_cpus ? std::string(", its logical devices \"/cpu:N\")") : std::string(")")));
+    return B{};
+  }
 }
 }  // namespace detail
 
@@ -182,7 +233,7 @@ class one_device_strategy : public default_strategy {
  public:
   using backend_type = B;
   explicit one_device_strategy(std::string device = std::is_constructible_v<B, int> ? "/gpu:0" : "/cpu:0")
-      : name_(std::move(device)), device_(make_device(name_)) {}
+      : name_(std::move(device)), device_(detail::device_for<B>(name_, "one_device_strategy")) {}
   const std::string& device() const { return name_; }
   /// The backend object the replica computes on.
   const B& backend_device() const { return device_; }
@@ -193,55 +244,12 @@ class one_device_strategy : public default_strategy {
   }
 
  private:
-  static B make_device(const std::string& name) {
-    const auto gpu = detail::gpu_index(name);
-    if constexpr (std::is_constructible_v<B, int>) {
-      if (!gpu)
-        throw config_error("one_device_strategy<" + std::string(B::name) + ">: '" + name +
-                           "' is not a GPU device name (use \"/gpu:N\"; the CPU is one_device_strategy<>)");
-      try {
-        return B(*gpu);
-      } catch (const std::exception& e) {
-        throw config_error("one_device_strategy: device '" + name + "' is not available: " + e.what());
-      }
-    } else {
-      if (gpu)
-        throw config_error("one_device_strategy: device '" + name + "' is a GPU, and this strategy's backend is " +
-                           B::name + ": use one_device_strategy<dtrain::cuda> (dtrain/backend/cuda.hpp, CMake "
-                           "target dtrain::cuda)");
-      if (!detail::is_cpu_name(name))
-        throw config_error("one_device_strategy: unknown device '" + name + "' (the CPU is \"/cpu:0\")");
-      return B{};
-    }
-  }
-
   std::string name_;
   B device_;
 };
 
-namespace detail {
-template <class Comm>
-Comm make_communicator(const cluster_info& c, const communication_options& o) {
-  if constexpr (std::is_same_v<Comm, comm::local>) {
-    if (c.world_size != 1)
-      throw config_error("multi_worker_mirrored_strategy<comm::local>: the cluster has " + std::to_string(c.world_size) +
-                         " workers; comm::local serves one");
-    return Comm{};
-  } else {
-    typename Comm::options_type r{.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
-                                  .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout};
-    if constexpr (requires { r.chunk_bytes; }) r.chunk_bytes = o.chunk_bytes;
-    if constexpr (requires { r.job_token; })
-      r.job_token = o.job_token, r.require_job_token = o.require_job_token, r.tls = o.tls;
-    for (const auto& e : c.ring) r.addresses.push_back(e.str());
-    if (r.addresses.empty() && c.master) r.addresses.push_back(c.master->str());
-    return Comm(std::move(r));
-  }
-}
-}  // namespace detail
-
 /// `tf.distribute.MultiWorkerMirroredStrategy`: synchronous data parallelism over the workers of a cluster.
-template <communicator Comm, backend Backend = cpu>
+template <cluster_communicator Comm, backend Backend = cpu>
 class multi_worker_mirrored_strategy final : public replica_context {
  public:
   using backend_type = Backend;
@@ -366,13 +374,14 @@ class multi_worker_mirrored_strategy final : public replica_context {
   static Comm connect(const communication_options& o, const cluster_info& c) {
     using impl = communication_options::implementation_type;
     if (o.implementation == impl::nccl)
-      throw config_error("multi_worker_mirrored_strategy: implementation nccl needs the CUDA backend, which this "
-                         "build does not have; use implementation ring (or auto)");
+      throw config_error("multi_worker_mirrored_strategy: implementation nccl needs an NCCL communicator, which "
+                         "dtrain does not have yet; use implementation ring (or auto: the TCP ring, also for GPU "
+                         "workers)");
     if (!c.in_ring())
       throw config_error("multi_worker_mirrored_strategy: this process is task " + c.task_type + ":" +
                          std::to_string(c.task_id) + ", which takes no part in training (only chief and worker "
                          "tasks do; an evaluator watches checkpoints instead)");
-    return detail::make_communicator<Comm>(c, o);
+    return Comm::connect(c, o);
   }
 
   communication_options o_;
@@ -384,5 +393,9 @@ class multi_worker_mirrored_strategy final : public replica_context {
   communication_stats stats_;
   std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
 };
+
+static_assert(strategy<default_strategy>);
+static_assert(strategy<one_device_strategy<>>);
+static_assert(strategy<multi_worker_mirrored_strategy<comm::local>>);
 
 }  // namespace dtrain

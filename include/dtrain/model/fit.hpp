@@ -61,7 +61,12 @@ namespace detail {
 
 template <class Model>
 bool replicated(const Model& m) {
-  return m.replica() && m.replica()->num_replicas_in_sync() > 1;
+  return m.replica() && m.replica()->num_input_pipelines() > 1;
+}
+/// The processes running this loop (each worker of a cluster; the one process of a mirrored strategy).
+template <class Model>
+int workers(const Model& m) {
+  return m.replica() ? m.replica()->num_input_pipelines() : 1;
 }
 
 template <class Model>
@@ -87,7 +92,7 @@ class model_handle final : public training_model {
     if (position.step == 0) std::fill(s.metrics.begin(), s.metrics.end(), 0.0f);
     else if (replicated(m_)) m_.replica()->all_reduce(s.metrics, reduce_op::sum);
     s.position = position;
-    s.position.world_size = m_.replicas();
+    s.position.world_size = workers(m_);
     return s;
   }
   void write_state(const training_state& s, const std::filesystem::path& path) override {
@@ -144,17 +149,16 @@ void aggregate_metrics(Model& m) {
 /// same steps. One tiny all-reduce per step carries both flags.
 template <class Model>
 std::pair<bool, bool> agree_to_stop(Model& m, bool stop, bool preempt) {
-  replica_context* rc = m.replica();
-  if (!rc || rc->num_replicas_in_sync() == 1) return {stop, preempt};
+  if (!replicated(m)) return {stop, preempt};
   float flags[2] = {stop ? 1.0f : 0.0f, preempt ? 1.0f : 0.0f};
-  rc->all_reduce(std::span<float>(flags, 2), reduce_op::max);
+  m.replica()->all_reduce(std::span<float>(flags, 2), reduce_op::max);
   return {flags[0] > 0.0f, flags[1] > 0.0f};
 }
 
 /// `ds` split among the replicas of the strategy that made `m`, by the dataset's auto-shard policy.
 template <class Model, data::dataset D>
 distributed_dataset<D> distributed(Model& m, const D& ds) {
-  return distributed_dataset<D>(ds, m.replica()->num_replicas_in_sync(), m.replica()->replica_id(), m.replica());
+  return distributed_dataset<D>(ds, m.replica()->num_input_pipelines(), m.replica()->input_pipeline_id(), m.replica());
 }
 
 template <class Model, data::dataset D>
@@ -203,7 +207,7 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
 template <class Model>
 std::vector<float> gather_predictions(Model& m, const std::vector<float>& local, const std::vector<float>& counts) {
   replica_context* rc = m.replica();
-  const std::size_t p = std::size_t(rc->num_replicas_in_sync()), me = std::size_t(rc->replica_id());
+  const std::size_t p = std::size_t(rc->num_input_pipelines()), me = std::size_t(rc->input_pipeline_id());
   const std::size_t width = Model::output_shape::size;
   // every replica learns every replica's rows per batch: a steps x p table, one column each
   std::vector<float> rows(counts.size() * p, 0.0f);
@@ -265,7 +269,7 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   }
   bar.update(step, {}, true);
   o.callbacks.on_predict_end({});
-  if (m.replica() && m.replica()->num_replicas_in_sync() > 1) {
+  if (replicated(m)) {
     out = gather_predictions(m, out, counts);
     rows = out.size() / Model::output_shape::size;
   }
@@ -355,7 +359,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
   std::optional<training_position> resume = std::exchange(handle.resume, std::nullopt);  // from a backup
   global_batch_check same_batch;
   if (resume) {
-    check_resumable(*resume, ds, m.replicas());
+    check_resumable(*resume, ds, workers(m));
     handle.position.global_batch = same_batch.saved = resume->global_batch;
     same_batch.saved_world = resume->world_size;
   }
@@ -381,7 +385,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
         break;
       }
       const auto rows = static_cast<std::int64_t>(it->global_rows() ? it->global_rows() : b->first.shape()[0]);
-      same_batch(rows, m.replicas());  // before the step: a refused resume changes nothing
+      same_batch(rows, workers(m));  // before the step: a refused resume changes nothing
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
       at(epoch, step + 1, it->save());

@@ -179,10 +179,17 @@ class basic_sequential {
 
   /// Every parameter of the model, layer by layer (Keras `model.trainable_variables`, flattened), in the
   /// backend's memory: a `std::span` on the cpu backend.
-  span_t<B, float> parameters() { return span_of<float>(params_.data(), param_count); }
+  span_t<B, float> parameters() {
+    if (auto* r = replica_entry()) return r->parameters();
+    touch();
+    return span_of<float>(params_.data(), param_count);
+  }
   span_t<B, const float> parameters() const { return span_of<const float>(params_.data(), param_count); }
   /// Gradients of the last `train_step` / `value_and_gradients`, laid out like `parameters()`.
-  span_t<B, float> gradients() { return span_of<float>(grads_.data(), param_count); }
+  span_t<B, float> gradients() {
+    if (auto* r = replica_entry()) return r->gradients();
+    return span_of<float>(grads_.data(), param_count);
+  }
   span_t<B, const float> gradients() const { return span_of<const float>(grads_.data(), param_count); }
   /// Parameters of layer I.
   template <std::size_t I>
@@ -207,6 +214,7 @@ class basic_sequential {
       throw shape_error("set_weights: got " + std::to_string(w.size()) + " values for a model of " +
                         std::to_string(param_count) + " parameters");
     device_.upload(param_count, w.data(), params_.data());
+    touch();
   }
 
   /// Names, shapes and parameter ranges of the layers, in order.
@@ -261,9 +269,14 @@ class basic_sequential {
     loss_ = std::move(o.loss);
     metrics_ = std::move(o.metrics);
     compiled_ = true;
+    touch();
   }
   bool compiled() const { return compiled_; }
-  any_optimizer& optimizer() { return require_compiled("optimizer"), opt_; }
+  any_optimizer& optimizer() {
+    if (auto* r = replica_entry()) return r->optimizer();
+    touch();
+    return require_compiled("optimizer"), opt_;
+  }
   const any_loss& loss() const { return require_compiled("loss"), loss_; }
   std::vector<any_metric>& metrics() { return metrics_; }
   mean& loss_tracker() { return loss_tracker_; }
@@ -289,9 +302,18 @@ class basic_sequential {
   /// A replica whose share is empty (0 rows) adds no gradient but takes part in the step.
   dtrain::logs train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
     require_compiled("train_step");
+    if (auto* r = replica_entry()) return r->train_step(x, y, global_rows);
+    if (cross_replica()) {
+      const std::size_t b = check_batch(x, &y);
+      seed_mirrors();
+      on_replicas(x, &y, [&](basic_sequential& r, std::size_t, const tensor& xs, const tensor& ys) {
+        r.train_step(xs, ys, global_rows ? global_rows : b);
+      });
+      return metric_results();
+    }
     if (empty_share(x)) {
       zero_gradients_step();
-      opt_.apply_gradients(gradients(), parameters());
+      apply_update();
       return metric_results();
     }
     const std::size_t n = check_batch(x, &y);
@@ -304,7 +326,7 @@ class basic_sequential {
     compute_loss(loss_, y, t, n, scale, true);
     compute_metrics(plan, t, n);
     synced_backward(n);
-    opt_.apply_gradients(gradients(), parameters());
+    apply_update();
     const float* s = read_scalars();
     const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
     track(plan, y, n, s[loss_slot] * plan.loss_scale + reg, s);
@@ -314,6 +336,14 @@ class basic_sequential {
   /// Loss and metrics on a batch without training (Keras `test_on_batch` / `test_step`).
   dtrain::logs test_step(const tensor& x, const tensor& y) {
     require_compiled("test_step");
+    if (auto* r = replica_entry()) return r->test_step(x, y);
+    if (cross_replica()) {
+      check_batch(x, &y);
+      on_replicas(x, &y, [](basic_sequential& r, std::size_t, const tensor& xs, const tensor& ys) {
+        if (xs.shape()[0] > 0) r.test_step(xs, ys);
+      });
+      return metric_results();
+    }
     const std::size_t n = check_batch(x, &y);
     const step_plan plan = plan_step(loss_, y, n);
     forward(to_device(x, x_stage_), n, false);
@@ -365,6 +395,16 @@ class basic_sequential {
 
   /// Keras `model(x, training=...)`.
   tensor operator()(const tensor& x, bool training = false) {
+    if (auto* r = replica_entry()) return (*r)(x, training);
+    if (cross_replica()) {  // each replica its rows, gathered in order
+      check_batch(x, nullptr);
+      if (training) seed_mirrors();
+      std::vector<tensor> parts(mirrors_.size() + 1);
+      on_replicas(x, nullptr, [&](basic_sequential& r, std::size_t i, const tensor& xs, const tensor&) {
+        if (xs.shape()[0] > 0) parts[i] = r(xs, training);
+      });
+      return detail::concatenate_rows(parts);
+    }
     const std::size_t n = check_batch(x, nullptr);
     forward(to_device(x, x_stage_), n, training);
     return output_tensor(n);
@@ -379,6 +419,18 @@ class basic_sequential {
   /// of a short last batch) gives only its share of the penalty's gradient.
   float value_and_gradients(const tensor& x, const tensor& y, const any_loss& loss_object,
                             std::size_t global_batch_size = 0, std::size_t num_replicas = 0) {
+    if (auto* r = replica_entry()) return r->value_and_gradients(x, y, loss_object, global_batch_size, num_replicas);
+    if (cross_replica()) {  // every replica its rows; the replicas' losses add up to the global one
+      const std::size_t b = check_batch(x, &y);
+      seed_mirrors();
+      std::vector<float> losses(mirrors_.size() + 1);
+      on_replicas(x, &y, [&](basic_sequential& r, std::size_t i, const tensor& xs, const tensor& ys) {
+        losses[i] = r.value_and_gradients(xs, ys, loss_object, global_batch_size ? global_batch_size : b, num_replicas);
+      });
+      float total = 0.0f;
+      for (float l : losses) total += l;
+      return total;
+    }
     const float scale = 1.0f / static_cast<float>(num_replicas ? num_replicas : std::size_t(replicas()));
     const float saved = std::exchange(regularization_scale_, scale);
     if (empty_share(x)) {
@@ -402,6 +454,10 @@ class basic_sequential {
   template <class F>
     requires std::is_invocable_r_v<float, F&, const tensor&, tensor&>
   float value_and_gradients(const tensor& x, F&& f) {
+    if (auto* r = replica_entry()) return r->value_and_gradients(x, f);
+    if (cross_replica())
+      throw usage_error("value_and_gradients(x, f): this model has in-process replicas (mirrored_strategy); call it "
+                        "inside strategy.run(...), where each replica calls f on its own rows");
     const std::size_t n = check_batch(x, nullptr);
     forward(to_device(x, x_stage_), n, true);
     const tensor pred = output_tensor(n);
@@ -456,8 +512,21 @@ class basic_sequential {
   }
   replica_context* replica() const { return replica_; }
   /// The model's generator (dropout masks); saved with backups so a resumed run draws the same masks.
-  rng& generator() { return rng_; }
+  rng& generator() { return touch(), rng_; }
   int replicas() const { return replica_ ? replica_->num_replicas_in_sync() : 1; }
+
+  /// Gives the model the other replicas of its process (what `mirrored_strategy::make_model` does):
+  /// replica i >= 1 is `mirrors[i - 1]`, a model of the same type on its own device, attached to the
+  /// same strategy. A step on this model then splits the batch among all replicas (replica i of N takes
+  /// rows [i B/N, (i+1) B/N), as `distribute_dataset` does across workers), runs them at once, and
+  /// gathers their metric states here; each replica applies the summed gradients to its own weights, so
+  /// they stay equal. Inside a replica's thread (`strategy.run`) calls on this model go to that
+  /// replica's copy. Weights, optimizer state or compile settings changed here from outside a step are
+  /// copied to the replicas before the next step.
+  void set_mirrors(std::vector<basic_sequential> mirrors) {
+    mirrors_ = std::move(mirrors);
+    mirrors_stale_ = true;
+  }
 
  private:
   /// The step's scalars in backend memory: the loss sum, the penalty sum, then each metric's total.
@@ -492,6 +561,10 @@ class basic_sequential {
   span_t<B, T> span_of(pointer_t<B, T> p, std::size_t n) const {
     if constexpr (host_addressable_v<B>) return span_t<B, T>(p, n);
     else return span_t<B, T>(device_, p, n);
+  }
+  /// The optimizer's step with this replica's (summed) gradients.
+  void apply_update() {
+    opt_.apply_gradients(span_of<float>(grads_.data(), param_count), span_of<float>(params_.data(), param_count));
   }
   void require_compiled(const char* what) const {
     if (!compiled_) throw usage_error(std::string(what) + ": call compile() first (the model has no loss or optimizer)");
@@ -683,6 +756,68 @@ class basic_sequential {
     return s;
   }
 
+  // ---- in-process replicas (set_mirrors) ---------------------------------------------------------------
+
+  /// What a public step or accessor of a model with in-process replicas runs on inside replica i's
+  /// thread (`strategy.run`): replica i's copy (null: this model, replica 0). Every replica enters the
+  /// same calls, so a change made here since the last step is copied to the others at the first one,
+  /// between two barriers that keep the replicas out of the copies meanwhile.
+  basic_sequential* replica_entry() {
+    const int i = detail::current_local_replica();
+    if (mirrors_.empty() || i < 0) return nullptr;
+    if (mirrors_stale_) {  // read by every replica before the first barrier, written after it
+      replica_->barrier();
+      if (i == 0) sync_mirrors();
+      replica_->barrier();
+    }
+    return i == 0 ? nullptr : &mirrors_[std::size_t(i) - 1];
+  }
+  /// Whether a step called here is to be run by all of the process's replicas (TF's cross-replica context).
+  bool cross_replica() const { return !mirrors_.empty() && detail::current_local_replica() < 0; }
+  /// Something outside a step may change what the replicas must share: copy it to them before the next.
+  void touch() {
+    if (cross_replica()) mirrors_stale_ = true;
+  }
+  /// Gives the replicas this model's weights, optimizer (with its state), loss and metrics, if changed.
+  void sync_mirrors() {
+    if (!mirrors_stale_) return;
+    const std::vector<float> w = get_weights();
+    for (auto& r : mirrors_) {
+      r.set_weights(w);
+      r.opt_ = opt_;
+      if (opt_) r.opt_.set_state(opt_.state());
+      r.loss_ = loss_;
+      r.metrics_ = metrics_;
+      r.compiled_ = compiled_;
+      r.reset_metrics();
+    }
+    mirrors_stale_ = false;
+  }
+  /// A training step's random streams: one draw of this model's generator seeds each replica's, so
+  /// replicas draw different dropout masks and a resumed run (which restores this generator) the same.
+  void seed_mirrors() {
+    const std::uint64_t base = rng_.next();
+    for (std::size_t i = 0; i < mirrors_.size(); ++i) mirrors_[i].rng_ = rng(base + 0x9e3779b97f4a7c15ull * (i + 1));
+  }
+  /// Runs `step(replica, i, x rows, y rows)` for every replica i at once (each on its thread, replica 0
+  /// being this model), then adds the replicas' metric states into this model's.
+  template <class Step>
+  void on_replicas(const tensor& x, const tensor* y, Step&& step) {
+    sync_mirrors();
+    const std::size_t b = x.shape()[0], p = mirrors_.size() + 1;
+    replica_->for_each_local_replica([&](int index) {
+      const std::size_t i = std::size_t(index), lo = b * i / p, hi = b * (i + 1) / p;
+      basic_sequential& r = i == 0 ? *this : mirrors_[i - 1];
+      step(r, i, detail::rows_of(x, lo, hi), y ? detail::rows_of(*y, lo, hi) : tensor{});
+    });
+    for (auto& r : mirrors_) {
+      loss_tracker_.state().add({r.loss_tracker_.state().values[0], r.loss_tracker_.state().values[1]});
+      for (std::size_t k = 0; k < metrics_.size(); ++k)
+        metrics_[k].state().add({r.metrics_[k].state().values[0], r.metrics_[k].state().values[1]});
+      r.reset_metrics();
+    }
+  }
+
   B device_;
   layer_types layers_;
   std::array<std::string, depth> names_;
@@ -701,6 +836,8 @@ class basic_sequential {
   float regularization_scale_ = 1.0f;
   replica_context* replica_ = nullptr;
   bool compiled_ = false;
+  std::vector<basic_sequential> mirrors_;  // the process's other replicas (set_mirrors)
+  bool mirrors_stale_ = false;             // they miss a change made here outside a step
 };
 
 /// Keras' `Sequential` on the cpu backend: `sequential<input<28, 28>, flatten, dense<10>>`.

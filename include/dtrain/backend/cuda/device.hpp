@@ -69,8 +69,8 @@ struct gemm_call;
 }
 
 /// The runtime seam of `basic_cuda`: one device and one stream of it. Contract, for a runtime `r`:
-/// - `R(device)` opens the device (a `device_error` naming it when it cannot); `R::name` names the kind;
-///   `r.describe()` names the device in messages; `r.memory_info()` is {free, total} bytes.
+/// - `R(device)` opens the device (a `device_error` naming it when it cannot); `R::device_count()` is
+///   how many there are (0 without a driver, never an error); `R::name` names the kind; `r.describe()` names the device in messages; `r.memory_info()` is {free, total} bytes.
 /// - `r.allocate(bytes)` is device memory, or nullptr when the device is out of memory (any other failure
 ///   throws); `r.deallocate(p)`; `r.allocate_host(bytes)` is pinned host memory (nullptr when refused).
 /// - In stream order: `r.copy_to_device(dst, pinned_src, bytes)`, `r.copy_to_host(dst, src, bytes)`,
@@ -87,6 +87,7 @@ concept device_runtime =
              void** args, const cuda_detail::gemm_call& g, typename R::node node, typename R::graph& graph) {
       { R::name } -> std::convertible_to<const char*>;
       requires std::constructible_from<R, int>;
+      { R::device_count() } -> std::convertible_to<int>;
       { cr.describe() } -> std::convertible_to<std::string>;
       { cr.memory_info() } -> std::convertible_to<std::pair<std::size_t, std::size_t>>;
       { r.allocate(n) } -> std::same_as<void*>;
@@ -560,6 +561,8 @@ class basic_cuda {
     std::size_t n_ = 0;
   };
 
+  /// How many devices there are (0 without a driver).
+  static int device_count() { return Runtime::device_count(); }
   /// Device 0 through this thread's stream (every default-constructed handle of a thread shares it).
   basic_cuda() : basic_cuda(0) {}
   /// Device `device` through this thread's stream for it.

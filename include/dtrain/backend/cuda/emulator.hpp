@@ -54,16 +54,20 @@ inline constexpr void (*emulated_kernels[])(unsigned, unsigned, void**) = {
 
 }  // namespace cuda_detail
 
-/// The emulated device: one device, whose stream runs each operation when it is issued.
+/// An emulated device, whose stream runs each operation when it is issued.
 class emulated_runtime {
  public:
   static constexpr const char* name = "cuda_emulated";
-  /// Bytes of memory the emulated device has (tests lower it to run out).
+  /// Bytes of memory each emulated device has (tests lower it to run out).
   static inline std::size_t capacity = std::size_t{1} << 34;
+  /// How many devices the emulator has (two: enough for mirrored_strategy's tests).
+  static inline int devices = 2;
+  static int device_count() { return devices; }
 
   explicit emulated_runtime(int device) : device_(device) {
-    if (device != 0)
-      throw device_error("cuda_emulated: no CUDA device " + std::to_string(device) + " (the emulator has device 0 only)");
+    if (device < 0 || device >= devices)
+      throw device_error("cuda_emulated: no CUDA device " + std::to_string(device) + " (the emulator has " +
+                         std::to_string(devices) + ")");
   }
   std::string describe() const { return "cuda device " + std::to_string(device_) + " (emulated on the host)"; }
   std::pair<std::size_t, std::size_t> memory_info() const { return {capacity - std::min(capacity, used_), capacity}; }

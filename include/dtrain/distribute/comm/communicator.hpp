@@ -11,14 +11,24 @@
 /// root's data everywhere; `all_gather(in, out)` concatenates every rank's `in` (all the same size) into
 /// `out` in rank order; `barrier()` returns once every rank has entered it. The first failure latches:
 /// pending operations fail with it and every later call rethrows it.
+///
+/// A communicator that joins a cluster of processes (`cluster_communicator`, what
+/// `multi_worker_mirrored_strategy<Comm>` takes) is made by `Comm::connect(cluster, options)`: it
+/// connects to (or waits for) every member of `cluster` within `options.connect_timeout` and returns a
+/// communicator with `rank() == cluster.rank` and `size() == cluster.world_size`, or throws
+/// `comm_error` (a peer never came) or `config_error` (the cluster or options cannot work for it).
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/distribute/cluster.hpp"
 
 namespace dtrain {
 
@@ -32,6 +42,25 @@ struct comm_error : error {
 
 /// The exit code of a process that ends because a peer failed: Kubeflow and TF treat it as retryable.
 inline constexpr int peer_failure_exit_code = retryable_exit_code;
+
+/// `tf.distribute.experimental.CommunicationOptions` plus dtrain's knobs.
+struct communication_options {
+  /// ring: ring all-reduce over TCP; nccl: NVIDIA NCCL (needs the CUDA backend); auto: the best available.
+  enum class implementation_type { auto_, ring, nccl };
+  implementation_type implementation = implementation_type::auto_;
+  std::chrono::milliseconds timeout{60'000};           // per collective operation
+  std::chrono::milliseconds connect_timeout{300'000};  // for all workers to come up
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
+  std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
+  std::size_t chunk_bytes = std::size_t{1} << 20;  // the ring's frame size; the same on every worker
+  /// The job token every connection proves (docs/security.md); nullopt: DTRAIN_JOB_TOKEN or
+  /// DTRAIN_JOB_TOKEN_FILE, "": none. The same on every worker.
+  std::optional<std::string> job_token{};
+  /// Refuse to run off loopback without a token (also DTRAIN_REQUIRE_JOB_TOKEN=1); else one warning.
+  bool require_job_token = false;
+  /// Encrypt the data plane with TLS 1.3 keyed by the job token (also DTRAIN_TLS=1): docs/security.md.
+  bool tls = false;
+};
 
 template <class H>
 concept collective_handle = requires(H& h) { h.wait(); };
@@ -48,11 +77,22 @@ concept communicator = requires(C& c, std::span<float> f, std::span<const float>
   c.barrier();
 };
 
+template <class C>
+concept cluster_communicator = communicator<C> && requires(const cluster_info& c, const communication_options& o) {
+  { C::connect(c, o) } -> std::same_as<C>;
+};
+
 namespace comm {
 
 /// One replica, no network: every collective is the identity.
 class local {
  public:
+  static local connect(const cluster_info& c, const communication_options&) {
+    if (c.world_size != 1)
+      throw config_error("comm::local: the cluster has " + std::to_string(c.world_size) +
+                         " workers; comm::local serves one");
+    return {};
+  }
   struct handle {
     void wait() {}
   };
@@ -76,6 +116,6 @@ class local {
 
 }  // namespace comm
 
-static_assert(communicator<comm::local>);
+static_assert(cluster_communicator<comm::local>);
 
 }  // namespace dtrain

@@ -97,6 +97,11 @@ class mpi {
     return c;
   }
 
+  /// Checks `cluster` (what `resolve_cluster` found) against MPI_COMM_WORLD with a strategy's timeouts.
+  static mpi connect(const cluster_info& c, const communication_options& o) {
+    return mpi({.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(), .fingerprint = c.fingerprint(),
+                .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout});
+  }
   explicit mpi(mpi_options o = {}) : o_(std::move(o)) {
     detail::ensure_mpi();
     int rank = 0, size = 0;
@@ -267,6 +272,6 @@ class mpi {
   std::string failure_;
 };
 
-static_assert(communicator<mpi>);
+static_assert(cluster_communicator<mpi>);
 
 }  // namespace dtrain::comm

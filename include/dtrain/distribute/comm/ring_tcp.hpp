@@ -150,6 +150,13 @@ class ring_tcp {
   using clock = std::chrono::steady_clock;
   using options_type = ring_tcp_options;
 
+  /// Joins `cluster` (its ring's addresses, or rank 0's) with a strategy's options.
+  static ring_tcp connect(const cluster_info& c, const communication_options& o) {
+    return ring_tcp({.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(),
+                     .fingerprint = c.fingerprint(), .operation_timeout = o.timeout,
+                     .connect_timeout = o.connect_timeout, .chunk_bytes = o.chunk_bytes, .job_token = o.job_token,
+                     .require_job_token = o.require_job_token, .tls = o.tls});
+  }
   /// Connects the ring (blocks until every rank is there, or the connect deadline passes).
   explicit ring_tcp(ring_tcp_options o)
       : o_(std::move(o)), token_(o_.job_token ? *o_.job_token : job_token_from_environment()), listener_(io_), prev_(io_),
@@ -1165,6 +1172,6 @@ class ring_tcp {
   std::thread stray_;
 };
 
-static_assert(communicator<ring_tcp>);
+static_assert(cluster_communicator<ring_tcp>);
 
 }  // namespace dtrain::comm

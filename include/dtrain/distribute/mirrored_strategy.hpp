@@ -1,0 +1,362 @@
+#pragma once
+/// \file
+/// `mirrored_strategy<B>`: TF's `MirroredStrategy`, synchronous data parallelism over several devices
+/// of ONE process. Each device holds a replica of the model (`make_model` builds them all from the same
+/// seed); a step splits the global batch among the replicas, runs them at once (one thread each), sums
+/// their gradients with an in-process communicator and lets every replica apply the same update.
+/// - On the cpu backend the devices are TF's logical CPU devices ("/cpu:0", "/cpu:1", ...): replica
+///   threads sharing the process's math threads (`num_threads()` split among them), summing gradients
+///   through shared memory (`comm::threads`). It runs and is tested on any machine.
+/// - On a GPU backend the devices are GPUs ("/gpu:0", ...; default: all of them).
+///
+/// The program is the single-device one: `fit`, `evaluate`, `predict` take global batches; a custom
+/// loop calls `strategy.run(step, batch)`, which runs `step` once per replica, on its thread, with the
+/// replica's rows of every tensor or (x, y) argument, and returns a `per_replica` of the results for
+/// `reduce` / `experimental_local_results`. Inside `run`, a model made by the strategy is the running
+/// replica's copy (TF's mirrored variables): use its own optimizer (`model.optimizer()`), as a free
+/// optimizer object would be one state shared by every replica.
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <type_traits>
+
+#include "dtrain/distribute/comm/threads.hpp"
+#include "dtrain/distribute/strategy.hpp"
+
+namespace dtrain {
+
+/// TF's `PerReplica`: one value per replica of a mirrored strategy, in replica order.
+template <class T>
+struct per_replica {
+  std::vector<T> values;
+};
+
+template <backend B = cpu>
+class mirrored_strategy final : public replica_context {
+ public:
+  using backend_type = B;
+
+  /// Replicas on `devices` (TF names; default: every GPU of a GPU backend, "/cpu:0" on the cpu).
+  /// `o.timeout` bounds how long a replica waits for the others in a collective.
+  explicit mirrored_strategy(std::vector<std::string> devices = {}, communication_options o = {})
+      : names_(devices.empty() ? default_devices() : std::move(devices)), timeout_(o.timeout) {
+    std::set<std::string> seen;
+    for (const auto& d : names_) {
+      if (!seen.insert(d).second) throw config_error("mirrored_strategy: device '" + d + "' is listed twice");
+      devices_.push_back(detail::device_for<B>(d, "mirrored_strategy", true));
+    }
+    comms_ = comm::threads::make_group(int(names_.size()), timeout_);
+    for (int i = 1; i < int(names_.size()); ++i) workers_.emplace_back([this, i] { serve(i); });
+  }
+  mirrored_strategy(const mirrored_strategy&) = delete;
+  mirrored_strategy& operator=(const mirrored_strategy&) = delete;
+  ~mirrored_strategy() override {
+    {
+      std::lock_guard l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  /// The replicas' devices, in replica order (TF's `strategy.extended.worker_devices`).
+  const std::vector<std::string>& devices() const { return names_; }
+  int num_replicas_in_sync() const override { return int(names_.size()); }
+  /// The running replica inside `run` (TF's `replica_context.replica_id_in_sync_group`), else 0.
+  int replica_id() const override { return std::max(0, detail::current_local_replica()); }
+  bool is_chief() const override { return true; }
+  task_info cluster_resolver() const { return {}; }
+
+  /// The strategy's scope: builds one replica of the model per device, all from `seed`.
+  template <class Model>
+  model_for_t<mirrored_strategy, Model> make_model(std::uint64_t seed = default_seed) {
+    using M = model_for_t<mirrored_strategy, Model>;
+    strategy_scope scope(this);
+    M m(seed, devices_[0]);
+    m.set_replica_context(this);
+    std::vector<M> mirrors;
+    for (std::size_t i = 1; i < devices_.size(); ++i) {
+      mirrors.emplace_back(seed, devices_[i]);
+      mirrors.back().set_replica_context(this);
+    }
+    m.set_mirrors(std::move(mirrors));
+    return m;
+  }
+  [[nodiscard]] strategy_scope scope() { return strategy_scope(this); }
+
+  /// `strategy.run(fn, args...)`: `fn` once per replica at once, each on its replica's thread with its
+  /// rows of every `tensor` or `data::example` argument (replica i of N: rows [i B/N, (i+1) B/N)), the
+  /// other arguments as given. Returns the replicas' results (nothing for a void `fn`).
+  template <class F, class... A>
+  auto run(F&& f, A&&... args) {
+    using R = std::invoke_result_t<F&, decltype(share_of(args, 0, 1))...>;
+    const std::size_t p = names_.size();
+    if constexpr (std::is_void_v<R>) {
+      for_each_local_replica([&](int i) { f(share_of(args, std::size_t(i), p)...); });
+    } else {
+      std::vector<std::optional<R>> out(p);
+      for_each_local_replica([&](int i) { out[std::size_t(i)].emplace(f(share_of(args, std::size_t(i), p)...)); });
+      per_replica<R> r;
+      for (auto& v : out) r.values.push_back(std::move(*v));
+      return r;
+    }
+  }
+
+  /// `strategy.reduce(op, per_replica_value)`: the replicas' values combined in replica order.
+  float reduce(reduce_op op, const per_replica<float>& v) const {
+    float acc = v.values.at(0);
+    for (std::size_t i = 1; i < v.values.size(); ++i)
+      acc = op == reduce_op::max ? std::max(acc, v.values[i]) : op == reduce_op::min ? std::min(acc, v.values[i]) : acc + v.values[i];
+    return op == reduce_op::mean ? acc / float(v.values.size()) : acc;
+  }
+  /// For a value that is not per replica (the same on all, TF's rule): mean, max and min give it back,
+  /// sum only of 0; any other sum is an error, as a sum of copies has no clear meaning.
+  float reduce(reduce_op op, float value) const {
+    if (op == reduce_op::sum && value != 0.0f && names_.size() > 1)
+      throw value_error("mirrored_strategy.reduce: a value that is not per replica (" + std::to_string(value) +
+                        ") cannot be reduced with sum; pass what strategy.run returned");
+    return value;
+  }
+  /// Tensors: `axis` none reduces element by element across the replicas, `axis` 0 also over their rows
+  /// (`mean` dividing by the rows of all replicas).
+  tensor reduce(reduce_op op, const per_replica<tensor>& v, std::optional<std::size_t> axis = std::nullopt) {
+    std::vector<tensor> out(v.values.size());
+    for_each_local_replica([&](int i) { out[std::size_t(i)] = detail::reduce_tensor(this, op, v.values.at(std::size_t(i)), axis); });
+    return out[0];
+  }
+  template <class T>
+  std::vector<T> experimental_local_results(per_replica<T> v) const {
+    return std::move(v.values);
+  }
+  template <class T>
+  std::vector<T> experimental_local_results(T value) const {
+    return {std::move(value)};
+  }
+
+  /// The dataset as it is: it yields global batches, which `fit` and `run` split among the replicas.
+  template <data::dataset D>
+  D distribute_dataset(D d) const {
+    return d;
+  }
+  template <data::dataset D>
+  D experimental_distribute_dataset(D d) const {
+    return d;
+  }
+  /// `fn(input_context)` builds a pipeline of per-replica batches (`ctx.get_per_replica_batch_size`);
+  /// every N of them make one global batch, replica i getting the i-th (as TF hands them out).
+  template <class F>
+  auto distribute_datasets_from_function(F&& f) {
+    auto d = std::forward<F>(f)(input_context{1, 0, num_replicas_in_sync()});
+    return group_batches<decltype(d)>{std::move(d), names_.size()};
+  }
+
+  // ---- replica_context --------------------------------------------------------------------------------
+  int num_input_pipelines() const override { return 1; }
+  int input_pipeline_id() const override { return 0; }
+  int num_local_replicas() const override { return num_replicas_in_sync(); }
+
+  void for_each_local_replica(const std::function<void(int)>& f) override {
+    if (detail::current_local_replica() >= 0) throw usage_error("mirrored_strategy: run is not reentrant (called inside a replica)");
+    {
+      std::lock_guard l(m_);
+      job_ = &f;
+      failures_.assign(names_.size(), nullptr);
+      pending_ = int(names_.size()) - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    replica(0, f);
+    {
+      std::unique_lock l(m_);
+      done_.wait(l, [&] { return pending_ == 0; });
+      job_ = nullptr;
+    }
+    rethrow_first();
+  }
+
+  // the collectives of a model's step: among the replicas inside a replica's thread; outside, this
+  // process is the only worker and they leave the data as it is
+  void begin_gradients(std::span<float> g) override { grads_.at(index()) = g; }
+  void gradients_ready(std::size_t, std::size_t) override {}
+  void finish_gradients() override {
+    if (in_replica()) comms_[index()].all_reduce(grads_[index()], reduce_op::sum);
+  }
+  void all_reduce(std::span<float> data, reduce_op op) override {
+    if (in_replica()) comms_[index()].all_reduce(data, op);
+  }
+  void broadcast(std::span<float> data, int root) override {
+    if (in_replica()) comms_[index()].broadcast(data, root);
+  }
+  void broadcast_bytes(std::span<std::byte> data, int root) override {
+    if (in_replica()) comms_[index()].broadcast(data, root);
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) override {
+    if (in_replica()) return comms_[index()].all_gather(in, out);
+    if (out.size() != in.size()) throw value_error("all_gather: outside strategy.run there is one value");
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+  void barrier() override {
+    if (in_replica()) comms_[index()].barrier();
+  }
+
+ private:
+  /// Every N per-replica batches of `up` as one global batch (the last may hold fewer).
+  template <data::dataset D>
+  struct group_batches {
+    using element_type = typename D::element_type;
+    D up;
+    std::size_t n;
+    std::int64_t cardinality() const {
+      const std::int64_t c = up.cardinality();
+      return c >= 0 ? (c + std::int64_t(n) - 1) / std::int64_t(n) : c;
+    }
+    data::options options() const { return up.options(); }
+    class iterator {
+     public:
+      iterator(const group_batches& d, std::uint64_t pass) : up_(d.up.iterate(pass)), n_(d.n) {}
+      std::optional<element_type> next() {
+        std::vector<element_type> parts;
+        while (parts.size() < n_)
+          if (auto e = up_.next()) parts.push_back(std::move(*e));
+          else break;
+        if (parts.empty()) return std::nullopt;
+        if constexpr (std::is_same_v<element_type, data::example>) {
+          std::vector<tensor> x, y;
+          for (auto& [a, b] : parts) x.push_back(std::move(a)), y.push_back(std::move(b));
+          return element_type{detail::concatenate_rows(x), detail::concatenate_rows(y)};
+        } else {
+          return detail::concatenate_rows(parts);
+        }
+      }
+      std::int64_t skip(std::int64_t k) {
+        const std::int64_t s = up_.skip(k * std::int64_t(n_));
+        return (s + std::int64_t(n_) - 1) / std::int64_t(n_);
+      }
+
+     private:
+      decltype(std::declval<const D&>().iterate(0)) up_;
+      std::size_t n_;
+    };
+    iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
+  };
+
+  static std::vector<std::string> default_devices() {
+    if constexpr (requires { B::device_count(); }) {
+      std::vector<std::string> d;
+      for (int i = 0; i < B::device_count(); ++i) d.push_back("/gpu:" + std::to_string(i));
+      if (d.empty())
+        throw config_error("mirrored_strategy<" + std::string(B::name) + ">: no CUDA device (no GPU or no driver on "
+                           "this machine)");
+      return d;
+    } else if constexpr (std::is_constructible_v<B, int>) {
+      return {"/gpu:0"};
+    } else {
+      return {"/cpu:0"};
+    }
+  }
+
+  /// Replica i's rows of a batch argument; any other argument as it is.
+  template <class T>
+  static decltype(auto) share_of(T&& a, std::size_t i, std::size_t p) {
+    using U = std::remove_cvref_t<T>;
+    if constexpr (std::is_same_v<U, tensor>) {
+      const std::size_t b = a.dimension() ? a.shape()[0] : 0;
+      return detail::rows_of(a, b * i / p, b * (i + 1) / p);
+    } else if constexpr (std::is_same_v<U, data::example>) {
+      const std::size_t b = a.first.dimension() ? a.first.shape()[0] : 0;
+      return data::example{detail::rows_of(a.first, b * i / p, b * (i + 1) / p),
+                           detail::rows_of(a.second, b * i / p, b * (i + 1) / p)};
+    } else {
+      return std::forward<T>(a);
+    }
+  }
+
+  bool in_replica() const { return detail::current_local_replica() >= 0; }
+  std::size_t index() const { return std::size_t(std::max(0, detail::current_local_replica())); }
+
+  /// Runs replica i's part of a job on this thread: its index, the strategy's scope, its share of the
+  /// math threads. A failure is kept, and the others are released from their collectives.
+  void replica(int i, const std::function<void(int)>& f) {
+    const int saved_replica = std::exchange(detail::current_local_replica(), i);
+    const int saved_budget = std::exchange(detail::thread_budget_override(),
+                                           std::max(1, num_threads() / int(names_.size())));
+    strategy_scope scope(this);
+    try {
+      f(i);
+    } catch (...) {
+      failures_[std::size_t(i)] = std::current_exception();
+      std::string what = "replica " + std::to_string(i) + " (" + names_[std::size_t(i)] + ") failed";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what += ": " + std::string(e.what());
+      } catch (...) {
+      }
+      comms_[std::size_t(i)].abort(what);
+    }
+    detail::thread_budget_override() = saved_budget;
+    detail::current_local_replica() = saved_replica;
+  }
+
+  void serve(int i) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job;
+      {
+        std::unique_lock l(m_);
+        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      replica(i, *job);
+      {
+        std::lock_guard l(m_);
+        --pending_;
+      }
+      done_.notify_one();
+    }
+  }
+
+  /// After a failed job: the first failure that is not the others' echo of it (a comm_error from the
+  /// abort), and a new group so the strategy stays usable.
+  void rethrow_first() {
+    std::exception_ptr first, echo;
+    for (auto& e : failures_) {
+      if (!e) continue;
+      try {
+        std::rethrow_exception(e);
+      } catch (const comm_error&) {
+        if (!echo) echo = e;
+      } catch (...) {
+        if (!first) first = e;
+      }
+    }
+    if (!first) first = echo;
+    if (!first) return;
+    comms_ = comm::threads::make_group(int(names_.size()), timeout_);
+    std::rethrow_exception(first);
+  }
+
+  std::vector<std::string> names_;
+  std::vector<B> devices_;
+  std::chrono::milliseconds timeout_;
+  std::vector<comm::threads> comms_;
+  std::vector<std::span<float>> grads_ = std::vector<std::span<float>>(names_.size());
+  std::vector<std::thread> workers_;
+  std::mutex m_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::vector<std::exception_ptr> failures_;
+  std::uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+static_assert(strategy<mirrored_strategy<>>);
+
+}  // namespace dtrain
