@@ -1,0 +1,338 @@
+#pragma once
+/// \file
+/// The ring engine: moves one collective's data around the ring that `tcp_rendezvous` connected. A
+/// collective is a list of steps (`ring_step`): at each, send to the next rank while receiving from the
+/// previous one, in frames (wire.hpp) of at most `chunk_bytes`, non-blocking on both sockets with
+/// poll() when neither can move; a step may send only what an earlier step has received, so the ring
+/// never pauses between steps. Each received frame goes to the collective's `on_frame` as it lands
+/// (the algorithms in ring_tcp.hpp reduce it there).
+///
+/// Deadlines count from the last byte that moved (`operation_timeout`). On a failure the engine names
+/// the rank that failed (a closed connection, an abort frame from the previous rank, or, after a
+/// timeout, a probe of the previous rank's host), tells the next rank with an abort frame, closes the
+/// ring and throws a `comm_error`.
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "dtrain/distribute/comm/rendezvous.hpp"
+
+namespace dtrain::comm {
+
+class ring_engine {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// One ring step of a collective: send `send_bytes` from `send` to the next rank while receiving
+  /// `recv_bytes` from the previous one, both in frames of at most chunk_bytes. Received frames land in
+  /// `recv` (in scratch when it is null) and the collective's on_frame runs for each. A step with a
+  /// `gate` sends only what step `gate` has received (and on_frame processed) so far: in a ring, what a
+  /// rank sends at step k is what it received at step k - 1, so the frames of step k leave while step
+  /// k - 1 is still arriving and the ring never pauses between steps; a broadcast forwards what arrives.
+  struct ring_step {
+    const std::byte* send = nullptr;
+    std::size_t send_bytes = 0;
+    std::byte* recv = nullptr;
+    std::size_t recv_bytes = 0;
+    int gate = -1;
+  };
+
+  /// Over the ring `rv` connected, with `o`'s chunk size and timeout (both must outlive the engine).
+  ring_engine(tcp_rendezvous& rv, const ring_tcp_options& o) : rv_(rv), o_(o) {}
+
+  /// Starts the next collective: its frames carry this sequence number.
+  void begin_collective() { ++seq_; }
+
+  /// Runs the steps of one collective: frames leave in step order and arrive in step order, with
+  /// non-blocking send/recv on the two sockets and poll() when neither can move. The deadline
+  /// (operation_timeout) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
+  template <class OnFrame>
+  void run_steps(const std::vector<ring_step>& steps, OnFrame&& on_frame) {
+    const std::size_t ns = steps.size(), chunk = o_.chunk_bytes & ~std::size_t{63};
+    if (ns == 0) return;
+    std::vector<std::size_t>& done = done_;  // bytes received and processed, per step
+    done.assign(ns, 0);
+    std::size_t scratch = 0;
+    for (const auto& st : steps)
+      if (!st.recv) scratch = std::max(scratch, std::min(chunk, st.recv_bytes));
+    if (scratch_.size() * 4 < scratch) scratch_.resize((scratch + 3) / 4);
+    const int in_fd = rv_.prev().native_handle(), out_fd = rv_.next().native_handle();
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    std::size_t ss = 0, sent = 0, out_n = 0, out_at = 0;      // send: step, its bytes sent; frame payload, bytes written
+    std::size_t rs = 0, received = 0, in_n = 0, in_at = 0;  // receive: the same
+    bool out_busy = false;
+    std::byte* in_dst = nullptr;
+    detail::frame_header out_h, in_h;
+    std::error_code failure;
+    int failed_peer = -1, reported = -1;
+    bool timed_out = false, send_stalled = false;
+    auto fail = [&](std::error_code ec, int peer) { failure = ec, failed_peer = peer; };
+    protocol_error_.clear();
+    auto deadline = clock::now() + o_.operation_timeout;
+    for (;;) {
+      bool progress = false, want_out = false, want_in = false;
+      short in_events = POLLIN, out_events = POLLOUT;  // TLS may need the other direction
+      for (;;) {  // send until the socket is full or the next frame has not arrived yet
+        if (!out_busy) {
+          while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
+          if (ss == ns) break;
+          const ring_step& st = steps[ss];
+          const std::size_t n = std::min(chunk, st.send_bytes - sent);
+          if (st.gate >= 0 && done[std::size_t(st.gate)] < sent + n) break;
+          out_h = detail::frame_header{};
+          out_h.seq = seq_, out_h.step = std::uint32_t(ss), out_h.length = std::uint32_t(n), out_h.offset = sent;
+          out_n = n, out_at = 0, out_busy = true;
+        }
+        iovec iov[2];
+        int k = 0;
+        if (out_at < head) iov[k++] = {reinterpret_cast<char*>(&out_h) + out_at, head - out_at};
+        const std::size_t pay = out_at < head ? 0 : out_at - head;
+        iov[k++] = {const_cast<std::byte*>(steps[ss].send + sent + pay), out_n - pay};
+        std::error_code ec;
+        const long w = send_some(iov, k, out_events, ec);
+        if (w <= 0) {
+          if (w == 0) want_out = true;
+          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), next_rank());
+          break;
+        }
+        progress = true;
+        out_at += std::size_t(w);
+        if (out_at == head + out_n) sent += out_n, out_busy = false;
+      }
+      while (!failure) {  // receive until the socket is empty or a frame is complete (it may unblock a send)
+        if (in_at == 0) {
+          while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
+          if (rs == ns) break;
+        }
+        const bool header = in_at < head;
+        std::byte* p = header ? reinterpret_cast<std::byte*>(&in_h) + in_at : in_dst + (in_at - head);
+        std::error_code ec;
+        const long got = receive_some(p, header ? head - in_at : head + in_n - in_at, in_events, ec);
+        if (got <= 0) {
+          if (got == 0) want_in = true;
+          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), prev_rank());
+          break;
+        }
+        progress = true;
+        in_at += std::size_t(got);
+        if (header) {
+          if (in_at < head) continue;
+          const std::size_t want = std::min(chunk, steps[rs].recv_bytes - received);
+          const auto v = detail::check_frame(in_h, seq_, std::uint32_t(rs), received, std::uint32_t(want), size());
+          if (v.kind == detail::frame_verdict::abort) {
+            reported = v.failed_rank;
+            fail(asio::error::connection_aborted, prev_rank());
+            break;
+          }
+          if (v.kind == detail::frame_verdict::bad) {
+            protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (" + v.why + ")";
+            fail(asio::error::invalid_argument, prev_rank());
+            break;
+          }
+          in_n = want;
+          in_dst = steps[rs].recv ? steps[rs].recv + received : reinterpret_cast<std::byte*>(scratch_.data());
+          continue;
+        }
+        if (in_at < head + in_n) continue;
+        on_frame(rs, received, static_cast<const std::byte*>(in_dst), in_n);
+        received += in_n, done[rs] = received, in_at = 0;
+        break;
+      }
+      if (failure) break;
+      if (!out_busy)
+        while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
+      if (in_at == 0)
+        while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
+      if (ss == ns && rs == ns) return;
+      if (progress) {
+        deadline = clock::now() + o_.operation_timeout;
+        continue;
+      }
+      pollfd fds[2];
+      nfds_t nfds = 0;
+      if (want_in) fds[nfds++] = {in_fd, in_events, 0};
+      if (want_out) fds[nfds++] = {out_fd, out_events, 0};
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0) {
+        timed_out = true;
+        send_stalled = want_out;  // the next rank stopped taking data: the stronger evidence
+        break;
+      }
+      if (::poll(fds, nfds, int(std::min<long long>(left, 1 << 30))) < 0 && errno != EINTR)
+        fail(std::error_code(errno, std::system_category()), rs < ns ? prev_rank() : next_rank());
+    }
+    if (!timed_out && reported < 0 && failed_peer == next_rank())
+      reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, std::chrono::milliseconds(300));
+    const bool receiving = rs < ns && !send_stalled;
+    bool unreachable = false;
+    if (timed_out && receiving) {
+      // Everyone waits for its previous rank, so the wait alone does not say who failed. A host that is
+      // down or cut off does not acknowledge a probe: then it is the previous rank. Otherwise the
+      // previous rank is waiting too, and the rank after the failed one tells the others shortly.
+      const auto window = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), o_.operation_timeout / 4);
+      unreachable = !acknowledges_probe(rv_.prev().native_handle(), window);
+      if (!unreachable) reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, 2 * window);
+    }
+    collective_failed(timed_out, reported, failed_peer, failure, receiving, unreachable);
+  }
+
+ private:
+  /// Non-blocking send to the next rank (through TLS when on; TLS takes iov[0] only): bytes sent (> 0),
+  /// 0 when it would block (`events`: what to poll its socket for), -1 on failure (`ec`, or for a TLS
+  /// failure an empty `ec` and protocol_error_ set).
+  long send_some(iovec* iov, int k, short& events, std::error_code& ec) {
+    if (rv_.next_tls()) {
+      const long w = rv_.next_tls()->write(iov[0].iov_base, iov[0].iov_len, events, ec);
+      if (w < 0 && !ec) protocol_error_ = "TLS with " + peer_name(next_rank()) + " failed: " + rv_.next_tls()->describe(ec);
+      return w;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov, msg.msg_iovlen = std::size_t(k);
+    for (;;) {
+      const ssize_t w = ::sendmsg(rv_.next().native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w >= 0) return long(w);
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return events = POLLOUT, 0;
+      ec = std::error_code(errno, std::system_category());
+      return -1;
+    }
+  }
+  /// Non-blocking receive from the previous rank, as send_some (eof when it closed).
+  long receive_some(void* p, std::size_t n, short& events, std::error_code& ec) {
+    if (rv_.prev_tls()) {
+      const long got = rv_.prev_tls()->read(p, n, events, ec);
+      if (got < 0 && !ec) protocol_error_ = peer_name(prev_rank()) + " sent data that failed TLS: " + rv_.prev_tls()->describe(ec);
+      return got;
+    }
+    for (;;) {
+      const ssize_t got = ::recv(rv_.prev().native_handle(), p, n, MSG_DONTWAIT);
+      if (got > 0) return long(got);
+      if (got == 0) return ec = asio::error::eof, -1;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return events = POLLIN, 0;
+      ec = std::error_code(errno, std::system_category());
+      return -1;
+    }
+  }
+
+  /// Whether the host at the other end of the TCP connection `fd` acknowledges one probe byte within
+  /// `window` (the kernel acknowledges for a hung process too; nothing does for a host that is down or
+  /// cut off). The byte goes against the data's direction, after a failure, just before the ring closes.
+  static bool acknowledges_probe(int fd, std::chrono::milliseconds window) {
+    const char probe = 0;
+    if (::send(fd, &probe, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) return true;  // no evidence either way
+    for (const auto end = clock::now() + window; clock::now() < end;) {
+      tcp_info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_unacked == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  /// The next rank closed on us, or the previous one went silent: it may have stopped because of a
+  /// failure further on. Reads what the previous rank still sends for up to `wait`, skipping data frames
+  /// (first the rest of the one in progress: `at` of its `end` bytes read, `h` its header), until an abort frame names the failed
+  /// rank. Returns that rank, or -1.
+  int await_abort(detail::frame_header h, std::size_t at, std::size_t end, std::chrono::milliseconds wait) {
+    if (!rv_.prev().is_open()) return -1;
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    const int fd = rv_.prev().native_handle();
+    const auto deadline = clock::now() + wait;
+    std::array<std::byte, 4096> sink;
+    auto read = [&](std::byte* p, std::size_t n) {  // exactly n bytes (into the sink when p is null) by the deadline
+      while (n > 0) {
+        const std::size_t want = p ? n : std::min(n, sink.size());
+        short events = POLLIN;
+        std::error_code ec;
+        const long got = receive_some(p ? p : sink.data(), want, events, ec);
+        if (got > 0) {
+          n -= std::size_t(got);
+          if (p) p += got;
+          continue;
+        }
+        if (got < 0) return false;
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
+        pollfd pfd{fd, events, 0};
+        if (left <= 0 || ::poll(&pfd, 1, int(left)) == 0) return false;
+      }
+      return true;
+    };
+    if (at > 0) {  // finish the frame in progress
+      if (at < head && !read(reinterpret_cast<std::byte*>(&h) + at, head - at)) return -1;
+      if (at <= head) end = h.magic == detail::frame_magic ? head + h.length : head;
+      if (at < end && !read(nullptr, end - std::max(at, head))) return -1;
+      if (h.magic == detail::abort_magic) return h.offset < std::uint64_t(size()) ? int(h.offset) : -1;
+    }
+    for (;;) {
+      if (!read(reinterpret_cast<std::byte*>(&h), head)) return -1;
+      if (h.magic == detail::abort_magic) return h.offset < std::uint64_t(size()) ? int(h.offset) : -1;
+      if (h.magic != detail::frame_magic || !read(nullptr, h.length)) return -1;
+    }
+  }
+
+  /// After a failed or timed-out collective: names the rank that failed, tells the next rank (which
+  /// tells its next...), closes the ring and throws. A timeout blames the previous rank when this one
+  /// was `receiving` from it, else the next rank (which stopped taking this one's data).
+  [[noreturn]] void collective_failed(bool timed_out, int reported, int failed_peer, std::error_code failure,
+                                      bool receiving, bool unreachable) {
+    // Name the rank that failed, tell the next rank (which tells its next...), and close the ring.
+    const int culprit = reported >= 0 ? reported : timed_out ? (receiving ? prev_rank() : next_rank()) : failed_peer;
+    if (culprit != next_rank()) {
+      detail::frame_header a;
+      a.magic = detail::abort_magic, a.seq = seq_, a.offset = std::uint64_t(culprit);
+      iovec iov{&a, sizeof a};
+      short events = 0;
+      std::error_code ig;
+      send_some(&iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
+    }
+    rv_.close();
+    std::string what;
+    if (timed_out && unreachable && reported < 0)
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + " waiting for " + peer_name(culprit) +
+             ", whose host does not acknowledge (down or cut off)";
+    else if (reported >= 0)
+      what = peer_name(reported) + " failed (reported around the ring by " + peer_name(prev_rank()) + ")";
+    else if (timed_out && culprit == next_rank())
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + ": " + peer_name(culprit) + " stopped taking data (it died, hung or is unreachable)";
+    else if (timed_out)
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + " waiting for " + peer_name(culprit) +
+             " (it, or a rank before it in the ring, died or hung)";
+    else if (!protocol_error_.empty())
+      what = "protocol error: " + protocol_error_;
+    else if (failure == asio::error::eof || failure == asio::error::connection_reset ||
+             failure == asio::error::broken_pipe)
+      what = peer_name(culprit) + " closed the connection (it died or stopped) during collective " + std::to_string(seq_);
+    else
+      what = peer_name(culprit) + " failed: " + failure.message() + " during collective " + std::to_string(seq_);
+    throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + what);
+  }
+
+  int rank() const { return rv_.rank(); }
+  int size() const { return rv_.size(); }
+  int prev_rank() const { return rv_.prev_rank(); }
+  int next_rank() const { return rv_.next_rank(); }
+  std::string peer_name(int r) const { return rv_.peer_name(r); }
+
+  tcp_rendezvous& rv_;
+  const ring_tcp_options& o_;
+  std::uint32_t seq_ = 0;
+  std::vector<float> scratch_;
+  std::vector<std::size_t> done_;  // run_steps: bytes received per step
+  std::string protocol_error_;
+};
+
+}  // namespace dtrain::comm
