@@ -147,10 +147,11 @@ BOOST_AUTO_TEST_CASE(custom_loop_run_reduce_and_local_results) {
     auto model = s.make_model<net>(4);
     model.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = loss});
     std::vector<float> out;
+    std::atomic<int> in_scope{0};  // Boost.Test is not thread-safe: the replicas count, the test checks
     for (int step = 0; step < 3; ++step) {
       const per_replica<float> l = s.run(
           [&](const data::example& b) {
-            BOOST_TEST(get_strategy().num_replicas_in_sync() == n);
+            in_scope += get_strategy().num_replicas_in_sync() == n;
             const float v = model.value_and_gradients(b.first, b.second, loss, 24);
             model.optimizer().apply_gradients(model.gradients(), model.parameters());
             return v;
@@ -159,6 +160,7 @@ BOOST_AUTO_TEST_CASE(custom_loop_run_reduce_and_local_results) {
       BOOST_TEST(s.experimental_local_results(l).size() == std::size_t(n));
       out.push_back(s.reduce(reduce_op::sum, l));
     }
+    BOOST_TEST(in_scope == 3 * n);
     out.push_back(model.get_weights()[0]);
     return out;
   };
