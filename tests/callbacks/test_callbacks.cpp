@@ -16,6 +16,7 @@ struct fake_model : training_model {
   std::vector<float> get_weights() override { return p; }
   void set_weights(std::span<const float> w) override { p.assign(w.begin(), w.end()); }
   any_optimizer& optimizer() override { return opt; }
+  std::int64_t iterations() const override { return opt.iterations(); }
   std::vector<std::pair<std::string, std::vector<float>>> layer_weights() override { return {{"dense/kernel", p}}; }
   training_state capture_state() override { return {}; }
   void write_state(const training_state&, const std::filesystem::path&) override {}

@@ -80,7 +80,7 @@ class backup_and_restore : public callback {
   }
   void on_train_batch_end(std::int64_t, const logs&) override {
     const auto* every = std::get_if<std::int64_t>(&o_.save_freq);
-    if (every && model().optimizer().iterations() % *every == 0) save();
+    if (every && model().iterations() % *every == 0) save();
   }
   void on_epoch_end(int, const logs&) override {
     if (std::holds_alternative<std::string>(o_.save_freq)) save();

@@ -46,6 +46,9 @@ class training_model {
   virtual std::vector<float> get_weights() = 0;
   virtual void set_weights(std::span<const float> weights) = 0;
   virtual any_optimizer& optimizer() = 0;
+  /// The optimizer's step count (Keras `model.optimizer.iterations`), read without giving write access
+  /// (which under a mirrored strategy would mark the replicas' copies stale).
+  virtual std::int64_t iterations() const = 0;
   /// Each variable as `<layer>/<variable>` (`dense/kernel`) and a host copy of its values.
   virtual std::vector<std::pair<std::string, std::vector<float>>> layer_weights() = 0;
   /// Collective: the training state now, with the metric states summed over the replicas and `position`.

@@ -71,7 +71,7 @@ class model_checkpoint : public callback {
   void on_train_begin(const logs&) override { best_.reset(); }
   void on_train_batch_end(std::int64_t, const logs& l) override {
     const auto* every = std::get_if<std::int64_t>(&o_.save_freq);
-    if (every && model().optimizer().iterations() % *every == 0) save(model().position.epoch, l);
+    if (every && model().iterations() % *every == 0) save(model().position.epoch, l);
   }
   void on_epoch_end(int epoch, const logs& l) override {
     if (std::holds_alternative<std::string>(o_.save_freq)) save(epoch, l);

@@ -190,7 +190,7 @@ class tensorboard : public callback {
   void on_train_end(const logs&) override { train_.reset(), validation_.reset(); }
   void on_epoch_begin(int, const logs&) override {
     epoch_start_ = clock::now();
-    epoch_iterations_ = model().optimizer().iterations();
+    epoch_iterations_ = model().iterations();
   }
   void on_train_batch_begin(std::int64_t, const logs&) override {
     ++global_batch_;
@@ -212,7 +212,7 @@ class tensorboard : public callback {
     train.scalar("epoch_learning_rate", epoch, model().optimizer().learning_rate());
     if (o_.write_steps_per_second)
       train.scalar("epoch_steps_per_second", epoch,
-                   float(double(model().optimizer().iterations() - epoch_iterations_) / seconds_since(epoch_start_)));
+                   float(double(model().iterations() - epoch_iterations_) / seconds_since(epoch_start_)));
     if (o_.histogram_freq > 0 && epoch % o_.histogram_freq == 0)
       for (const auto& [name, values] : model().layer_weights()) train.histogram(name + "/histogram", epoch, values);
   }
@@ -223,7 +223,7 @@ class tensorboard : public callback {
   void on_test_end(const logs& l) override {
     if (!has_model() || !writes_) return;
     for (const auto& [name, value] : l)
-      writer(validation_, "validation").scalar("evaluation_" + name + "_vs_iterations", model().optimizer().iterations(), value);
+      writer(validation_, "validation").scalar("evaluation_" + name + "_vs_iterations", model().iterations(), value);
   }
 
  private:

@@ -63,6 +63,26 @@ inline int num_threads() {
 inline void set_num_threads(int n) { detail::thread_budget().store(std::max(1, n), std::memory_order_relaxed); }
 
 namespace detail {
+/// The CPU's spin-wait hint.
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+/// Whether `ready()` becomes true within `time`, polling (the clock read only every 64 polls): for
+/// waits that usually end within microseconds, where sleeping and being woken costs more.
+template <class Ready>
+bool spin_until(Ready&& ready, std::chrono::microseconds time) {
+  const auto until = std::chrono::steady_clock::now() + time;
+  for (unsigned spins = 1;; ++spins) {
+    if (ready()) return true;
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= until) return ready();
+    cpu_pause();
+  }
+}
+
 /// Reads the budget (and so `DTRAIN_NUM_THREADS`) before the first model is built.
 inline void apply_thread_env() { (void)thread_budget(); }
 
@@ -135,7 +155,7 @@ class thread_pool {
       // waking a sleeping thread (on a VM: a halted virtual CPU) can cost more than the job.
       const auto poll_until = std::chrono::steady_clock::now() + spin_time();
       while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < poll_until)
-        pause();
+        cpu_pause();
       generation_.wait(seen, std::memory_order_acquire);
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_relaxed)) return;
@@ -148,13 +168,6 @@ class thread_pool {
   }
 
   static constexpr std::chrono::microseconds spin_time() { return std::chrono::microseconds(100); }
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  }
 
   std::vector<std::thread> workers_;
   std::atomic<std::uint64_t> generation_{0};

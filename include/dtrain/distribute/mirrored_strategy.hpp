@@ -16,6 +16,7 @@
 /// replica's copy (TF's mirrored variables): use its own optimizer (`model.optimizer()`), as a free
 /// optimizer object would be one state shared by every replica.
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -166,15 +167,15 @@ class mirrored_strategy final : public replica_context {
       job_ = &f;
       failures_.assign(names_.size(), nullptr);
       pending_ = int(names_.size()) - 1;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     replica(0, f);
-    {
+    if (!detail::spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, spin)) {
       std::unique_lock l(m_);
-      done_.wait(l, [&] { return pending_ == 0; });
-      job_ = nullptr;
+      done_.wait(l, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     }
+    job_ = nullptr;
     rethrow_first();
   }
 
@@ -302,26 +303,23 @@ class mirrored_strategy final : public replica_context {
     detail::current_local_replica() = saved_replica;
   }
 
+  /// A replica thread: runs each job as it comes.
   void serve(int i) {
     std::uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int)>* job;
-      {
+      if (!detail::spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_; }, spin)) {
         std::unique_lock l(m_);
-        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
+        cv_.wait(l, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
       }
-      replica(i, *job);
-      {
-        std::lock_guard l(m_);
-        --pending_;
+      if (stop_) return;
+      seen = generation_.load(std::memory_order_acquire);
+      replica(i, *job_);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard l(m_);  // the caller may be between its check and its wait
+        done_.notify_one();
       }
-      done_.notify_one();
     }
   }
-
   /// After a failed job: the first failure that is not the others' echo of it (a comm_error from the
   /// abort), and a new group so the strategy stays usable.
   void rethrow_first() {
@@ -342,6 +340,10 @@ class mirrored_strategy final : public replica_context {
     std::rethrow_exception(first);
   }
 
+  /// How long a replica thread polls for the next job, and the caller for the replicas to finish, before
+  /// sleeping: a step's replicas start and end within microseconds of each other.
+  static constexpr std::chrono::microseconds spin{50};
+
   std::vector<std::string> names_;
   std::vector<B> devices_;
   std::chrono::milliseconds timeout_;
@@ -352,9 +354,9 @@ class mirrored_strategy final : public replica_context {
   std::condition_variable cv_, done_;
   const std::function<void(int)>* job_ = nullptr;
   std::vector<std::exception_ptr> failures_;
-  std::uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<std::uint64_t> generation_{0};  // jobs started
+  std::atomic<int> pending_{0};               // replica threads still running the current job
+  std::atomic<bool> stop_{false};
 };
 
 static_assert(strategy<mirrored_strategy<>>);

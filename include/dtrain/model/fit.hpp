@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/checkpoint/training_state.hpp"
@@ -76,6 +77,7 @@ class model_handle final : public training_model {
   std::vector<float> get_weights() override { return m_.get_weights(); }
   void set_weights(std::span<const float> w) override { m_.set_weights(w); }
   any_optimizer& optimizer() override { return m_.optimizer(); }
+  std::int64_t iterations() const override { return std::as_const(m_).optimizer().iterations(); }
   std::vector<std::pair<std::string, std::vector<float>>> layer_weights() override {
     const std::vector<float> w = m_.get_weights();
     std::vector<std::pair<std::string, std::vector<float>>> out;

@@ -277,6 +277,7 @@ class basic_sequential {
     touch();
     return require_compiled("optimizer"), opt_;
   }
+  const any_optimizer& optimizer() const { return require_compiled("optimizer"), opt_; }
   const any_loss& loss() const { return require_compiled("loss"), loss_; }
   std::vector<any_metric>& metrics() { return metrics_; }
   mean& loss_tracker() { return loss_tracker_; }

@@ -18,6 +18,7 @@
 /// communicator with `rank() == cluster.rank` and `size() == cluster.world_size`, or throws
 /// `comm_error` (a peer never came) or `config_error` (the cluster or options cannot work for it).
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -76,6 +77,24 @@ concept communicator = requires(C& c, std::span<float> f, std::span<const float>
   c.all_gather(cf, f);
   c.barrier();
 };
+
+namespace detail {
+/// dst[i] = dst[i] op src[i] (`mean` sums: the caller divides once, at the end).
+inline void reduce_into(float* dst, const float* src, std::size_t n, reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::mean:
+      for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+      break;
+    case reduce_op::max:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      break;
+    case reduce_op::min:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      break;
+  }
+}
+}  // namespace detail
 
 template <class C>
 concept cluster_communicator = communicator<C> && requires(const cluster_info& c, const communication_options& o) {

@@ -185,21 +185,6 @@ class ring_tcp {
       throw value_error("broadcast: root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(size()));
   }
 
-  static void reduce_into(float* dst, const float* src, std::size_t n, reduce_op op) {
-    switch (op) {
-      case reduce_op::sum:
-      case reduce_op::mean:
-        for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
-        break;
-      case reduce_op::max:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
-        break;
-      case reduce_op::min:
-        for (std::size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
-        break;
-    }
-  }
-
   void ring_all_reduce(std::span<float> data, reduce_op op) {
     engine_.begin_collective();
     const std::size_t p = std::size_t(size()), n = data.size(), r = std::size_t(rank());
@@ -225,7 +210,7 @@ class ring_tcp {
     engine_.run_steps(steps, [&](std::size_t s, std::size_t at, const std::byte* src, std::size_t nb) {
       if (s + 1 >= p) return;  // all-gather: the frame landed in place
       float* dst = d + seg(r + p - s - 1).first + at / 4;
-      reduce_into(dst, reinterpret_cast<const float*>(src), nb / 4, op);
+      dtrain::detail::reduce_into(dst, reinterpret_cast<const float*>(src), nb / 4, op);
       if (op == reduce_op::mean && s + 2 == p)  // the owned segment is complete: divide it once, so every rank gets the same bits
         for (std::size_t i = 0; i < nb / 4; ++i) dst[i] *= inv;
     });

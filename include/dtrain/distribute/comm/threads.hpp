@@ -11,6 +11,8 @@
 /// fail every waiting and later collective with the same `comm_error`.
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/threads.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
 namespace dtrain::comm {
@@ -46,16 +49,16 @@ class threads {
 
   void all_reduce(std::span<float> data, reduce_op op) {
     collective(kind::all_reduce, data.size(), int(op), data.data(), [&](int me, const std::vector<slot>& s) {
-      const std::size_t n = data.size(), lo = n * std::size_t(me) / s.size(), hi = n * std::size_t(me + 1) / s.size();
-      const float inv = 1.0f / float(s.size());
-      for (std::size_t j = lo; j < hi; ++j) {
-        float v = static_cast<const float*>(s[0].data)[j];
-        for (std::size_t k = 1; k < s.size(); ++k) {
-          const float w = static_cast<const float*>(s[k].data)[j];
-          v = op == reduce_op::max ? std::max(v, w) : op == reduce_op::min ? std::min(v, w) : v + w;
-        }
-        if (op == reduce_op::mean) v *= inv;
-        for (const slot& k : s) static_cast<float*>(k.data)[j] = v;
+      const std::size_t n = data.size(), p = s.size(), lo = n * std::size_t(me) / p, hi = n * std::size_t(me + 1) / p;
+      const float inv = 1.0f / float(p);
+      std::array<float, 2048> acc;  // a block of the slice, reduced in cache, then written to every rank
+      for (std::size_t at = lo; at < hi; at += acc.size()) {
+        const std::size_t m = std::min(acc.size(), hi - at);
+        std::memcpy(acc.data(), static_cast<const float*>(s[0].data) + at, m * sizeof(float));
+        for (std::size_t k = 1; k < p; ++k) dtrain::detail::reduce_into(acc.data(), static_cast<const float*>(s[k].data) + at, m, op);
+        if (op == reduce_op::mean)
+          for (std::size_t i = 0; i < m; ++i) acc[i] *= inv;
+        for (const slot& k : s) std::memcpy(static_cast<float*>(k.data) + at, acc.data(), m * sizeof(float));
       }
     });
   }
@@ -105,7 +108,8 @@ class threads {
     const std::chrono::milliseconds timeout;
     std::mutex m;
     std::condition_variable cv;
-    std::uint64_t generation = 0;  // rendezvous completed so far
+    std::atomic<std::uint64_t> generation{0};  // rendezvous completed so far
+    std::atomic<bool> failed{false};           // `failure` is set
     int arrived = 0;
     std::string failure;  // latched: the first failure's message
     std::vector<slot> slots;
@@ -115,30 +119,40 @@ class threads {
       {
         std::lock_guard l(m);
         if (failure.empty()) failure = why;
+        failed = true;
       }
       cv.notify_all();
     }
     /// Waits until every rank has arrived (or the group failed, or the timeout passed: then it fails).
+    /// The replicas of a step arrive within microseconds of each other, so a waiting rank polls for a
+    /// moment before it sleeps (waking a sleeping thread costs more than most collectives here).
     void rendezvous(int rank, const char* what) {
       std::unique_lock l(m);
       if (!failure.empty()) throw comm_error(failure);
-      const std::uint64_t gen = generation;
+      const std::uint64_t gen = generation.load(std::memory_order_relaxed);
       ++entered[std::size_t(rank)];
       if (++arrived == size) {
         arrived = 0;
-        ++generation;
+        generation.store(gen + 1, std::memory_order_release);
+        l.unlock();
         cv.notify_all();
         return;
       }
-      if (!cv.wait_for(l, timeout, [&] { return generation != gen || !failure.empty(); })) {
+      l.unlock();
+      dtrain::detail::spin_until([&] { return generation.load(std::memory_order_acquire) != gen || failed.load(); },
+                                 std::chrono::microseconds(50));
+      if (generation.load(std::memory_order_acquire) != gen) return;
+      l.lock();
+      if (!cv.wait_for(l, timeout, [&] { return generation.load(std::memory_order_acquire) != gen || !failure.empty(); })) {
         std::string missing;
         for (int r = 0; r < size; ++r)
           if (entered[std::size_t(r)] < entered[std::size_t(rank)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         failure = "comm::threads: replica " + std::to_string(rank) + " waited " + std::to_string(timeout.count()) +
                   " ms in " + what + " for replica(s) " + missing + " (stuck, or not calling the same collectives)";
+        failed = true;
         cv.notify_all();
       }
-      if (generation == gen) throw comm_error(failure);
+      if (generation.load(std::memory_order_acquire) == gen) throw comm_error(failure);
     }
   };
 
