@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/distribute/comm/communicator.hpp"
 
 namespace dtrain {
 
@@ -563,5 +564,13 @@ inline cluster_info resolve_cluster(const std::optional<simple_cluster_resolver>
   if (!env("SLURM_PROCID").empty() && !env("SLURM_NTASKS").empty()) return slurm_resolver::from_env().resolve();
   return {};
 }
+
+/// A communicator that joins a cluster of processes through `Comm::connect(cluster, options)` (its
+/// contract is in comm/communicator.hpp): what `multi_worker_mirrored_strategy<Comm>` takes.
+template <class C>
+concept cluster_communicator = communicator<C> && requires(const cluster_info& c, const communication_options& o) {
+  { C::connect(c, o) } -> std::same_as<C>;
+};
+static_assert(cluster_communicator<comm::local>);
 
 }  // namespace dtrain

@@ -12,7 +12,7 @@
 /// `out` in rank order; `barrier()` returns once every rank has entered it. The first failure latches:
 /// pending operations fail with it and every later call rethrows it.
 ///
-/// A communicator that joins a cluster of processes (`cluster_communicator`, what
+/// A communicator that joins a cluster of processes (`cluster_communicator` in cluster.hpp, what
 /// `multi_worker_mirrored_strategy<Comm>` takes) is made by `Comm::connect(cluster, options)`: it
 /// connects to (or waits for) every member of `cluster` within `options.connect_timeout` and returns a
 /// communicator with `rank() == cluster.rank` and `size() == cluster.world_size`, or throws
@@ -29,7 +29,6 @@
 #include <string>
 
 #include "dtrain/core/error.hpp"
-#include "dtrain/distribute/cluster.hpp"
 
 namespace dtrain {
 
@@ -96,17 +95,14 @@ inline void reduce_into(float* dst, const float* src, std::size_t n, reduce_op o
 }
 }  // namespace detail
 
-template <class C>
-concept cluster_communicator = communicator<C> && requires(const cluster_info& c, const communication_options& o) {
-  { C::connect(c, o) } -> std::same_as<C>;
-};
-
 namespace comm {
 
 /// One replica, no network: every collective is the identity.
 class local {
  public:
-  static local connect(const cluster_info& c, const communication_options&) {
+  /// For a cluster of one (a `cluster_info`; templated so that this header needs no cluster code).
+  template <class Cluster>
+  static local connect(const Cluster& c, const communication_options&) {
     if (c.world_size != 1)
       throw config_error("comm::local: the cluster has " + std::to_string(c.world_size) +
                          " workers; comm::local serves one");
@@ -135,6 +131,6 @@ class local {
 
 }  // namespace comm
 
-static_assert(cluster_communicator<comm::local>);
+static_assert(communicator<comm::local>);
 
 }  // namespace dtrain

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/handshake.hpp"
 #include "dtrain/distribute/comm/tls.hpp"
