@@ -158,7 +158,6 @@ class mirrored_strategy final : public replica_context {
   // ---- replica_context --------------------------------------------------------------------------------
   int num_input_pipelines() const override { return 1; }
   int input_pipeline_id() const override { return 0; }
-  int num_local_replicas() const override { return num_replicas_in_sync(); }
 
   void for_each_local_replica(const std::function<void(int)>& f) override {
     if (detail::current_local_replica() >= 0) throw usage_error("mirrored_strategy: run is not reentrant (called inside a replica)");

@@ -49,8 +49,6 @@ class replica_context {
   /// loop, which splits each batch among them.
   virtual int num_input_pipelines() const { return num_replicas_in_sync(); }
   virtual int input_pipeline_id() const { return replica_id(); }
-  /// Replicas this process runs: one per device for `mirrored_strategy`, else one.
-  virtual int num_local_replicas() const { return 1; }
   /// Runs `f(i)` for every local replica i at once, each on its own thread, where
   /// `detail::current_local_replica()` is i (a model made by the strategy then acts as replica i's copy)
   /// and the collectives above are among the local replicas. Returns when all have returned; the first
