@@ -126,9 +126,12 @@ class threads {
     /// Waits until every rank has arrived (or the group failed, or the timeout passed: then it fails).
     /// The replicas of a step arrive within microseconds of each other, so a waiting rank polls for a
     /// moment before it sleeps (waking a sleeping thread costs more than most collectives here).
-    void rendezvous(int rank, const char* what) {
+    /// `publish` (the first rendezvous of a collective) is this rank's slot, written under the lock once
+    /// the group is known not to have failed: after a failure the others may still be reading the slots.
+    void rendezvous(int rank, const char* what, const slot* publish = nullptr) {
       std::unique_lock l(m);
       if (!failure.empty()) throw comm_error(failure);
+      if (publish) slots[std::size_t(rank)] = *publish;
       const std::uint64_t gen = generation.load(std::memory_order_relaxed);
       ++entered[std::size_t(rank)];
       if (++arrived == size) {
@@ -162,8 +165,8 @@ class threads {
   /// `work(rank, slots)` on this rank's share, and meets them again before returning.
   template <class Work>
   void collective(kind what, std::size_t count, int arg, void* data, Work&& work) {
-    g_->slots[std::size_t(rank_)] = {what, count, arg, data};
-    g_->rendezvous(rank_, name(what));
+    const slot mine{what, count, arg, data};
+    g_->rendezvous(rank_, name(what), &mine);
     const slot& first = g_->slots[0];
     for (std::size_t r = 1; r < g_->slots.size(); ++r) {
       const slot& s = g_->slots[r];
