@@ -22,9 +22,11 @@ cmake --build "$tmp/dtrain-build" --target dtrain-launch > "$tmp/log" 2>&1 || fa
 cmake --install "$tmp/dtrain-build" --prefix "$tmp/prefix" > "$tmp/log" 2>&1 || fail "cmake --install after the build"
 [ -x "$tmp/prefix/bin/dtrain-launch" ] || fail "dtrain-launch not installed after it was built"
 
+# The apps are built unoptimised (build type None: no flags): this checks packaging, not speed, and -O3
+# would double the test's time.
 for mode in find_package add_subdirectory FetchContent; do
   b="$tmp/$mode"
-  cmake -S "$src/tests/consumer" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+  cmake -S "$src/tests/consumer" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=None "${launcher[@]}" \
     -DDTRAIN_CONSUMER_MODE=$mode -DCMAKE_PREFIX_PATH="$tmp/prefix" -DDTRAIN_SOURCE_DIR="$src" > "$tmp/log" 2>&1 ||
     fail "$mode: configure"
   if [ $mode = find_package ]; then  # the installed headers, not the source tree's
@@ -39,7 +41,7 @@ done
 # Conan's test_package builds against the installed tree too (its CMakeLists.txt asks for the same
 # package and target that the recipe's CMakeDeps generates); the recipe's version is the project's.
 b="$tmp/test_package"
-cmake -S "$src/test_package" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+cmake -S "$src/test_package" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=None "${launcher[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   > "$tmp/log" 2>&1 || fail "test_package: configure"
 cmake --build "$b" > "$tmp/log" 2>&1 || fail "test_package: build"
 "$b/test_package" > "$tmp/log" 2>&1 || fail "test_package: run"

@@ -13,7 +13,7 @@ cxx=$1; root=$2
 failed=0
 check() {  # check <header> <forbidden regex>
   local opened
-  opened=$(echo "#include <$1>" | "$cxx" -std=c++20 -H -fsyntax-only -I"$root/include" -x c++ - 2>&1 >/dev/null |
+  opened=$(echo "#include <$1>" | "$cxx" -std=c++20 -H -E -I"$root/include" -x c++ - 2>&1 >/dev/null |
            grep -E '^\.+ ' | sed 's/^\.* //' | grep -E "$2")
   if [ -n "$opened" ]; then
     echo "FAIL: $1 includes what it must not ($2):"

@@ -10,7 +10,7 @@ build=${1:-$root/build-gpu}
 out=$root/.gpu
 targets=(test_gpu test_nvrtc_kernels single_worker_mnist multi_worker_mnist mirrored_mnist dtrain-launch train_throughput)
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_CUDA=ON >/dev/null
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_CUDA=ON -DDTRAIN_GPU_TESTS=ON >/dev/null
 cmake --build "$build" --target "${targets[@]}"
 
 rm -rf "$out"
