@@ -22,8 +22,10 @@ class DtrainConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     # with_cuda: the cuda backend's component (dtrain::cuda). The CUDA Toolkit is not a Conan package:
     # it is taken from the machine, at the conf user.dtrain:cuda_root (default /usr/local/cuda).
-    options = {"with_ring_tcp": [True, False], "with_cuda": [True, False]}
-    default_options = {"with_ring_tcp": True, "with_cuda": False}
+    # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
+    # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
+    options = {"with_ring_tcp": [True, False], "with_cuda": [True, False], "with_nccl": [True, False]}
+    default_options = {"with_ring_tcp": True, "with_cuda": False, "with_nccl": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -59,6 +61,13 @@ class DtrainConan(ConanFile):
             if not os.path.isfile(os.path.join(root, "include", "nvrtc.h")):
                 raise ConanInvalidConfiguration(f"with_cuda: no CUDA Toolkit at {root} (nvrtc.h not found); set the conf "
                                                 f"user.dtrain:cuda_root to where it is")
+        if self.options.with_nccl:
+            if not self.options.with_cuda or not self.options.with_ring_tcp:
+                raise ConanInvalidConfiguration("with_nccl needs with_cuda=True and with_ring_tcp=True")
+            root = self._nccl_root()
+            if not os.path.isfile(os.path.join(root, "include", "nccl.h")):
+                raise ConanInvalidConfiguration(f"with_nccl: no NCCL at {root} (nccl.h not found); set the conf "
+                                                f"user.dtrain:nccl_root to where it is")
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
@@ -95,6 +104,20 @@ class DtrainConan(ConanFile):
             gpu.includedirs = [os.path.join(root, "include")]
             gpu.libdirs = [os.path.join(root, "lib64")]
             gpu.system_libs = ["cudart", "cublas", "nvrtc"]
+
+        if self.options.with_nccl:
+            root = self._nccl_root()
+            nccl = self.cpp_info.components["nccl"]
+            nccl.set_property("cmake_target_name", "dtrain::nccl")
+            nccl.requires = ["cuda", "ring_tcp"]
+            nccl.bindirs = []
+            nccl.includedirs = [os.path.join(root, "include")]
+            nccl.libdirs = [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+            nccl.system_libs = ["nccl"]
+
+    def _nccl_root(self):
+        cuda = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")
+        return self.conf.get("user.dtrain:nccl_root", default=cuda)
 
     def _link(self, component, needs):
         # A dependency that the profile takes from the system ([platform_requires]) has no Conan package:

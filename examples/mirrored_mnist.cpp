@@ -11,12 +11,16 @@
 //
 // The batches are global (32): each step splits one among the replicas. On the CPU the devices are
 // logical ("/cpu:0".."/cpu:N-1", --replicas N), replica threads sharing the cores; with --device gpu
-// (a build with the cuda backend) they are every GPU of the machine.
+// (a build with the cuda backend) they are every GPU of the machine, their gradients summed by NCCL
+// (TF's NcclAllReduce) where the build has it, else through host memory.
 //
 //   mirrored_mnist [--replicas 2] [--device cpu|gpu] [--epochs 2] [--steps-per-epoch 0]
 #include "mnist_setup.hpp"
 #ifdef DTRAIN_EXAMPLE_CUDA
 #include <dtrain/backend/cuda.hpp>
+#endif
+#ifdef DTRAIN_EXAMPLE_NCCL
+#include <dtrain/distribute/comm/nccl.hpp>
 #endif
 
 namespace {
@@ -68,7 +72,10 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (device == "gpu") {
-#ifdef DTRAIN_EXAMPLE_CUDA
+#if defined(DTRAIN_EXAMPLE_NCCL)
+    dtrain::mirrored_strategy<dtrain::cuda, dtrain::comm::nccl> strategy;
+    return train(strategy, epochs, steps_per_epoch);
+#elif defined(DTRAIN_EXAMPLE_CUDA)
     dtrain::mirrored_strategy<dtrain::cuda> strategy;
     return train(strategy, epochs, steps_per_epoch);
 #else

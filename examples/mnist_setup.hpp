@@ -43,11 +43,18 @@ struct arguments {
   std::string save_weights;  // --save-weights: the chief writes the final weights (safetensors)
   std::string dir;           // --dir: where the saving examples write their files
   std::string device = "cpu";  // --device (the examples that offer it): cpu, or gpu (the cuda backend)
+  std::string implementation = "auto";  // --implementation (with --device): TF's CommunicationImplementation
 };
+
+/// TF's `CommunicationOptions(implementation=...)` from --implementation.
+inline dtrain::communication_options::implementation_type implementation(const arguments& a) {
+  using impl = dtrain::communication_options::implementation_type;
+  return a.implementation == "ring" ? impl::ring : a.implementation == "nccl" ? impl::nccl : impl::auto_;
+}
 
 /// The command line, parsed by CLI11: every value into its type with its range checked; a mistake is one
 /// line naming the flag and exit code 2, --help the help and exit code 0.
-inline arguments parse(int argc, char** argv, bool device_flag = false) {
+inline arguments parse(int argc, char** argv, bool device_flag = false, bool implementation_flag = false) {
   arguments a;
   CLI::App app("Trains the tutorial's model on Fashion-MNIST.", std::filesystem::path(argv[0]).filename().string());
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
@@ -68,10 +75,17 @@ inline arguments parse(int argc, char** argv, bool device_flag = false) {
       ->check(CLI::IsMember({"epoch"}) | CLI::Range(std::int64_t(1), std::int64_t(1) << 40))->capture_default_str();
   app.add_option("--save-weights", a.save_weights, "the chief writes the final weights there");
   app.add_option("--dir", a.dir, "where the saving examples write their files");
-  if (device_flag)
-    app.add_option("--device", a.device, "cpu, or gpu: one_device_strategy<cuda>(\"/gpu:0\")")
+  if (device_flag) {
+    app.add_option("--device", a.device, "cpu, or gpu: the model on GPU 0")
         ->check(CLI::IsMember({"cpu", "gpu"}))
         ->capture_default_str();
+  }
+  if (implementation_flag) {
+    app.add_option("--implementation", a.implementation,
+                   "the gradients' collectives: auto (NCCL for GPU workers where built), ring or nccl")
+        ->check(CLI::IsMember({"auto", "ring", "nccl"}))
+        ->capture_default_str();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -146,9 +160,10 @@ void report_test(Net& model) {
 
 /// Parses the command line and runs the chosen model; errors become messages and exit codes
 /// (138, retryable, when a peer failed or the job was preempted).
-template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&), bool DeviceFlag = false>
+template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&), bool DeviceFlag = false,
+          bool ImplementationFlag = false>
 int main(int argc, char** argv) try {
-  const auto args = parse(argc, argv, DeviceFlag);
+  const auto args = parse(argc, argv, DeviceFlag, ImplementationFlag);
   return args.model == "cnn" ? Cnn(args) : Mlp(args);
 } catch (const dtrain::comm_error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

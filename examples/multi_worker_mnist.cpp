@@ -8,8 +8,18 @@
 #ifdef DTRAIN_EXAMPLE_CUDA
 #include <dtrain/backend/cuda.hpp>
 #endif
+#ifdef DTRAIN_EXAMPLE_NCCL
+#include <dtrain/distribute/comm/nccl.hpp>
+#endif
 
 using strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp>;
+#if defined(DTRAIN_EXAMPLE_NCCL)
+// GPU workers: NCCL for the gradients (--implementation auto or nccl), the TCP ring for the rest
+using gpu_strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::nccl, dtrain::cuda>;
+#elif defined(DTRAIN_EXAMPLE_CUDA)
+// GPU workers in a build without NCCL: the gradients staged through pinned host memory to the TCP ring
+using gpu_strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, dtrain::cuda>;
+#endif
 
 template <class Net, class Strategy>
 int train(Strategy& strategy, const mnist_setup::arguments& args) {
@@ -24,23 +34,24 @@ int train(Strategy& strategy, const mnist_setup::arguments& args) {
   return 0;
 }
 
-/// --device gpu: each worker's replica on its GPU 0 (one GPU per worker, or workers sharing one), the
-/// gradients summed over the same TCP ring through host memory.
+/// --device gpu: each worker's replica on its GPU 0 (one GPU per worker, or workers sharing one: then
+/// with --implementation ring, as NCCL refuses two ranks on one GPU).
 template <class Net>
 int run(const mnist_setup::arguments& args) {
+  const dtrain::communication_options options{.implementation = mnist_setup::implementation(args)};
   if (args.device == "gpu") {
 #ifdef DTRAIN_EXAMPLE_CUDA
-    dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, dtrain::cuda> strategy;
+    gpu_strategy_type strategy(options);
     return train<Net>(strategy, args);
 #else
     throw dtrain::config_error("--device gpu: this build has no cuda backend (configure where the CUDA Toolkit is, "
                                "-DDTRAIN_CUDA=ON)");
 #endif
   }
-  strategy_type strategy;
+  strategy_type strategy(options);
   return train<Net>(strategy, args);
 }
 
 int main(int argc, char** argv) {
-  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true>(argc, argv);
+  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, true>(argc, argv);
 }

@@ -7,6 +7,14 @@
 #include "support/helpers.hpp"
 #include "support/mirrored.hpp"
 
+#if !defined(DTRAIN_TEST_GPU)
+#include <dtrain/distribute/comm/nccl_emulated.hpp>
+#define DTRAIN_TEST_HAS_NCCL 1
+#elif defined(DTRAIN_TEST_NCCL)  // the GPU suite, built where NCCL was found
+#include <dtrain/distribute/comm/nccl.hpp>
+#define DTRAIN_TEST_HAS_NCCL 1
+#endif
+
 using namespace dtrain;
 using dtrain_test::on;
 using dtrain_test::to_host;
@@ -14,8 +22,12 @@ namespace tt = boost::test_tools;
 
 #ifdef DTRAIN_TEST_GPU
 using gpu_backend = cuda;
+#ifdef DTRAIN_TEST_HAS_NCCL
+using gpu_nccl = comm::nccl;
+#endif
 #else
 using gpu_backend = cuda_emulated;
+using gpu_nccl = comm::nccl_emulated;
 #endif
 
 namespace {
@@ -130,24 +142,48 @@ BOOST_AUTO_TEST_CASE(out_of_memory_names_the_device_and_the_sizes) {
 
 #endif
 
+/// Trains small_net for 2 epochs (global batch 12) under strategy `s`: its weights and accuracy.
+template <class Strategy>
+std::pair<std::vector<float>, float> train_small(Strategy& s) {
+  auto m = s.template make_model<dtrain_test::small_net>(3);
+  m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  auto [x, y] = dtrain_test::three_class_problem(36);
+  m.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 12, .shuffle = false});
+  return {m.get_weights(), m.evaluate(x, y, {.verbose = 0})["accuracy"]};
+}
+
 BOOST_AUTO_TEST_CASE(mirrored_strategy_on_every_gpu_trains_like_one_replica) {
   // every GPU of the machine (the emulator's two here): the global batch split among them, gradients
-  // summed through host copies, each replica's weights the same as one replica's with the whole batch
-  auto train = [](std::vector<std::string> devices) {
-    mirrored_strategy<gpu_backend> s(std::move(devices));
-    auto m = s.make_model<dtrain_test::small_net>(3);
-    m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
-               .metrics = {accuracy{}}});
-    auto [x, y] = dtrain_test::three_class_problem(36);
-    m.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 12, .shuffle = false});
-    return std::pair{m.get_weights(), m.evaluate(x, y, {.verbose = 0})["accuracy"]};
-  };
+  // summed through host copies or by NCCL (one communicator per device, grouped calls), each replica's
+  // weights the same as one replica's with the whole batch
   mirrored_strategy<gpu_backend> all;
   BOOST_TEST_MESSAGE("mirrored_strategy<" << gpu_backend::name << "> on " << all.num_replicas_in_sync() << " device(s)");
-  const auto one = train({"/gpu:0"}), many = train(all.devices());
+  mirrored_strategy<gpu_backend> first({"/gpu:0"});
+  const auto one = train_small(first), many = train_small(all);
   BOOST_TEST(dtrain_test::weights_close(many.first, one.first));
   BOOST_TEST(many.second == one.second, tt::tolerance(1e-6f));
+#ifdef DTRAIN_TEST_HAS_NCCL
+  mirrored_strategy<gpu_backend, gpu_nccl> by_nccl(all.devices());
+  BOOST_TEST(by_nccl.reduces_device_gradients());
+  const auto nccl = train_small(by_nccl);
+  BOOST_TEST(dtrain_test::weights_close(nccl.first, one.first));
+  BOOST_TEST(nccl.second == one.second, tt::tolerance(1e-6f));
+#endif
 }
+
+#ifdef DTRAIN_TEST_HAS_NCCL
+BOOST_AUTO_TEST_CASE(nccl_with_one_rank_trains_like_one_device) {
+  // multi_worker_mirrored_strategy<comm::nccl> with a cluster of one: the gradients pass through NCCL
+  // (a world of one) and the training equals one_device_strategy's on the same GPU
+  one_device_strategy<gpu_backend> single("/gpu:0");
+  multi_worker_mirrored_strategy<gpu_nccl, gpu_backend> mw({}, cluster_info{});
+  BOOST_TEST(mw.reduces_device_gradients());
+  const auto a = train_small(single), b = train_small(mw);
+  BOOST_TEST(dtrain_test::weights_close(b.first, a.first));
+  BOOST_TEST(b.second == a.second, tt::tolerance(1e-6f));
+}
+#endif
 
 #ifndef DTRAIN_TEST_GPU
 BOOST_AUTO_TEST_CASE(a_missing_device_is_named) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
 
@@ -15,6 +16,7 @@
 using namespace dtrain;
 using comm::ring_tcp;
 using namespace std::chrono_literals;
+using dtrain_test::message;
 
 using dtrain_test::free_addresses;
 
@@ -54,14 +56,6 @@ std::vector<std::exception_ptr> run_ranks(int p, F f, std::function<comm::ring_t
     ring_tcp c(make ? make(r) : options(r, p, addrs));
     f(r, c);
   });
-}
-std::string message(const std::exception_ptr& e) {
-  try {
-    if (e) std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-  return "";
 }
 void require_ok(const std::vector<std::exception_ptr>& errs) {
   for (std::size_t r = 0; r < errs.size(); ++r) BOOST_REQUIRE_MESSAGE(!errs[r], "rank " << r << ": " << message(errs[r]));

@@ -5,12 +5,14 @@
 #include <thread>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 #include <dtrain/distribute/comm/threads.hpp>
 
 using namespace dtrain;
 using comm::threads;
 using namespace std::chrono_literals;
+using dtrain_test::message;
 
 namespace {
 /// Runs f(rank) on `n` threads, one per rank of a new group; returns what each threw (or null).
@@ -29,15 +31,6 @@ std::vector<std::exception_ptr> on_ranks(int n, F f, std::chrono::milliseconds t
     });
   for (auto& t : ts) t.join();
   return errors;
-}
-
-std::string message(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-  return {};
 }
 
 /// Rank r's input: deterministic values of mixed magnitudes (so the summation order shows).

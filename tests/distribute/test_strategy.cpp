@@ -6,6 +6,9 @@
 #include "support/gradcheck.hpp"
 #include "support/loopback.hpp"
 #include "support/mirrored.hpp"
+#include "support/helpers.hpp"
+
+#include <dtrain/distribute/comm/nccl_emulated.hpp>
 
 using namespace dtrain;
 namespace tt = boost::test_tools;
@@ -20,13 +23,17 @@ struct outcome {
   history hist;
 };
 
-/// Trains `net` with global batch 12 on p workers (threads), each computing on backend B; returns each
-/// worker's outcome.
-template <class B = cpu>
-std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2) {
+/// Trains `net` with global batch 12 on p workers (threads), each computing on backend B and summing
+/// gradients with Comm; returns each worker's outcome.
+template <class B = cpu, class Comm = comm::ring_tcp>
+std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2,
+                           communication_options o = {.timeout = std::chrono::seconds(20),
+                                                      .connect_timeout = std::chrono::seconds(20)}) {
   std::vector<outcome> out(static_cast<std::size_t>(p));
   auto [x, y] = three_class_problem(48);
-  dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
+  dtrain_test::on_workers<B, Comm>(p, [&](auto& s, int r) {
+    WORKER_CHECK(s.reduces_device_gradients() ==
+                 (device_communicator<Comm, B> && o.implementation != communication_options::implementation_type::ring));
     static_assert(std::is_same_v<typename decltype(s.template make_model<net>())::backend_type, B>);
     auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
     model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
@@ -35,8 +42,26 @@ std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2) {
     auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
     out[std::size_t(r)].hist = model.fit(ds, {.epochs = epochs, .validation_data = data::from_tensor_slices(x, y) | data::batch(10), .verbose = 0});
     out[std::size_t(r)].weights = model.get_weights();
-  });
+  }, o);
   return out;
+}
+
+/// Whether p workers' outcomes agree with one worker's: weights to float rounding (the replicas'
+/// gradients are summed in another order than one worker's GEMMs sum them: |a - b| <= 1e-5 + 1e-4 |b|
+/// after 8 Adam steps), metrics to 1e-4; and with each other, bitwise.
+void check_like_one(const std::vector<outcome>& many, const std::vector<outcome>& one) {
+  BOOST_REQUIRE_EQUAL(many[0].weights.size(), one[0].weights.size());
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < one[0].weights.size(); ++i)
+    off += std::abs(many[0].weights[i] - one[0].weights[i]) > 1e-5f + 1e-4f * std::abs(one[0].weights[i]);
+  BOOST_TEST(off == 0u);
+  for (std::size_t r = 1; r < many.size(); ++r) {
+    // every worker holds the same weights and reports the same (aggregated) metrics
+    BOOST_TEST(many[r].weights == many[0].weights, tt::per_element());
+    BOOST_TEST(many[r].hist.history == many[0].hist.history);
+  }
+  BOOST_TEST(many[0].hist["loss"][1] == one[0].hist["loss"][1], tt::tolerance(1e-4f));
+  BOOST_TEST(many[0].hist["val_accuracy"][1] == one[0].hist["val_accuracy"][1], tt::tolerance(1e-6f));
 }
 }  // namespace
 
@@ -48,22 +73,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(n_workers_train_like_one_worker_with_the_global_ba
   // memory is not host memory (opaque) the gradients reach the ring through a host copy.
   const auto one = train(1);
   for (int p : {2, 3}) {
-    const auto many = train<B>(p);
-    BOOST_TEST_CONTEXT("p = " << p) {
-      BOOST_REQUIRE_EQUAL(many[0].weights.size(), one[0].weights.size());
-      std::size_t off = 0;
-      for (std::size_t i = 0; i < one[0].weights.size(); ++i)
-        off += std::abs(many[0].weights[i] - one[0].weights[i]) > 1e-5f + 1e-4f * std::abs(one[0].weights[i]);
-      BOOST_TEST(off == 0u);
-      for (int r = 1; r < p; ++r) {
-        // every worker holds the same weights and reports the same (aggregated) metrics
-        BOOST_TEST(many[std::size_t(r)].weights == many[0].weights, tt::per_element());
-        BOOST_TEST(many[std::size_t(r)].hist.history == many[0].hist.history);
-      }
-      BOOST_TEST(many[0].hist["loss"][1] == one[0].hist["loss"][1], tt::tolerance(1e-4f));
-      BOOST_TEST(many[0].hist["val_accuracy"][1] == one[0].hist["val_accuracy"][1], tt::tolerance(1e-6f));
-    }
+    BOOST_TEST_CONTEXT("p = " << p) { check_like_one(train<B>(p), one); }
   }
+}
+
+BOOST_AUTO_TEST_CASE(gpu_workers_over_nccl_or_the_ring_train_like_one_worker) {
+  // comm::nccl's code (on the emulated NCCL and devices): gradients summed in device memory by NCCL
+  // (implementation auto, TF's AUTO for GPU workers), or staged through host memory, layer by layer,
+  // to the TCP ring (implementation ring)
+  using impl = communication_options::implementation_type;
+  const auto one = train(1);
+  for (impl i : {impl::auto_, impl::ring})
+    for (int p : {1, 2, 3}) {
+      BOOST_TEST_CONTEXT("p = " << p << ", implementation " << (i == impl::ring ? "ring" : "auto")) {
+        check_like_one(train<cuda_emulated, comm::nccl_emulated>(p, 3, 2, {.implementation = i, .timeout = std::chrono::seconds(20),
+                                                                          .connect_timeout = std::chrono::seconds(20)}),
+                       one);
+      }
+    }
+  // NCCL for a strategy whose communicator takes host memory only: a config_error saying what to use
+  const std::string msg = dtrain_test::error_of([] {
+    multi_worker_mirrored_strategy<comm::local, cuda_emulated>({.implementation = impl::nccl}, cluster_info{});
+  });
+  BOOST_TEST(msg.find("multi_worker_mirrored_strategy<comm::nccl, cuda>") != std::string::npos, msg);
 }
 
 BOOST_AUTO_TEST_CASE(same_seed_same_workers_bitwise_identical) {

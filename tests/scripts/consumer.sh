@@ -62,16 +62,25 @@ if command -v mpicxx > /dev/null; then
   cmake -S "$tmp/mpi" -B "$tmp/mpi/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/log" 2>&1 || fail "find_package(dtrain COMPONENTS mpi)"
   echo "find_package(dtrain COMPONENTS mpi): dtrain::mpi"
 fi
-# COMPONENTS cuda: where the CUDA Toolkit is, a program using the cuda backend builds with the C++
-# compiler alone (no nvcc) against the installed package and runs (0 devices is an answer, not an error)
+# component_program <component> <header> <what main prints (printf arguments)>: a program on
+# dtrain::<component> builds against the installed package with the C++ compiler alone and runs
+component_program() {
+  local c=$1 d="$tmp/$1"
+  mkdir -p "$d"
+  printf '#include <cstdio>\n#include <%s>\nint main() { std::printf(%s); }\n' "$2" "$3" > "$d/main.cpp"
+  printf 'cmake_minimum_required(VERSION 3.25)\nproject(p LANGUAGES CXX)\nfind_package(dtrain CONFIG REQUIRED COMPONENTS %s)\nadd_executable(p main.cpp)\ntarget_link_libraries(p PRIVATE dtrain::%s)\n' "$c" "$c" > "$d/CMakeLists.txt"
+  cmake -S "$d" -B "$d/b" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" "${launcher[@]}" > "$tmp/log" 2>&1 ||
+    fail "find_package(dtrain COMPONENTS $c)"
+  cmake --build "$d/b" > "$tmp/log" 2>&1 || fail "build a program on dtrain::$c"
+  "$d/b/p" > "$tmp/log" 2>&1 || fail "run a program on dtrain::$c"
+  echo "find_package(dtrain COMPONENTS $c): $(cat "$tmp/log")"
+}
+# COMPONENTS cuda: where the CUDA Toolkit is, the cuda backend (no nvcc; 0 devices is an answer, not an
+# error); COMPONENTS nccl: where NCCL is too, comm::nccl
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then
-  mkdir -p "$tmp/cuda"
-  printf '#include <cstdio>\n#include <dtrain/backend/cuda.hpp>\nint main() { std::printf("cuda devices: %%d\\n", dtrain::cuda_device_count()); }\n' > "$tmp/cuda/main.cpp"
-  printf 'cmake_minimum_required(VERSION 3.25)\nproject(c LANGUAGES CXX)\nfind_package(dtrain CONFIG REQUIRED COMPONENTS cuda)\nadd_executable(c main.cpp)\ntarget_link_libraries(c PRIVATE dtrain::cuda)\n' > "$tmp/cuda/CMakeLists.txt"
-  cmake -S "$tmp/cuda" -B "$tmp/cuda/b" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" "${launcher[@]}" > "$tmp/log" 2>&1 ||
-    fail "find_package(dtrain COMPONENTS cuda)"
-  cmake --build "$tmp/cuda/b" > "$tmp/log" 2>&1 || fail "build a program on dtrain::cuda"
-  "$tmp/cuda/b/c" > "$tmp/log" 2>&1 || fail "run a program on dtrain::cuda"
-  echo "find_package(dtrain COMPONENTS cuda): $(cat "$tmp/log")"
+  component_program cuda dtrain/backend/cuda.hpp '"cuda devices: %d\n", dtrain::cuda_device_count()'
+fi
+if [ -f /usr/local/cuda/include/nccl.h ]; then
+  component_program nccl dtrain/distribute/comm/nccl.hpp '"%s, cuda devices: %d\n", dtrain::comm::nccl_library::name, dtrain::cuda_device_count()'
 fi
 echo "PASS: consumer"

@@ -1,10 +1,12 @@
 #pragma once
-// Small helpers shared by the tests: a scratch folder, the message of an expected dtrain error,
+// Small helpers shared by the tests: a scratch folder, the message of an expected dtrain error or of a
+// thread's exception,
 // whether Debian's numpy is there, and free loopback ports.
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -38,6 +40,16 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "no error";
+}
+
+/// What the exception in `e` says ("" for none): for what worker threads threw.
+inline std::string message(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
 }
 
 /// Whether Debian's python3-numpy is installed (interop checks skip cleanly without it).

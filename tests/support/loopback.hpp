@@ -90,15 +90,15 @@ inline void record_check(bool ok, const char* what, const char* file, int line) 
       #expr " throws " #E, __FILE__, __LINE__)
 
 /// Runs `f(strategy, rank)` on p workers of a loopback cluster, each a thread with its own
-/// `multi_worker_mirrored_strategy<ring_tcp, B>`; reports the workers' failed checks, then rethrows a
-/// worker's error (the first that is not a comm_error, which only says that another worker stopped).
-template <class B = dtrain::cpu, class F>
-void on_workers(int p, F f) {
+/// `multi_worker_mirrored_strategy<Comm, B>` (timeouts of 20 s, else `o`); reports the workers' failed
+/// checks, then rethrows a worker's error (the first that is not a comm_error, which only says that
+/// another worker stopped).
+template <class B = dtrain::cpu, class Comm = dtrain::comm::ring_tcp, class F>
+void on_workers(int p, F f, dtrain::communication_options o = {.timeout = std::chrono::seconds(20),
+                                                                .connect_timeout = std::chrono::seconds(20)}) {
   const auto addrs = free_addresses(p);
   const auto errs = run_threads(p, [&](int r) {
-    dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp, B> s(
-        {.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)},
-        dtrain::make_cluster_info({{{"worker", addrs}}}, "worker", r));
+    dtrain::multi_worker_mirrored_strategy<Comm, B> s(o, dtrain::make_cluster_info({{{"worker", addrs}}}, "worker", r));
     f(s, r);
   });
   for (const auto& failure : std::exchange(failed_checks(), {})) BOOST_ERROR(failure);

@@ -22,11 +22,12 @@ for t in "${targets[@]}"; do
   strip "$out/bin/$t"
 done
 
-# The shared libraries the programs load from Debian, except the C runtime and CUDA's own (the GPU
-# machine has both, newer). OpenBLAS (35 MiB: every CPU's kernels) would not fit: netlib's reference BLAS
+# The shared libraries the programs load from Debian, except the C runtime and CUDA's and NCCL's own (the
+# GPU machine has them, newer: NCCL from the pip package nvidia-nccl-cu13). OpenBLAS (35 MiB: every
+# CPU's kernels) would not fit: netlib's reference BLAS
 # (Debian's libblas3, 0.4 MiB) takes its file name there. The GPU programs use the CPU's BLAS only for
 # the cpu side of their comparisons, and dtrain needs nothing of OpenBLAS but sgemm_.
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnvrtc)'
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnvrtc|libnccl)'
 for f in "$out"/bin/*; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do

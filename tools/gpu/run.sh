@@ -4,8 +4,9 @@
 #   2. the `gpu` test label: the GPU suite (every backend-parameterised case on cuda, graph replay, cpu vs
 #      cuda equality) and single_worker_mnist --device gpu's smoke run;
 #   3. single_worker_mnist --device gpu: CNN, Adam, 3 full epochs (the issue asks test accuracy >= 0.89);
-#   4. mirrored_mnist --device gpu (mirrored_strategy<cuda> on every GPU) and two multi_worker_mnist
-#      --device gpu processes sharing the GPU over the TCP ring (dtrain-launch), both with the same metrics;
+#   4. mirrored_mnist --device gpu (mirrored_strategy<cuda, comm::nccl> on every GPU), two multi_worker_mnist
+#      --device gpu processes sharing the GPU over the TCP ring (dtrain-launch), both with the same metrics,
+#      and one multi_worker_mnist --device gpu worker over NCCL;
 #   5. train_throughput --device cuda against PyTorch on the same GPU.
 # Everything printed is also written to $OUT/gpu.log when OUT is set (the device tool's folder).
 #   tools/gpu/run.sh [--quick]     # --quick: 1 epoch and --quick timings, to check the wiring
@@ -47,7 +48,10 @@ if [ "$epochs" = 3 ] && ! awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.89) }'; th
   echo "=== FAILED: test accuracy ${acc:-none} < 0.89"; status=1
 fi
 step "$here/bin/mirrored_mnist" --device gpu --epochs 1 --steps-per-epoch 200
-step bash tests/scripts/seed_examples.sh "$here/bin/dtrain-launch" "$here/bin" multi_worker_mnist --device gpu
+step bash tests/scripts/seed_examples.sh "$here/bin/dtrain-launch" "$here/bin" multi_worker_mnist --device gpu --implementation ring
+# one GPU worker over NCCL (a world of one: NCCL refuses two ranks on one GPU)
+step "$here/bin/multi_worker_mnist" --device gpu --implementation nccl --model cnn --optimizer adam --epochs 1 \
+  --steps-per-epoch 50 --verbose 2
 step "$here/bin/train_throughput" --device cuda "${quick[@]}"
 echo; echo "=== run.sh: $([ $status = 0 ] && echo all passed || echo FAILURES above)"
 exit $status

@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace dtrain {
 
@@ -216,6 +217,18 @@ auto ensure(const B& b, Buffer& buf, std::size_t n) {
   if (buf.size() < n) buf = b.template allocate<typename Buffer::value_type>(n);
   return buf.data();
 }
+
+namespace detail {
+/// `n` values of host memory that backend B copies to and from best: its pinned `host_buffer` where it
+/// has one (`b.allocate_host<T>(n)`), else a vector.
+template <class B, class T = float>
+auto host_staging(const B& b, std::size_t n) {
+  if constexpr (requires { b.template allocate_host<T>(n); }) return b.template allocate_host<T>(n);
+  else return std::vector<T>(n);
+}
+template <class B, class T = float>
+using host_staging_t = decltype(host_staging<B, T>(std::declval<const B&>(), 0));
+}  // namespace detail
 
 /// `n` values in a backend's memory together with the backend: what a model whose memory is not host
 /// memory hands out for its parameters and gradients (a host-memory model hands out `std::span`).

@@ -186,6 +186,7 @@ class cuda_runtime {
     return {free, total};
   }
   cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
 
   void* allocate(std::size_t bytes) {
     const cuda_detail::device_guard on(device_);

@@ -7,7 +7,10 @@
 /// - On the cpu backend the devices are TF's logical CPU devices ("/cpu:0", "/cpu:1", ...): replica
 ///   threads sharing the process's math threads (`num_threads()` split among them), summing gradients
 ///   through shared memory (`comm::threads`). It runs and is tested on any machine.
-/// - On a GPU backend the devices are GPUs ("/gpu:0", ...; default: all of them).
+/// - On a GPU backend the devices are GPUs ("/gpu:0", ...; default: all of them). The gradients are
+///   summed through host memory (comm::threads), or, with `mirrored_strategy<cuda, comm::nccl>` (TF's
+///   `cross_device_ops=NcclAllReduce()`), by NCCL between the devices: one communicator per device,
+///   the replicas' collectives issued as one NCCL group.
 ///
 /// The program is the single-device one: `fit`, `evaluate`, `predict` take global batches; a custom
 /// loop calls `strategy.run(step, batch)`, which runs `step` once per replica, on its thread, with the
@@ -36,8 +39,34 @@ struct per_replica {
   std::vector<T> values;
 };
 
-template <backend B = cpu>
+namespace detail {
+/// Whether `Ops` sums device memory of B between the devices of one process (comm::nccl's local groups).
+template <class Ops, class B>
+concept local_device_ops = requires(const std::vector<B>& devices, typename Ops::local_rank& r, device_span<float, B> d) {
+  { Ops::make_local_group(devices, std::chrono::milliseconds(1)) } -> std::same_as<std::vector<typename Ops::local_rank>>;
+  r.all_reduce(d, reduce_op::sum);
+  r.abort(std::string());
+};
+template <class Ops, bool>
+struct local_rank_of {
+  struct type {};
+};
+template <class Ops>
+struct local_rank_of<Ops, true> {
+  using type = typename Ops::local_rank;
+};
+}  // namespace detail
+
+/// `CrossDeviceOps`: how the replicas' gradients are summed. `comm::threads` (the default): through host
+/// memory (in place on the cpu; a GPU model's staged through pinned host memory). `comm::nccl` (with a
+/// GPU backend): by NCCL, in device memory.
+template <backend B = cpu, class CrossDeviceOps = comm::threads>
 class mirrored_strategy final : public replica_context {
+  static constexpr bool device_ops = detail::local_device_ops<CrossDeviceOps, B>;
+  static_assert(std::is_same_v<CrossDeviceOps, comm::threads> || device_ops,
+                "mirrored_strategy<B, CrossDeviceOps>: CrossDeviceOps is comm::threads, or a communicator of B's "
+                "device memory (comm::nccl for cuda, comm::nccl_emulated for cuda_emulated)");
+
  public:
   using backend_type = B;
 
@@ -51,6 +80,7 @@ class mirrored_strategy final : public replica_context {
       devices_.push_back(detail::device_for<B>(d, "mirrored_strategy", true));
     }
     comms_ = comm::threads::make_group(int(names_.size()), timeout_);
+    if constexpr (device_ops) device_comms_ = CrossDeviceOps::make_local_group(devices_, timeout_);
     for (int i = 1; i < int(names_.size()); ++i) workers_.emplace_back([this, i] { serve(i); });
   }
   mirrored_strategy(const mirrored_strategy&) = delete;
@@ -180,10 +210,27 @@ class mirrored_strategy final : public replica_context {
 
   // the collectives of a model's step: among the replicas inside a replica's thread; outside, this
   // process is the only worker and they leave the data as it is
-  void begin_gradients(std::span<float> g) override { grads_.at(index()) = g; }
+  void begin_gradients(std::span<float> g) override {
+    grads_.at(index()) = g;
+    device_grads_.at(index()) = {};
+  }
+  bool reduces_device_gradients() const override { return device_ops; }
+  void begin_device_gradients(device_gradients g) override {
+    if constexpr (device_ops) device_grads_.at(index()) = g;
+    else replica_context::begin_device_gradients(g);
+  }
   void gradients_ready(std::size_t, std::size_t) override {}
   void finish_gradients() override {
-    if (in_replica()) comms_[index()].all_reduce(grads_[index()], reduce_op::sum);
+    if (!in_replica()) return;
+    const std::size_t i = index();
+    if constexpr (device_ops) {
+      if (device_grads_[i].address) {
+        const device_gradients g = std::exchange(device_grads_[i], {});
+        return device_comms_[i].all_reduce(device_span<float, B>(devices_[i], pointer_t<B, float>(g.address), g.count),
+                                           reduce_op::sum);
+      }
+    }
+    comms_[i].all_reduce(grads_[i], reduce_op::sum);
   }
   void all_reduce(std::span<float> data, reduce_op op) override {
     if (in_replica()) comms_[index()].all_reduce(data, op);
@@ -297,6 +344,7 @@ class mirrored_strategy final : public replica_context {
       } catch (...) {
       }
       comms_[std::size_t(i)].abort(what);
+      if constexpr (device_ops) device_comms_[std::size_t(i)].abort(what);
     }
     detail::thread_budget_override() = saved_budget;
     detail::current_local_replica() = saved_replica;
@@ -336,6 +384,10 @@ class mirrored_strategy final : public replica_context {
     if (!first) first = echo;
     if (!first) return;
     comms_ = comm::threads::make_group(int(names_.size()), timeout_);
+    if constexpr (device_ops) {
+      device_comms_.clear();  // the failed group's communicators go first (aborted)
+      device_comms_ = CrossDeviceOps::make_local_group(devices_, timeout_);
+    }
     std::rethrow_exception(first);
   }
 
@@ -347,7 +399,11 @@ class mirrored_strategy final : public replica_context {
   std::vector<B> devices_;
   std::chrono::milliseconds timeout_;
   std::vector<comm::threads> comms_;
+  /// The replicas' communicators of device memory (CrossDeviceOps' local group), when it has them.
+  using device_comm = typename detail::local_rank_of<CrossDeviceOps, device_ops>::type;
+  std::vector<device_comm> device_comms_;
   std::vector<std::span<float>> grads_ = std::vector<std::span<float>>(names_.size());
+  std::vector<device_gradients> device_grads_ = std::vector<device_gradients>(names_.size());
   std::vector<std::thread> workers_;
   std::mutex m_;
   std::condition_variable cv_, done_;

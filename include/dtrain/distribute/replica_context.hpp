@@ -9,6 +9,11 @@
 /// layer's gradients are final (backward goes from the last layer to the first, so the ready region
 /// grows from the end of `g` towards its start); `finish_gradients()` returns when `g` holds the SUM of
 /// every replica's gradients, identical on all replicas.
+///
+/// A model whose gradients are not in host memory (a GPU model's) either stages them through host
+/// memory for that same contract, or, where `reduces_device_gradients()` (comm::nccl), hands over the
+/// device buffer itself with `begin_device_gradients(g)`: then `finish_gradients()` leaves the
+/// sum there, in order with the model's kernels on its stream.
 
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +31,13 @@
 
 namespace dtrain {
 
+/// A model's gradients in its device's memory: the address is the device's (never read on the host),
+/// of the backend the strategy made the model on.
+struct device_gradients {
+  float* address = nullptr;
+  std::size_t count = 0;
+};
+
 class replica_context {
  public:
   virtual ~replica_context() = default;
@@ -35,6 +47,12 @@ class replica_context {
   virtual void begin_gradients(std::span<float> grads) = 0;
   virtual void gradients_ready(std::size_t offset, std::size_t count) = 0;
   virtual void finish_gradients() = 0;
+  /// Whether gradients in device memory are summed where they are (begin_device_gradients instead of
+  /// begin_gradients).
+  virtual bool reduces_device_gradients() const { return false; }
+  virtual void begin_device_gradients(device_gradients) {
+    throw usage_error("this strategy sums gradients in host memory only (reduces_device_gradients() is false)");
+  }
   virtual void all_reduce(std::span<float> data, reduce_op op) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
   virtual void broadcast_bytes(std::span<std::byte> data, int root) = 0;

@@ -259,8 +259,8 @@ class multi_worker_mirrored_strategy final : public replica_context {
   /// workers (blocks until all are there).
   explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {},
                                           Backend device = {})
-      : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()), comm_(connect(o_, cluster_)),
-        buckets_(o.first_bucket_bytes, o.bucket_bytes), device_(std::move(device)) {}
+      : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()), device_(std::move(device)),
+        comm_(connect(o_, cluster_, device_)), buckets_(o.first_bucket_bytes, o.bucket_bytes) {}
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
 
@@ -338,15 +338,34 @@ class multi_worker_mirrored_strategy final : public replica_context {
   // ---- replica_context: what models made here call ---------------------------------------------------
   void begin_gradients(std::span<float> g) override {
     grads_ = g;
+    device_grads_ = {};
     pending_.clear();
     buckets_.begin(g.size());
   }
+  /// With comm::nccl (and implementation nccl or auto) a GPU model's gradients are summed in device
+  /// memory, in one collective after backward, on the model's stream.
+  bool reduces_device_gradients() const override {
+    if constexpr (device_communicator<Comm, Backend>) return comm_.device_data_plane();
+    else return false;
+  }
+  void begin_device_gradients(device_gradients g) override {
+    if constexpr (device_communicator<Comm, Backend>) device_grads_ = g;
+    else replica_context::begin_device_gradients(g);
+  }
   void gradients_ready(std::size_t offset, std::size_t count) override {
+    if (device_grads_.address) return;
     launcher l{this};
     buckets_.ready(offset, count, l);
   }
   void finish_gradients() override {
     const auto t0 = std::chrono::steady_clock::now();
+    if constexpr (device_communicator<Comm, Backend>) {
+      if (device_grads_.address) {
+        const device_gradients g = std::exchange(device_grads_, {});
+        comm_.all_reduce(device_span<float, Backend>(device_, pointer_t<Backend, float>(g.address), g.count),
+                         reduce_op::sum);
+      }
+    }
     launcher l{this};
     buckets_.flush(l);
     for (auto& h : pending_) h.wait();
@@ -371,25 +390,28 @@ class multi_worker_mirrored_strategy final : public replica_context {
     if constexpr (requires { { Comm::resolve_cluster() } -> std::same_as<cluster_info>; }) return Comm::resolve_cluster();
     else return resolve_cluster();
   }
-  static Comm connect(const communication_options& o, const cluster_info& c) {
+  static Comm connect(const communication_options& o, const cluster_info& c, const Backend& device) {
     using impl = communication_options::implementation_type;
-    if (o.implementation == impl::nccl)
-      throw config_error("multi_worker_mirrored_strategy: implementation nccl needs an NCCL communicator, which "
-                         "dtrain does not have yet; use implementation ring (or auto: the TCP ring, also for GPU "
-                         "workers)");
+    if constexpr (!device_communicator<Comm, Backend>)
+      if (o.implementation == impl::nccl)
+        throw config_error("multi_worker_mirrored_strategy: implementation nccl needs a GPU backend and comm::nccl: "
+                           "multi_worker_mirrored_strategy<comm::nccl, cuda> (dtrain/distribute/comm/nccl.hpp, "
+                           "CMake target dtrain::nccl); this strategy's communicator takes host memory only");
     if (!c.in_ring())
       throw config_error("multi_worker_mirrored_strategy: this process is task " + c.task_type + ":" +
                          std::to_string(c.task_id) + ", which takes no part in training (only chief and worker "
                          "tasks do; an evaluator watches checkpoints instead)");
-    return Comm::connect(c, o);
+    if constexpr (requires { Comm::connect(c, o, device); }) return Comm::connect(c, o, device);
+    else return Comm::connect(c, o);
   }
 
   communication_options o_;
   cluster_info cluster_;
+  Backend device_;
   Comm comm_;
   gradient_buckets<launcher> buckets_;
-  Backend device_;
   std::span<float> grads_;
+  device_gradients device_grads_;  // this step's gradients in device memory (comm::nccl), else empty
   communication_stats stats_;
   std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
 };

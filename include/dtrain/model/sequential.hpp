@@ -639,21 +639,35 @@ class basic_sequential {
       sync_gradients();
     }
   }
-  /// Sums the whole gradient buffer over the replicas (through a host copy where it is not host memory).
+  /// Sums the whole gradient buffer over the replicas. A non-host model's is summed where it is when the
+  /// strategy can (comm::nccl), else staged through pinned host memory layer by layer from the last,
+  /// each layer's copy overlapping the communicator's work on the buckets already complete.
   void sync_gradients() {
-    const auto all = [&](std::span<float> g) {
-      replica_->begin_gradients(g);
+    if constexpr (host_addressable_v<B>) {
+      replica_->begin_gradients(std::span<float>(grads_.data(), param_count));
       replica_->gradients_ready(0, param_count);
       replica_->finish_gradients();
-    };
-    if constexpr (host_addressable_v<B>) {
-      all(std::span<float>(grads_.data(), param_count));
+    } else if (replica_->reduces_device_gradients()) {
+      replica_->begin_device_gradients(device_gradients{device_address(grads_.data()), param_count});
+      replica_->gradients_ready(0, param_count);
+      replica_->finish_gradients();
     } else {
-      host_grads_.resize(param_count);
-      device_.download(param_count, grads_.data(), host_grads_.data());
-      all(host_grads_);
-      device_.upload(param_count, host_grads_.data(), grads_.data());
+      if (host_grads_.size() != param_count) host_grads_ = detail::host_staging<B>(device_, param_count);
+      float* const stage = host_grads_.data();
+      replica_->begin_gradients(std::span<float>(stage, param_count));
+      for (std::size_t i = depth; i-- > 0;) {
+        if (param_sizes[i] == 0) continue;
+        device_.download(param_sizes[i], cptr(grads_.data() + param_offsets[i]), stage + param_offsets[i]);
+        replica_->gradients_ready(param_offsets[i], param_sizes[i]);
+      }
+      replica_->finish_gradients();
+      device_.upload(param_count, static_cast<const float*>(stage), grads_.data());
     }
+  }
+  /// The device address behind a pointer of B (for a backend whose pointers expose it).
+  static float* device_address(ptr p) {
+    if constexpr (requires { { p.get() } -> std::convertible_to<float*>; }) return p.get();
+    else throw usage_error(std::string("a strategy asked for the device address of ") + B::name + "'s gradients");
   }
 
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
@@ -826,7 +840,8 @@ class basic_sequential {
   std::array<buffer_t<B, float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
   std::array<cptr, depth> out_{};                  // where each layer's output of the last forward is
   buffer_t<B, float> delta_a_, delta_b_, per_example_, scalars_, x_stage_, y_stage_;
-  std::vector<float> scalar_values_, host_pred_, host_grads_;
+  std::vector<float> scalar_values_, host_pred_;
+  detail::host_staging_t<B> host_grads_;  // a non-host model's gradients on their way to a host communicator
   std::array<std::size_t, output_shape::rank + 1> out_extents_{};
   cptr input_{};
   rng rng_;

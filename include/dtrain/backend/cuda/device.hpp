@@ -40,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -383,6 +384,14 @@ class context {
     std::lock_guard lock(mutex_);
     flush_locked();
   }
+  /// Issues what is recorded, then `f(runtime)` with nothing issued in between: another library's work
+  /// (NCCL's collectives) on the stream, in order with the backend's kernels.
+  template <class F>
+  decltype(auto) enqueue(F&& f) {
+    std::lock_guard lock(mutex_);
+    flush_locked();
+    return std::forward<F>(f)(runtime_);
+  }
 
   /// Scratch device memory for reductions (valid until the next call; stream order keeps it safe).
   void* scratch(std::size_t bytes) {
@@ -561,6 +570,39 @@ class basic_cuda {
     std::size_t n_ = 0;
   };
 
+  /// Pinned host memory (the device copies to and from it at full speed), freed when the buffer goes:
+  /// what a host communicator's data is staged through.
+  template <class T>
+  class host_buffer {
+   public:
+    using value_type = T;
+    host_buffer() = default;
+    host_buffer(std::shared_ptr<context> c, std::size_t n) : c_(std::move(c)), n_(n) {
+      if (n == 0) return;
+      p_ = static_cast<T*>(c_->runtime().allocate_host(n * sizeof(T)));
+      if (!p_)
+        throw device_error(c_->describe() + ": cannot allocate " + cuda_detail::mib(n * sizeof(T)) +
+                           " of pinned host memory");
+    }
+    host_buffer(host_buffer&& o) noexcept
+        : c_(std::move(o.c_)), p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+    host_buffer& operator=(host_buffer&& o) noexcept {
+      std::swap(c_, o.c_), std::swap(p_, o.p_), std::swap(n_, o.n_);
+      return *this;
+    }
+    ~host_buffer() {
+      if (p_) c_->runtime().deallocate_host(p_);
+    }
+    T* data() const { return p_; }
+    std::size_t size() const { return n_; }
+    operator std::span<T>() const { return {p_, n_}; }
+
+   private:
+    std::shared_ptr<context> c_;
+    T* p_ = nullptr;
+    std::size_t n_ = 0;
+  };
+
   /// How many devices there are (0 without a driver).
   static int device_count() { return Runtime::device_count(); }
   /// Device 0 through this thread's stream (every default-constructed handle of a thread shares it).
@@ -583,6 +625,16 @@ class basic_cuda {
   template <class T>
   buffer<T> allocate(std::size_t n) const {
     return buffer<T>(c_, n);
+  }
+  template <class T>
+  host_buffer<T> allocate_host(std::size_t n) const {
+    return host_buffer<T>(c_, n);
+  }
+  /// Issues the recorded work, then runs `f(runtime)`: work of another library on the backend's stream
+  /// (comm::nccl's collectives), in order with its kernels.
+  template <class F>
+  decltype(auto) enqueue(F&& f) const {
+    return c_->enqueue(std::forward<F>(f));
   }
   template <class T>
   void upload(std::size_t n, const T* host, pointer<T> p) const {

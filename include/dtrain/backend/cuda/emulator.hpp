@@ -70,6 +70,7 @@ class emulated_runtime {
                          std::to_string(devices) + ")");
   }
   std::string describe() const { return "cuda device " + std::to_string(device_) + " (emulated on the host)"; }
+  int device() const { return device_; }
   std::pair<std::size_t, std::size_t> memory_info() const { return {capacity - std::min(capacity, used_), capacity}; }
 
   void* allocate(std::size_t bytes) {

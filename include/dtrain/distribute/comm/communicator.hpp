@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dtrain/backend/backend.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
@@ -75,6 +76,16 @@ concept communicator = requires(C& c, std::span<float> f, std::span<const float>
   c.broadcast(b, root);
   c.all_gather(cf, f);
   c.barrier();
+};
+
+/// A communicator that also sums device memory of backend B where it lies (comm::nccl: on B's stream).
+/// `device_data_plane()` says whether it does in this job; if not, device data goes through host memory
+/// and the host collectives above.
+template <class C, class B>
+concept device_communicator = communicator<C> && requires(C& c, const C& cc, device_span<float, B> d) {
+  { cc.device_data_plane() } -> std::convertible_to<bool>;
+  c.all_reduce(d, reduce_op::sum);
+  { c.all_reduce_async(d, reduce_op::sum) } -> collective_handle;
 };
 
 namespace detail {

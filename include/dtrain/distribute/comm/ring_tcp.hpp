@@ -37,11 +37,12 @@ class ring_tcp {
   using options_type = ring_tcp_options;
 
   /// Joins `cluster` (its ring's addresses, or rank 0's) with a strategy's options.
-  static ring_tcp connect(const cluster_info& c, const communication_options& o) {
-    return ring_tcp({.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(),
-                     .fingerprint = c.fingerprint(), .operation_timeout = o.timeout,
-                     .connect_timeout = o.connect_timeout, .chunk_bytes = o.chunk_bytes, .job_token = o.job_token,
-                     .require_job_token = o.require_job_token, .tls = o.tls});
+  static ring_tcp connect(const cluster_info& c, const communication_options& o) { return ring_tcp(options_for(c, o)); }
+  /// A rank's options for joining `cluster` with a strategy's options.
+  static ring_tcp_options options_for(const cluster_info& c, const communication_options& o) {
+    return {.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(), .fingerprint = c.fingerprint(),
+            .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout, .chunk_bytes = o.chunk_bytes,
+            .job_token = o.job_token, .require_job_token = o.require_job_token, .tls = o.tls};
   }
   /// Connects the ring (blocks until every rank is there, or the connect deadline passes).
   explicit ring_tcp(ring_tcp_options o) : o_(normalized(std::move(o))), rv_(o_), engine_(rv_, o_) {
@@ -60,6 +61,9 @@ class ring_tcp {
 
   int rank() const { return o_.rank; }
   int size() const { return o_.world_size; }
+  /// The deadline of the collectives started from now on, while none runs (comm::nccl shortens it to
+  /// ask who failed).
+  void set_operation_timeout(std::chrono::milliseconds t) { o_.operation_timeout = t; }
   /// "host:port" of a rank (after the rendezvous, for every rank).
   const std::string& address_of(int r) const { return rv_.address_of(r); }
 
@@ -98,7 +102,6 @@ class ring_tcp {
     all_reduce(std::span<float>(&token, 1), reduce_op::sum);
   }
 
- private:
  private:
   // ---- operation queue ----------------------------------------------------------------------------------
 
