@@ -29,6 +29,11 @@ using gpu_nccl = comm::nccl;
 using gpu_backend = cuda_emulated;
 using gpu_nccl = comm::nccl_emulated;
 #endif
+#ifdef DTRAIN_TEST_HAS_NCCL
+// the GPU strategies model the strategy concept: "swap one type" is checked by the compiler
+static_assert(strategy<mirrored_strategy<gpu_backend, gpu_nccl>>);
+static_assert(strategy<multi_worker_mirrored_strategy<gpu_nccl, gpu_backend>>);
+#endif
 
 namespace {
 
