@@ -157,7 +157,7 @@ class child {
       close(in[0]), close(in[1]), close(out[0]), close(out[1]);
       const int devnull = open("/dev/null", O_WRONLY);
       if (devnull >= 0) dup2(devnull, 2);
-      execve(av[0], av.data(), ev.data());
+      execvpe(av[0], av.data(), ev.data());  // the interpreter may be a bare name on PATH
       _exit(127);
     }
     close(in[0]), close(out[1]);
@@ -209,7 +209,7 @@ class torch_peer {
       ok_ = true;
       version_ = hello->value("torch", "?");
     } else {
-      why_ = hello ? hello->value("error", "no answer") : std::string("could not start ") + python;
+      why_ = hello ? hello->value("error", "no answer") : "could not start " + interpreter;
       proc_->close_input();
     }
   }
