@@ -121,7 +121,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(predict_concatenates_batches_and_early_stopping_st
   const tensor p = m.predict(x, {.batch_size = 8});
   BOOST_TEST((extents_of(p) == extents{21, 3}));
   const tensor q = m.predict_on_batch(x);
-  BOOST_TEST(p == q);
+  // the same rows in the same order; not bitwise, since a GPU's BLAS may choose its kernel by row count
+  float worst = 0.0f, largest = 0.0f;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    worst = std::max(worst, std::abs(p.data()[i] - q.data()[i])), largest = std::max(largest, std::abs(q.data()[i]));
+  BOOST_TEST(worst <= 1e-5f * largest);
   // patience 0 on a metric that cannot improve after epoch 0 (lr 0): stops after epoch 1
   on<net, B> frozen(1);
   frozen.compile({.optimizer = sgd{{.learning_rate = 0.0f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
