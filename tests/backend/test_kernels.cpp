@@ -61,6 +61,44 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(blas_like_kernels, B, backends) {
   BOOST_TEST(download(dev, total)[0] == 21.0f);
 }
 
+// Sizes whose reductions take one, two and three levels of a GPU backend's tree (it adds at most 32
+// values per thread and level), on small integers, so every order of addition gives the same float.
+BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_at_every_depth, B, backends) {
+  const B dev;
+  rng r(4);
+  const auto integers = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = std::floor(r.uniform() * 7.0f) - 3.0f;
+    return v;
+  };
+  for (std::size_t rows : {0, 1, 31, 33, 1025, 40000})
+    for (std::size_t cols : {1, 3, 32}) {
+      const auto x = integers(rows * cols);
+      std::vector<float> expect(cols, 0.0f);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) expect[j] += x[i * cols + j];
+      auto xd = upload(dev, x), yd = dev.template allocate<float>(cols);
+      dev.column_sums(rows, cols, cptr<B>(xd.data()), yd.data());
+      BOOST_TEST(download(dev, yd) == expect, "column sums of " << rows << " x " << cols << tt::per_element());
+    }
+  for (std::size_t n : {0, 1, 33, 1025, 40000, 70000}) {
+    const auto x = integers(n);
+    double sum = 0.0, squares = 0.0;
+    for (float v : x) sum += v, squares += double(v) * v;
+    auto xd = upload(dev, x), out = upload(dev, {1.0f});
+    dev.sum(n, cptr<B>(xd.data()), out.data());
+    BOOST_TEST(download(dev, out)[0] == float(sum), "sum of " << n);
+    dev.l2(n, 0.5f, 1.0f, cptr<B>(xd.data()), pointer_t<B, float>{}, out.data());  // penalty += 0.5 sum(x^2)
+    BOOST_TEST(download(dev, out)[0] == float(sum) + float(0.5 * squares), "l2 of " << n);
+  }
+  // 3000 rows of which every third is right: the hits summed over two levels
+  std::vector<float> pred(3000 * 2), labels(3000);
+  for (std::size_t i = 0; i < 3000; ++i) pred[2 * i + (i % 3 == 0)] = 1.0f, labels[i] = 1.0f;
+  auto pd = upload(dev, pred), ld = upload(dev, labels), out = dev.template allocate<float>(1);
+  dev.metric(op::sparse_categorical_accuracy{}, 3000, 2, cptr<B>(ld.data()), cptr<B>(pd.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 1000.0f);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_mask_depends_on_the_key_and_position_only, B, backends) {
   const B dev;
   const std::size_t n = 4099;  // not a multiple of 4

@@ -672,14 +672,20 @@ class basic_cuda {
   void broadcast_rows(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<float> y) const {
     run<kernel::dtrain_broadcast_rows>(rows * cols, rows, cols, x, y);
   }
-  /// y = the column sums of x, in two passes: per-chunk partials (rows ch, ch + chunks, ...), then the
-  /// partials in chunk order.
+  /// y = the column sums of x, as a tree: each level adds at most `fan_in` rows of the one below
+  /// (rows ch, ch + chunks, ...: coalesced), the last level into y.
   void column_sums(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<float> y) const {
     if (cols == 0) return;
-    const std::size_t chunks = std::clamp<std::size_t>(65536 / cols, 1, std::max<std::size_t>(rows, 1));
-    auto* part = static_cast<float*>(c_->scratch(chunks * cols * sizeof(float)));
-    run<kernel::dtrain_column_partials>(chunks * cols, rows, cols, chunks, x, part);
-    run<kernel::dtrain_column_finish>(cols, chunks, cols, part, y);
+    std::size_t below = 0;
+    for (std::size_t r = rows; r > fan_in; r = parts_of(r)) below += parts_of(r) * cols;
+    auto* part = static_cast<float*>(c_->scratch(below * sizeof(float)));
+    const float* from = x.get();
+    for (; rows > fan_in; rows = parts_of(rows)) {
+      const std::size_t chunks = parts_of(rows);
+      run<kernel::dtrain_column_partials>(chunks * cols, rows, cols, chunks, from, part);
+      from = part, part += chunks * cols;
+    }
+    run<kernel::dtrain_column_partials>(cols, rows, cols, 1, from, y);
   }
   void sum(std::size_t n, pointer<const float> x, pointer<float> out) const { reduce(n, x, false, 1.0, 0.0f, false, out); }
 
@@ -705,16 +711,17 @@ class basic_cuda {
   std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
     return input_gradient ? n * G.pixels() * G.taps() : 0;
   }
-  /// im2col into the workspace, the bias broadcast into y, y += cols x kernel, the activation.
+  /// im2col into the workspace, y = cols x kernel, then the bias and the activation in one pass.
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w, pointer<const float> b,
                       pointer<float> y, pointer<float> z, pointer<float> work) const {
     const std::size_t m = n * G.pixels(), k = G.taps();
     run<kernel::dtrain_im2col>(m * k, n, geometry<G>(), x, work);
-    broadcast_rows(m, G.f, b, y);
-    gemm(transpose::no, transpose::no, m, G.f, k, 1.0f, work, k, w, G.f, 1.0f, y, G.f);
-    if constexpr (needs_input(A)) copy(m * G.f, y, z);
-    activation_forward<A>(m, G.f, y);
+    gemm(transpose::no, transpose::no, m, G.f, k, 1.0f, work, k, w, G.f, 0.0f, y, G.f);
+    constexpr bool rowwise = A == activation_kind::softmax;
+    run<kernel::dtrain_bias_activation>(m * G.f, m, G.f, static_cast<int>(rowwise ? activation_kind::linear : A), b,
+                                        needs_input(A) ? z : pointer<float>{}, y);
+    if constexpr (rowwise) activation_forward<A>(m, G.f, y);
   }
   /// The activation's backward on dy, kernel gradient = cols^T dy, bias gradient = column sums of dy,
   /// and with dx: column gradients = dy kernel^T gathered back into dx (col2im).
@@ -779,12 +786,11 @@ class basic_cuda {
     if constexpr (std::is_same_v<Op, op::categorical_accuracy>) kind = 1;
     if constexpr (std::is_same_v<Op, op::binary_accuracy>) kind = 2, threshold = o.threshold;
     // the hits after the reduction's partials in one scratch block
-    const std::size_t parts = partials(rows);
+    const std::size_t parts = tree_size(rows);
     auto* part = static_cast<double*>(c_->scratch(parts * sizeof(double) + rows * sizeof(float)));
     auto* hits = reinterpret_cast<float*>(part + parts);
     run<kernel::dtrain_metric_hits>(rows, rows, cols, kind, threshold, y_true, y_pred, hits);
-    run<kernel::dtrain_sum_partials>(parts, rows, parts, 0, hits, part);
-    run<kernel::dtrain_sum_finish>(1, parts, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, 0, part, out);
+    reduce(rows, pointer<const float>(hits), false, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, false, out, part);
   }
   void update(const op::sgd& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
     run<kernel::dtrain_sgd>(n, n, o.learning_rate, o.momentum, o.nesterov ? 1 : 0, g, o.momentum > 0 ? s : nullptr, p);
@@ -810,13 +816,24 @@ class basic_cuda {
     const auto i = [](std::size_t v) { return static_cast<int>(v); };
     return {i(G.h), i(G.w), i(G.c), i(G.kh), i(G.kw), i(G.sh), i(G.sw), i(G.pt), i(G.pl), i(G.oh), i(G.ow), i(G.f)};
   }
-  static std::size_t partials(std::size_t n) { return std::clamp<std::size_t>(n / 64, 1, 1024); }
-  /// out[0] = sum(x) (of squares with `square`) / divisor; with `accumulate`, out[0] += factor sum.
+  /// A reduction tree's fan-in: no thread adds more values than this.
+  static constexpr std::size_t fan_in = 32;
+  static std::size_t parts_of(std::size_t n) { return (n + fan_in - 1) / fan_in; }
+  /// The doubles a sum of n values keeps between its levels.
+  static std::size_t tree_size(std::size_t n) {
+    std::size_t total = std::max<std::size_t>(parts_of(n), 1);
+    for (std::size_t p = total; p > fan_in; p = parts_of(p)) total += parts_of(p);
+    return total;
+  }
+  /// out[0] = sum(x) (of squares with `square`) / divisor; with `accumulate`, out[0] += factor sum. In
+  /// double, as a tree (levels in `part`, tree_size(n) doubles; the scratch block when null).
   void reduce(std::size_t n, pointer<const float> x, bool square, double divisor, float factor, bool accumulate,
-              pointer<float> out) const {
-    const std::size_t parts = partials(n);
-    auto* part = static_cast<double*>(c_->scratch(parts * sizeof(double)));
+              pointer<float> out, double* part = nullptr) const {
+    if (!part) part = static_cast<double*>(c_->scratch(tree_size(n) * sizeof(double)));
+    std::size_t parts = std::max<std::size_t>(parts_of(n), 1);
     run<kernel::dtrain_sum_partials>(parts, n, parts, square ? 1 : 0, x, part);
+    for (; parts > fan_in; part += parts, parts = parts_of(parts))
+      run<kernel::dtrain_sum_doubles>(parts_of(parts), parts, parts_of(parts), part, part + parts);
     run<kernel::dtrain_sum_finish>(1, parts, divisor, factor, accumulate ? 1 : 0, part, out);
   }
 

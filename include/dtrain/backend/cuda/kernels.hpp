@@ -9,8 +9,8 @@
 ///
 /// Rules the source keeps so that a sequential emulation is exact: no shared memory, no
 /// `__syncthreads`, no atomics, no warp intrinsics: each thread writes its own outputs. Reductions run
-/// in two passes (per-thread partial sums in a fixed order into scratch, then one pass that adds the
-/// partials in order), so every result is deterministic: the same bits on every run and graph replay.
+/// as trees of fixed shape (each level's threads add a few dozen values of the level below in a fixed
+/// order into scratch), so every result is deterministic: the same bits on every run and graph replay.
 /// Sizes are `long long`; a 2-D window is the `window` struct (the host's `window_geometry` as ints).
 
 #include <cmath>
@@ -57,6 +57,14 @@ struct window { int h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f; };
 
 DTRAIN_DEVICE long long first_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 DTRAIN_DEVICE long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
+// a / b and a % b for non-negative a, b: in 32 bits where both fit (a 64-bit division is a long
+// instruction sequence on a GPU; index arithmetic is most of a gather's work).
+DTRAIN_DEVICE long long quot(long long a, long long b) {
+  return (a | b) < 2147483648LL ? (long long)((unsigned int)a / (unsigned int)b) : a / b;
+}
+DTRAIN_DEVICE long long rem(long long a, long long b) {
+  return (a | b) < 2147483648LL ? (long long)((unsigned int)a % (unsigned int)b) : a % b;
+}
 
 // ---- BLAS-like -----------------------------------------------------------------------------------------
 DTRAIN_KERNEL void dtrain_fill(long long n, float v, float* x) {
@@ -72,35 +80,46 @@ DTRAIN_KERNEL void dtrain_multiply(long long n, const float* x, const float* y, 
   for (long long i = first_index(); i < n; i += grid_stride()) z[i] = x[i] * y[i];
 }
 DTRAIN_KERNEL void dtrain_broadcast_rows(long long rows, long long cols, const float* x, float* y) {
-  for (long long i = first_index(); i < rows * cols; i += grid_stride()) y[i] = x[i % cols];
+  for (long long i = first_index(); i < rows * cols; i += grid_stride()) y[i] = x[rem(i, cols)];
 }
-// Column sums, pass 1: part[ch * cols + j] = the sum of x[r][j] over the rows r = ch, ch + chunks, ...
+// Reductions run as a tree of these levels (the host picks `parts` so that no thread adds more than a
+// few dozen values: a long chain of dependent loads is what a GPU does slowest).
+// v[0] + v[stride] + ... (count values, squared when `square`) in the accumulator type S, added in
+// order with four loads in flight.
+template <class S, class T>
+DTRAIN_DEVICE S strided_sum(const T* v, long long count, long long stride, int square) {
+  S s = 0;
+  long long k = 0;
+  for (; k + 4 <= count; k += 4) {
+    const S a = v[k * stride], b = v[(k + 1) * stride], c = v[(k + 2) * stride], d = v[(k + 3) * stride];
+    if (square) { s += a * a; s += b * b; s += c * c; s += d * d; }
+    else { s += a; s += b; s += c; s += d; }
+  }
+  for (; k < count; ++k) {
+    const S a = v[k * stride];
+    s += square ? a * a : a;
+  }
+  return s;
+}
+// Column sums, one level: part[ch * cols + j] = the sum of x[r][j] over the rows r = ch, ch + chunks, ...
 DTRAIN_KERNEL void dtrain_column_partials(long long rows, long long cols, long long chunks, const float* x,
                                           float* part) {
   for (long long t = first_index(); t < chunks * cols; t += grid_stride()) {
-    const long long j = t % cols, ch = t / cols;
-    float s = 0.0f;
-    for (long long r = ch; r < rows; r += chunks) s += x[r * cols + j];
-    part[t] = s;
+    const long long ch = quot(t, cols);
+    part[t] = strided_sum<float>(x + t, quot(rows - ch + chunks - 1, chunks), chunks * cols, 0);
   }
 }
-// Pass 2: y[j] = the partials of column j added in chunk order.
-DTRAIN_KERNEL void dtrain_column_finish(long long chunks, long long cols, const float* part, float* y) {
-  for (long long j = first_index(); j < cols; j += grid_stride()) {
-    float s = 0.0f;
-    for (long long ch = 0; ch < chunks; ++ch) s += part[ch * cols + j];
-    y[j] = s;
-  }
-}
-// Sum, pass 1 (in double): part[t] = the sum of x[t], x[t + parts], ... (squared when `square`).
+// Sum, the first level (in double): part[t] = the sum of x[t], x[t + parts], ... (squared when `square`).
 DTRAIN_KERNEL void dtrain_sum_partials(long long n, long long parts, int square, const float* x, double* part) {
-  for (long long t = first_index(); t < parts; t += grid_stride()) {
-    double s = 0.0;
-    for (long long i = t; i < n; i += parts) s += square ? (double)x[i] * x[i] : (double)x[i];
-    part[t] = s;
-  }
+  for (long long t = first_index(); t < parts; t += grid_stride())
+    part[t] = strided_sum<double>(x + t, quot(n - t + parts - 1, parts), parts, square);
 }
-// Pass 2, one thread: out[0] = float(sum / divisor); with `accumulate`, out[0] += float(factor * sum).
+// The next levels: part[t] = the sum of x[t], x[t + parts], ... (doubles).
+DTRAIN_KERNEL void dtrain_sum_doubles(long long n, long long parts, const double* x, double* part) {
+  for (long long t = first_index(); t < parts; t += grid_stride())
+    part[t] = strided_sum<double>(x + t, quot(n - t + parts - 1, parts), parts, 0);
+}
+// The last level, one thread: out[0] = float(sum / divisor); with `accumulate`, out[0] += float(factor * sum).
 DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float factor, int accumulate,
                                      const double* part, float* out) {
   if (first_index() != 0) return;
@@ -111,6 +130,13 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
 }
 
 // ---- activations (kind: 0 linear, 1 relu, 2 sigmoid, 3 tanh, 4 softmax, 5 gelu) -------------------------
+DTRAIN_DEVICE float activate(int kind, float x) {
+  if (kind == 1) return x > 0.0f ? x : 0.0f;
+  if (kind == 2) return 1.0f / (1.0f + expf(-x));
+  if (kind == 3) return tanhf(x);
+  if (kind == 5) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  return x;
+}
 DTRAIN_KERNEL void dtrain_activation_forward(long long rows, long long cols, int kind, float* v) {
   if (kind == 4) {  // softmax along each row, the row maximum subtracted first
     for (long long r = first_index(); r < rows; r += grid_stride()) {
@@ -124,12 +150,16 @@ DTRAIN_KERNEL void dtrain_activation_forward(long long rows, long long cols, int
     }
     return;
   }
+  for (long long i = first_index(); i < rows * cols; i += grid_stride()) v[i] = activate(kind, v[i]);
+}
+// y = activation(y + b[column]) for the elementwise kinds (not softmax); z = y + b first where z is given
+// (the pre-activations, for gelu's backward).
+DTRAIN_KERNEL void dtrain_bias_activation(long long rows, long long cols, int kind, const float* b, float* z,
+                                          float* y) {
   for (long long i = first_index(); i < rows * cols; i += grid_stride()) {
-    const float x = v[i];
-    if (kind == 1) v[i] = x > 0.0f ? x : 0.0f;
-    else if (kind == 2) v[i] = 1.0f / (1.0f + expf(-x));
-    else if (kind == 3) v[i] = tanhf(x);
-    else if (kind == 5) v[i] = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    const float v = y[i] + b[rem(i, cols)];
+    if (z) z[i] = v;
+    y[i] = activate(kind, v);
   }
 }
 // d (d loss / d output, in place) becomes d loss / d input, from the input z (gelu) and the output y.
@@ -162,9 +192,9 @@ DTRAIN_KERNEL void dtrain_activation_backward(long long rows, long long cols, in
 DTRAIN_KERNEL void dtrain_im2col(long long n, window g, const float* x, float* cols) {
   const long long taps = (long long)g.kh * g.kw * g.c, pixels = (long long)g.oh * g.ow;
   for (long long e = first_index(); e < n * pixels * taps; e += grid_stride()) {
-    const long long row = e / taps, t = e % taps;
-    const int ky = (int)(t / ((long long)g.kw * g.c)), kx = (int)(t / g.c % g.kw), ch = (int)(t % g.c);
-    const long long s = row / pixels, p = row % pixels;
+    const long long row = quot(e, taps), t = e - row * taps;
+    const int ti = (int)t, ky = ti / (g.kw * g.c), kx = ti / g.c % g.kw, ch = ti % g.c;
+    const long long s = quot(row, pixels), p = row - s * pixels;
     const int iy = (int)(p / g.ow) * g.sh + ky - g.pt, ix = (int)(p % g.ow) * g.sw + kx - g.pl;
     const bool inside = iy >= 0 && ix >= 0 && iy < g.h && ix < g.w;
     cols[e] = inside ? x[((s * g.h + iy) * g.w + ix) * g.c + ch] : 0.0f;
@@ -183,8 +213,8 @@ DTRAIN_DEVICE int last_window(int i, int st, int pad, int out) {
 DTRAIN_KERNEL void dtrain_col2im(long long n, window g, const float* dcols, float* dx) {
   const long long taps = (long long)g.kh * g.kw * g.c, pixels = (long long)g.oh * g.ow;
   for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
-    const int ch = (int)(e % g.c), ix = (int)(e / g.c % g.w), iy = (int)(e / ((long long)g.c * g.w) % g.h);
-    const long long s = e / ((long long)g.c * g.w * g.h);
+    const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
     float acc = 0.0f;
     for (int oy = first_window(iy, g.kh, g.sh, g.pt); oy <= last_window(iy, g.sh, g.pt, g.oh); ++oy)
       for (int ox = first_window(ix, g.kw, g.sw, g.pl); ox <= last_window(ix, g.sw, g.pl, g.ow); ++ox) {
@@ -199,8 +229,8 @@ DTRAIN_KERNEL void dtrain_col2im(long long n, window g, const float* dcols, floa
 DTRAIN_KERNEL void dtrain_pool_forward(long long n, window g, int is_max, const float* x, float* y,
                                        unsigned int* arg) {
   for (long long e = first_index(); e < n * g.oh * g.ow * g.c; e += grid_stride()) {
-    const int ch = (int)(e % g.c), ox = (int)(e / g.c % g.ow), oy = (int)(e / ((long long)g.c * g.ow) % g.oh);
-    const long long s = e / ((long long)g.c * g.ow * g.oh);
+    const long long q = quot(e, g.c), q2 = quot(q, g.ow), s = quot(q2, g.oh);
+    const int ch = (int)(e - q * g.c), ox = (int)(q - q2 * g.ow), oy = (int)(q2 - s * g.oh);
     const int y0 = oy * g.sh - g.pt > 0 ? oy * g.sh - g.pt : 0, x0 = ox * g.sw - g.pl > 0 ? ox * g.sw - g.pl : 0;
     const int y1 = oy * g.sh + g.kh - g.pt < g.h ? oy * g.sh + g.kh - g.pt : g.h;
     const int x1 = ox * g.sw + g.kw - g.pl < g.w ? ox * g.sw + g.kw - g.pl : g.w;
@@ -222,8 +252,8 @@ DTRAIN_KERNEL void dtrain_pool_forward(long long n, window g, int is_max, const 
 DTRAIN_KERNEL void dtrain_pool_backward(long long n, window g, int is_max, const float* dy, const unsigned int* arg,
                                         float* dx) {
   for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
-    const int ch = (int)(e % g.c), ix = (int)(e / g.c % g.w), iy = (int)(e / ((long long)g.c * g.w) % g.h);
-    const long long s = e / ((long long)g.c * g.w * g.h);
+    const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
     const unsigned int self = (unsigned int)(((long long)iy * g.w + ix) * g.c + ch);
     float acc = 0.0f;
     for (int oy = first_window(iy, g.kh, g.sh, g.pt); oy <= last_window(iy, g.sh, g.pt, g.oh); ++oy)
@@ -413,8 +443,9 @@ namespace dtrain::cuda_kernels {
 /// Every kernel, by name: X(name) for each, in one list (ids, names and host functions come from it).
 #define DTRAIN_CUDA_KERNEL_LIST(X)                                                                        \
   X(dtrain_fill) X(dtrain_copy) X(dtrain_axpy) X(dtrain_multiply) X(dtrain_broadcast_rows)               \
-  X(dtrain_column_partials) X(dtrain_column_finish) X(dtrain_sum_partials) X(dtrain_sum_finish)           \
-  X(dtrain_activation_forward) X(dtrain_activation_backward) X(dtrain_im2col) X(dtrain_col2im)            \
+  X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles) X(dtrain_sum_finish)           \
+  X(dtrain_activation_forward) X(dtrain_bias_activation) X(dtrain_activation_backward)                    \
+  X(dtrain_im2col) X(dtrain_col2im)                                                                       \
   X(dtrain_pool_forward) X(dtrain_pool_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
   X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
 
