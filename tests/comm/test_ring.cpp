@@ -89,7 +89,8 @@ BOOST_AUTO_TEST_SUITE(ring)
 
 BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
   for (int p = 1; p <= 8; ++p) {
-    const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4099};
+    // 4096 floats (16 KiB) is the largest all-gathered whole, 4099 goes around the ring in segments
+    const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4096, 4099};
     std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(p));  // [rank][case]
     const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
       expect(c.size() == p, "size");

@@ -65,6 +65,10 @@ struct ring_tcp_options {
   bool tls = false;
   /// Where log lines go (default: stderr, prefixed "dtrain ring_tcp:").
   std::function<void(const std::string&)> log{};
+  /// All-reduces of at most this many bytes go around the ring whole and are reduced by every rank
+  /// (p - 1 steps instead of 2 (p - 1): latency, not bandwidth, is what small ones pay for). The same on
+  /// every rank.
+  std::size_t small_bytes = 16384;
 };
 
 namespace detail {
