@@ -2,7 +2,8 @@
 # dtrain's GPU checks, on the GPU machine, from the repository's root, with .gpu/ from tools/gpu/pack.sh:
 #   1. NVRTC compiles the kernels for every architecture it knows;
 #   2. the `gpu` test label: the GPU suite (every backend-parameterised case on cuda, graph replay, cpu vs
-#      cuda equality) and single_worker_mnist --device gpu's smoke run;
+#      cuda equality, 2 and 3 GPU workers over loopback ring_tcp equal to one, NCCL with one rank,
+#      mirrored_strategy with NCCL) and single_worker_mnist --device gpu's smoke run;
 #   3. single_worker_mnist --device gpu: CNN, Adam, 3 full epochs (the issue asks test accuracy >= 0.89);
 #   4. mirrored_mnist --device gpu (mirrored_strategy<cuda, comm::nccl> on every GPU), two multi_worker_mnist
 #      --device gpu processes sharing the GPU over the TCP ring (dtrain-launch), both with the same metrics,
