@@ -84,19 +84,20 @@ DTRAIN_KERNEL void dtrain_broadcast_rows(long long rows, long long cols, const f
 }
 // Reductions run as a tree of these levels (the host picks `parts` so that no thread adds more than a
 // few dozen values: a long chain of dependent loads is what a GPU does slowest).
-// v[0] + v[stride] + ... (count values, squared when `square`) in the accumulator type S, added in
+// v[i] + v[i + stride] + ... (count values, squared when `square`) in the accumulator type S, added in
 // order with four loads in flight.
 template <class S, class T>
-DTRAIN_DEVICE S strided_sum(const T* v, long long count, long long stride, int square) {
+DTRAIN_DEVICE S strided_sum(const T* v, long long i, long long count, long long stride, int square) {
   S s = 0;
   long long k = 0;
   for (; k + 4 <= count; k += 4) {
-    const S a = v[k * stride], b = v[(k + 1) * stride], c = v[(k + 2) * stride], d = v[(k + 3) * stride];
+    const S a = v[i + k * stride], b = v[i + (k + 1) * stride], c = v[i + (k + 2) * stride],
+            d = v[i + (k + 3) * stride];
     if (square) { s += a * a; s += b * b; s += c * c; s += d * d; }
     else { s += a; s += b; s += c; s += d; }
   }
   for (; k < count; ++k) {
-    const S a = v[k * stride];
+    const S a = v[i + k * stride];
     s += square ? a * a : a;
   }
   return s;
@@ -106,18 +107,18 @@ DTRAIN_KERNEL void dtrain_column_partials(long long rows, long long cols, long l
                                           float* part) {
   for (long long t = first_index(); t < chunks * cols; t += grid_stride()) {
     const long long ch = quot(t, cols);
-    part[t] = strided_sum<float>(x + t, quot(rows - ch + chunks - 1, chunks), chunks * cols, 0);
+    part[t] = strided_sum<float>(x, t, quot(rows - ch + chunks - 1, chunks), chunks * cols, 0);
   }
 }
 // Sum, the first level (in double): part[t] = the sum of x[t], x[t + parts], ... (squared when `square`).
 DTRAIN_KERNEL void dtrain_sum_partials(long long n, long long parts, int square, const float* x, double* part) {
   for (long long t = first_index(); t < parts; t += grid_stride())
-    part[t] = strided_sum<double>(x + t, quot(n - t + parts - 1, parts), parts, square);
+    part[t] = strided_sum<double>(x, t, quot(n - t + parts - 1, parts), parts, square);
 }
 // The next levels: part[t] = the sum of x[t], x[t + parts], ... (doubles).
 DTRAIN_KERNEL void dtrain_sum_doubles(long long n, long long parts, const double* x, double* part) {
   for (long long t = first_index(); t < parts; t += grid_stride())
-    part[t] = strided_sum<double>(x + t, quot(n - t + parts - 1, parts), parts, 0);
+    part[t] = strided_sum<double>(x, t, quot(n - t + parts - 1, parts), parts, 0);
 }
 // The last level, one thread: out[0] = float(sum / divisor); with `accumulate`, out[0] += float(factor * sum).
 DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float factor, int accumulate,

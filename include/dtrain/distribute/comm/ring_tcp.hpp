@@ -19,6 +19,7 @@
 /// default 300 s). The first error latches: it names the peer (rank, address), fails the pending
 /// operations and is rethrown by every later call.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -228,7 +229,7 @@ class ring_tcp {
     const std::size_t p = std::size_t(size()), n = data.size();
     gathered_.resize(p * n);
     ring_all_gather(data, gathered_);
-    std::memcpy(data.data(), gathered_.data(), data.size_bytes());
+    std::copy_n(gathered_.data(), n, data.data());  // (not memcpy: data may be empty and null)
     for (std::size_t k = 1; k < p; ++k) dtrain::detail::reduce_into(data.data(), gathered_.data() + k * n, n, op);
     if (op == reduce_op::mean)
       for (float& x : data) x *= 1.0f / float(p);
@@ -237,7 +238,7 @@ class ring_tcp {
   void ring_all_gather(std::span<const float> in, std::span<float> out) {
     engine_.begin_collective();
     const std::size_t p = std::size_t(size()), k = in.size(), r = std::size_t(rank());
-    std::memcpy(out.data() + r * k, in.data(), in.size_bytes());
+    std::copy_n(in.data(), k, out.data() + r * k);  // (not memcpy: both may be empty and null)
     auto block = [&](std::size_t i) { return reinterpret_cast<std::byte*>(out.data() + (i % p) * k); };
     std::vector<ring_engine::ring_step>& steps = steps_;
     steps.clear();
