@@ -191,9 +191,21 @@ class basic_nccl {
       throw value_error("broadcast: root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(n));
   }
   void check_root(int root) const { check_root(root, size()); }
+  /// Waits until `c` has placed its last call (or opened), until `deadline`: "" once it has, else what
+  /// went wrong (`limit`: the wait, for the message).
+  static std::string settled(typename Api::comm& c, clock::time_point deadline, std::chrono::milliseconds limit) {
+    std::string why;
+    nccl_state s = nccl_state::in_progress;
+    if (!detail::poll_until([&] { return (s = Api::poll(c, why)) != nccl_state::in_progress; }, deadline))
+      return "did not get under way within " + std::to_string(limit.count()) + " ms";
+    return s == nccl_state::failed ? "failed: NCCL reported: " + why : std::string();
+  }
   /// Waits until a local communicator has placed its last call (or opened); else throws.
   static void settle_local(typename Api::comm& c, std::size_t replica, const char* what, clock::time_point deadline,
-                           std::chrono::milliseconds limit);
+                           std::chrono::milliseconds limit) {
+    if (std::string e = settled(c, deadline, limit); !e.empty())
+      throw comm_error("comm::nccl: replica " + std::to_string(replica) + "'s " + what + " " + e);
+  }
   void rethrow() const {
     if (error_) std::rethrow_exception(error_);
   }
@@ -217,11 +229,7 @@ class basic_nccl {
   }
   /// Waits until NCCL has placed the last call (or opened the communicator), at most `limit`.
   void settle(const char* what, std::chrono::milliseconds limit) {
-    std::string why;
-    nccl_state s = nccl_state::in_progress;
-    if (!detail::poll_until([&] { return (s = Api::poll(comm_, why)) != nccl_state::in_progress; }, clock::now() + limit))
-      fail(what, "did not get under way within " + std::to_string(limit.count()) + " ms");
-    if (s == nccl_state::failed) fail(what, "failed: NCCL reported: " + why);
+    if (std::string e = settled(comm_, clock::now() + limit, limit); !e.empty()) fail(what, e);
   }
   void await(typename Api::event& e, std::uint64_t seq, const char* what) {
     rethrow();
@@ -360,18 +368,6 @@ class basic_nccl<Api>::local_rank {
   std::shared_ptr<group> g_;
   threads host_;
 };
-
-template <nccl_api Api>
-void basic_nccl<Api>::settle_local(typename Api::comm& c, std::size_t replica, const char* what,
-                                   clock::time_point deadline, std::chrono::milliseconds limit) {
-  std::string why;
-  nccl_state s = nccl_state::in_progress;
-  if (!detail::poll_until([&] { return (s = Api::poll(c, why)) != nccl_state::in_progress; }, deadline))
-    throw comm_error("comm::nccl: replica " + std::to_string(replica) + "'s " + what + " did not get under way within " +
-                     std::to_string(limit.count()) + " ms");
-  if (s == nccl_state::failed)
-    throw comm_error("comm::nccl: replica " + std::to_string(replica) + "'s " + what + " failed: NCCL reported: " + why);
-}
 
 template <nccl_api Api>
 auto basic_nccl<Api>::make_local_group(const std::vector<device_type>& devices, std::chrono::milliseconds timeout)
