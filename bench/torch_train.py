@@ -10,12 +10,17 @@ per line; each answer is one JSON line. It can also be run by hand:
 Requests: `<model> <batch> <threads> <seconds per window> <windows>`; answers
 `{"ok": true, "ms_per_step": ..., "samples_per_s": ..., "windows": [...]}`.
 
+The script serves two builds of torch: Debian's (/usr/bin/python3, OpenBLAS inside) and current torch from
+PyPI (the peer virtual environment of bench/peers/venv.sh, MKL and oneDNN inside).
 Settings (chosen by the parent through the environment, since glibc reads GLIBC_TUNABLES at start):
   DTRAIN_TORCH_SETTING=shipped  torch.set_num_threads(threads)
-  DTRAIN_TORCH_SETTING=best     torch.set_num_threads(1); OpenBLAS keeps its own pool (the parent also
-                                sets GLIBC_TUNABLES so glibc stops returning big blocks to the kernel)
-In both, OpenBLAS gets `threads` threads (openblas_set_num_threads), so a row's thread budget is the
-same for dtrain and for PyTorch.
+  DTRAIN_TORCH_SETTING=best     the parent also sets GLIBC_TUNABLES so glibc stops returning big blocks to
+                                the kernel; with OpenBLAS torch.set_num_threads(1) and OpenBLAS keeps its
+                                own pool of `threads`; with MKL (PyPI) torch.set_num_threads(threads), which
+                                MKL and oneDNN share (measured fastest of the settings tried: eager beats
+                                torch.compile on these models on the CPU)
+With an OpenBLAS torch, OpenBLAS gets `threads` threads in both settings (openblas_set_num_threads), so a
+row's thread budget is the same for dtrain and for PyTorch.
 """
 
 import ctypes
@@ -49,11 +54,12 @@ def _openblas():
     return None
 
 
-OPENBLAS = _openblas()
+MKL = "BLAS_INFO=mkl" in torch.__config__.show()
+OPENBLAS = None if MKL else _openblas()
 
 
 def set_threads(threads):
-    torch.set_num_threads(threads if SETTING == "shipped" else 1)
+    torch.set_num_threads(threads if SETTING == "shipped" or MKL else 1)
     if OPENBLAS is not None:
         OPENBLAS.openblas_set_num_threads(threads)
 
@@ -112,7 +118,7 @@ def main(argv):
         print(json.dumps({"ok": True, "vm_hwm_kib": vm_hwm_kib()}), flush=True)
         return
     print(json.dumps({"ok": True, "torch": torch.__version__, "setting": SETTING,
-                      "openblas": OPENBLAS is not None}), flush=True)
+                      "openblas": OPENBLAS is not None, "blas": "mkl" if MKL else "openblas"}), flush=True)
     for line in sys.stdin:
         parts = line.split()
         if not parts:

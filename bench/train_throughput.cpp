@@ -19,6 +19,9 @@
 #endif
 
 #include <fcntl.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -30,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -198,29 +202,29 @@ class child {
   FILE* from_ = nullptr;
 };
 
-/// One PyTorch setting, a co-process that answers measurement requests.
-class torch_peer {
+/// A Python peer (PyTorch or TensorFlow), a co-process that answers measurement requests.
+class py_peer {
  public:
-  torch_peer(const std::string& script, const std::string& setting, const std::string& interpreter = python) {
-    std::vector<std::string> env{"DTRAIN_TORCH_SETTING=" + setting};
-    if (setting == "best") env.emplace_back(malloc_tunables);
-    proc_.emplace(std::vector<std::string>{interpreter, script, "serve"}, env);
+  /// `version_key`: the key of the version in the script's first line ("torch", "tensorflow").
+  py_peer(const std::string& interpreter, const std::string& script, std::vector<std::string> env,
+          const std::string& version_key) {
+    proc_.emplace(std::vector<std::string>{interpreter, script, "serve"}, std::move(env));
     if (auto hello = proc_->receive(); hello && hello->value("ok", false)) {
       ok_ = true;
-      version_ = hello->value("torch", "?");
+      version_ = hello->value(version_key, "?");
     } else {
       why_ = hello ? hello->value("error", "no answer") : "could not start " + interpreter;
       proc_->close_input();
     }
   }
-  ~torch_peer() {
+  ~py_peer() {
     if (proc_) proc_->send("quit");
   }
   bool ok() const { return ok_; }
   const std::string& version() const { return version_; }
   const std::string& why() const { return why_; }
 
-  /// One measurement: `setting` is the thread count (CPU peer) or the mode (GPU peer).
+  /// One measurement: `setting` is the thread count (CPU peers) or the mode (GPU peer).
   std::optional<result> run(const std::string& model, std::size_t batch, const std::string& setting, const timing& t) {
     if (!ok_) return std::nullopt;
     std::ostringstream req;
@@ -238,10 +242,78 @@ class torch_peer {
   std::string version_, why_;
 };
 
+/// The environment of bench/torch_train.py in one of its settings ("shipped", "best").
+std::vector<std::string> torch_env(const std::string& setting) {
+  std::vector<std::string> env{"DTRAIN_TORCH_SETTING=" + setting};
+  if (setting == "best") env.emplace_back(malloc_tunables);
+  return env;
+}
+
 std::string script_path() {
   if (const char* s = std::getenv("DTRAIN_TORCH_SCRIPT")) return s;
   return DTRAIN_BENCH_DIR "/torch_train.py";
 }
+
+std::string tf_script_path() {
+  if (const char* s = std::getenv("DTRAIN_TF_SCRIPT")) return s;
+  return DTRAIN_BENCH_DIR "/tf_train.py";
+}
+
+/// The interpreter of the PyPI peers' virtual environment (current torch, tensorflow-cpu), made once by
+/// bench/peers/venv.sh under the build tree (or DTRAIN_PEER_VENV); empty when it cannot be made.
+std::string peer_venv_python() {
+  const char* env = std::getenv("DTRAIN_PEER_VENV");
+  const std::string dir = env ? env : DTRAIN_BENCH_BINARY_DIR "/peer-venv";
+  const std::string cmd = "sh '" DTRAIN_BENCH_DIR "/peers/venv.sh' '" + dir + "'";
+  if (std::system(cmd.c_str()) != 0) return {};
+  return dir + "/bin/python";
+}
+
+/// One core's FP32 FMA peak, measured: 12 independent chains of vector FMAs (enough to cover the FMA
+/// latency on both pipes), the fastest of three 0.1 s runs. Measured rather than taken from a table: a
+/// core that splits a 512-bit FMA in two halves (AMD Zen 4) has no more AVX-512 peak than AVX2 peak.
+#if defined(__x86_64__)
+/// `n` rounds of one FMA on each of 12 independent register chains; returns the FLOPs done.
+__attribute__((target("avx512f"))) double fma_chains_avx512(long n) {
+  __m512 a[12];
+  for (auto& v : a) v = _mm512_set1_ps(1.0f);
+  const __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+  for (long k = 0; k < n; ++k)
+    for (auto& v : a) {
+      v = _mm512_fmadd_ps(v, b, c);
+      asm("" : "+v"(v));  // keeps every chain in a register
+    }
+  for (auto& v : a) asm volatile("" ::"v"(v));  // the results are used: the loop stays
+  return double(n) * 12 * 16 * 2;
+}
+__attribute__((target("avx2,fma"))) double fma_chains_avx2(long n) {
+  __m256 a[12];
+  for (auto& v : a) v = _mm256_set1_ps(1.0f);
+  const __m256 b = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
+  for (long k = 0; k < n; ++k)
+    for (auto& v : a) {
+      v = _mm256_fmadd_ps(v, b, c);
+      asm("" : "+v"(v));
+    }
+  for (auto& v : a) asm volatile("" ::"v"(v));
+  return double(n) * 12 * 8 * 2;
+}
+double fma_gflops(double (*chains)(long)) {
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = now_s(), flop = chains(2'000'000);
+    best = std::max(best, flop / (now_s() - t0) / 1e9);
+  }
+  return best;
+}
+double fma_peak_gflops() {
+  if (__builtin_cpu_supports("avx512f")) return std::max(fma_gflops(fma_chains_avx512), fma_gflops(fma_chains_avx2));
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fma_gflops(fma_chains_avx2);
+  return 0;
+}
+#else
+double fma_peak_gflops() { return 0; }
+#endif
 
 bool has_avx512() {
   std::ifstream f("/proc/cpuinfo");
@@ -336,9 +408,9 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
   std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each; peak = device memory at its peak"
               " (dtrain: buffers + cuBLAS' 32 MiB workspace; torch: max_memory_allocated)\n",
               t.warmup_s, t.windows, t.window_s);
-  std::optional<torch_peer> peer;
+  std::optional<py_peer> peer;
   if (use_torch) {
-    peer.emplace(cuda_script_path(), "cuda", interpreter);
+    peer.emplace(interpreter, cuda_script_path(), torch_env("cuda"), "torch");
     if (peer->ok()) std::printf("# torch %s (%s)\n", peer->version().c_str(), interpreter);
     else std::printf("# torch columns n/a: %s\n", peer->why().c_str());
   }
@@ -366,10 +438,13 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
 
 void usage() {
   std::puts(
-      "usage: train_throughput [--quick] [--no-torch] [--no-rss] [--models cnn,mlp] [--batches 32,64,256] [--threads 1,2]\n"
-      "                        [--window SECONDS] [--windows N] [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
-      "Trains each model at each batch size and thread count with dtrain, then PyTorch (as shipped, and in\n"
-      "its best setting), interleaved, and prints one table. Env DTRAIN_TORCH_SCRIPT overrides the peer script.\n"
+      "usage: train_throughput [--quick] [--no-torch] [--no-pypi] [--no-debian-torch] [--no-rss] [--models cnn,mlp]\n"
+      "                        [--batches 32,64,256] [--threads 1,2] [--window SECONDS] [--windows N]\n"
+      "                        [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
+      "Trains each model at each batch size and thread count with dtrain, then current PyTorch and TensorFlow\n"
+      "from PyPI (a venv made once under the build tree by bench/peers/venv.sh, or DTRAIN_PEER_VENV) and\n"
+      "Debian's PyTorch, each in its best setting, interleaved, and prints one table. --no-torch: no peers.\n"
+      "Env DTRAIN_TORCH_SCRIPT, DTRAIN_TF_SCRIPT override the peer scripts.\n"
       "--device cuda: the cuda backend on GPU 0 against PyTorch on it (DTRAIN_TORCH_PYTHON, default python3; batches\n"
       "64,256,1024 unless given; --no-compile leaves out torch.compile).");
 }
@@ -378,7 +453,7 @@ void usage() {
 
 int main(int argc, char** argv) {
   timing t;
-  bool use_torch = true, rss = true, use_compile = true;
+  bool use_torch = true, use_pypi = true, use_debian = true, rss = true, use_compile = true;
   std::string device = "cpu";
   std::vector<std::string> models{"cnn", "mlp"};
   std::vector<std::size_t> batches{32, 64, 256};
@@ -396,8 +471,12 @@ int main(int argc, char** argv) {
       return rss_child(b, th, std::stoi(next()));
     } else if (a == "--quick") {
       t = {.window_s = 0.1, .windows = 3, .warmup_s = 0.2};
-    } else if (a == "--no-torch") {
-      use_torch = false;
+    } else if (a == "--no-torch") {  // no peers at all
+      use_torch = use_pypi = use_debian = false;
+    } else if (a == "--no-pypi") {
+      use_pypi = false;
+    } else if (a == "--no-debian-torch") {
+      use_debian = false;
     } else if (a == "--no-rss") {
       rss = false;
     } else if (a == "--models") {
@@ -436,10 +515,10 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "train_throughput: --device cuda: built without the cuda backend (DTRAIN_CUDA)\n"), 2;
 #endif
   }
-  (void)use_compile;
+  (void)use_compile, (void)use_torch;  // --device cuda only
   const bool avx512 = has_avx512();
-  const double peak_core = avx512 ? 226.0 : 113.0;  // GFLOP/s per core, FP32 FMA
-  std::printf("# train_throughput: dtrain %s vs PyTorch, full training steps (forward, backward, adam)\n",
+  const double peak_core = fma_peak_gflops();
+  std::printf("# train_throughput: dtrain %s vs PyTorch and TensorFlow, full training steps (forward, backward, adam)\n",
               dtrain::version);
   std::printf("# cpu: %s, %ld cores online, %s, OpenBLAS core %s; dtrain built with: %s\n", cpu_name().c_str(),
               sysconf(_SC_NPROCESSORS_ONLN), avx512 ? "avx512f" : "avx2",
@@ -448,58 +527,88 @@ int main(int argc, char** argv) {
   std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each\n", t.warmup_s, t.windows,
               t.window_s);
 
-  std::optional<torch_peer> shipped, best;
-  if (use_torch) {
-    shipped.emplace(script_path(), "shipped");
-    best.emplace(script_path(), "best");
-    if (shipped->ok())
-      std::printf("# torch %s (%s): shipped = torch.set_num_threads(threads); best = %s, torch.set_num_threads(1);"
-                  " OpenBLAS gets `threads` threads in both\n",
-                  shipped->version().c_str(), python, malloc_tunables);
-    else
-      std::printf("# torch columns n/a: %s\n", shipped->why().c_str());
+  // The peers: current torch and TensorFlow from PyPI (the peer venv), Debian's torch while it is there.
+  std::optional<py_peer> torch, deb_torch;
+  std::map<int, std::optional<py_peer>> tf;  // TensorFlow fixes its thread pools at start: one per count
+  std::string venv_python;
+  if (use_pypi) {
+    std::fflush(stdout);
+    venv_python = peer_venv_python();
+    if (venv_python.empty()) std::printf("# torch (PyPI) and tensorflow columns n/a: no peer venv (see above)\n");
   } else {
-    std::printf("# torch columns n/a: --no-torch\n");
+    std::printf("# torch (PyPI) and tensorflow columns n/a: --no-pypi\n");
+  }
+  if (!venv_python.empty()) {
+    torch.emplace(venv_python, script_path(), torch_env("best"), "torch");
+    if (torch->ok())
+      std::printf("# torch %s (PyPI, %s): %s, torch.set_num_threads(threads) (MKL, oneDNN), eager\n",
+                  torch->version().c_str(), venv_python.c_str(), malloc_tunables);
+    else
+      std::printf("# torch (PyPI) column n/a: %s\n", torch->why().c_str());
+    for (int th : thread_counts)
+      tf[th].emplace(venv_python, tf_script_path(), std::vector<std::string>{"DTRAIN_TF_THREADS=" + std::to_string(th)},
+                     "tensorflow");
+    const auto& tf0 = tf.begin()->second;
+    if (tf0->ok())
+      std::printf("# tensorflow %s (PyPI): Keras 3 model.train_on_batch, intra-op threads = threads, the faster of"
+                  " jit_compile auto and off\n",
+                  tf0->version().c_str());
+    else
+      std::printf("# tensorflow column n/a: %s\n", tf0->why().c_str());
+  }
+  if (use_debian) {
+    deb_torch.emplace(python, script_path(), torch_env("best"), "torch");
+    if (deb_torch->ok())
+      std::printf("# deb torch %s (%s): %s, torch.set_num_threads(1), OpenBLAS gets `threads` threads\n",
+                  deb_torch->version().c_str(), python, malloc_tunables);
+    else
+      std::printf("# deb torch column n/a: %s\n", deb_torch->why().c_str());
+  } else {
+    std::printf("# deb torch column n/a: --no-torch\n");
   }
 
-  std::printf("\n%-5s %6s %8s %14s %14s %14s %14s %14s %15s\n", "model", "batch", "threads", "dtrain smp/s",
-              "dtrain ms/step", "torch shipped", "torch best", "dtrain/best", "dtrain/shipped");
+  std::printf("\n%-5s %6s %8s %13s %15s %12s %12s %12s %9s %9s %9s\n", "model", "batch", "threads", "dtrain smp/s",
+              "dtrain ms/step", "torch smp/s", "tf smp/s", "deb torch", "/torch", "/tf", "/deb");
   struct cnn_row {
     std::size_t batch;
     int threads;
     result d;
-    std::optional<result> b;
+    std::optional<result> torch, tf;
   };
   std::vector<cnn_row> cnn_rows;
   for (const auto& m : models)
     for (auto b : batches)
       for (int th : thread_counts) {
         const result d = run_dtrain(m, b, th, t);
-        std::optional<result> s, be;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
-        if (shipped) s = shipped->run(m, b, std::to_string(th), t);
-        if (best) be = best->run(m, b, std::to_string(th), t);
-        std::printf("%-5s %6zu %8d %14.0f %14.2f %14s %14s %14s %15s\n", m.c_str(), b, th, d.samples_per_s,
-                    d.ms_per_step, opt_fmt("%.0f", s).c_str(), opt_fmt("%.0f", be).c_str(),
-                    ratio(d.samples_per_s, be).c_str(), ratio(d.samples_per_s, s).c_str());
+        std::optional<result> pt, pf, pd;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
+        if (torch) pt = torch->run(m, b, std::to_string(th), t);
+        if (tf.contains(th)) pf = tf[th]->run(m, b, std::to_string(th), t);
+        if (deb_torch) pd = deb_torch->run(m, b, std::to_string(th), t);
+        std::printf("%-5s %6zu %8d %13.0f %15.2f %12s %12s %12s %9s %9s %9s\n", m.c_str(), b, th, d.samples_per_s,
+                    d.ms_per_step, opt_fmt("%.0f", pt).c_str(), opt_fmt("%.0f", pf).c_str(),
+                    opt_fmt("%.0f", pd).c_str(), ratio(d.samples_per_s, pt).c_str(),
+                    ratio(d.samples_per_s, pf).c_str(), ratio(d.samples_per_s, pd).c_str());
         std::fflush(stdout);
-        if (m == "cnn") cnn_rows.push_back({b, th, d, be});
+        if (m == "cnn") cnn_rows.push_back({b, th, d, pt, pf});
       }
-  shipped.reset(), best.reset();
+  torch.reset(), deb_torch.reset(), tf.clear();
   dtrain::set_num_threads(2);
 
   if (!cnn_rows.empty()) {
     const double f = cnn_flop_per_sample();
-    std::printf("\n# CNN FLOPs: %.2f MFLOP per sample per step (forward + backward GEMMs); peak %.0f GFLOP/s per core"
-                " (%s FMA) x threads\n",
+    std::printf("\n# CNN FLOPs: %.2f MFLOP per sample per step (forward + backward GEMMs); peak %.1f GFLOP/s per core"
+                " (measured: %s FMA loop, 12 independent chains) x threads\n",
                 f / 1e6, peak_core, avx512 ? "AVX-512" : "AVX2");
-    std::printf("%-6s %8s %16s %12s %18s %12s\n", "batch", "threads", "dtrain GFLOP/s", "% of peak",
-                "torch best GFLOP/s", "% of peak");
+    std::printf("%-6s %8s %16s %10s %14s %10s %12s %10s\n", "batch", "threads", "dtrain GFLOP/s", "% peak",
+                "torch GFLOP/s", "% peak", "tf GFLOP/s", "% peak");
     for (const auto& r : cnn_rows) {
       const double peak = peak_core * r.threads;
-      const double dg = f * r.d.samples_per_s / 1e9;
-      const std::optional<double> tg = r.b ? std::optional(f * r.b->samples_per_s / 1e9) : std::nullopt;
-      std::printf("%-6zu %8d %16.1f %11.1f%% %18s %12s\n", r.batch, r.threads, dg, 100 * dg / peak,
-                  tg ? fmt("%.1f", *tg).c_str() : "n/a", tg ? fmt("%.1f%%", 100 * *tg / peak).c_str() : "n/a");
+      auto g = [&](const std::optional<result>& x) { return x ? fmt("%.1f", f * x->samples_per_s / 1e9) : "n/a"; };
+      auto pc = [&](const std::optional<result>& x) {
+        return x ? fmt("%.1f%%", 100 * f * x->samples_per_s / 1e9 / peak) : "n/a";
+      };
+      std::printf("%-6zu %8d %16s %10s %14s %10s %12s %10s\n", r.batch, r.threads, g(r.d).c_str(), pc(r.d).c_str(),
+                  g(r.torch).c_str(), pc(r.torch).c_str(), g(r.tf).c_str(), pc(r.tf).c_str());
     }
   }
 
@@ -507,19 +616,29 @@ int main(int argc, char** argv) {
   // Peak memory of a CNN training run (batch 64, 2 threads), each in its own process.
   const std::size_t rb = 64;
   const int rt = 2;
+  const std::vector<std::string> rss_args{"rss", "cnn", std::to_string(rb), std::to_string(rt), std::to_string(rss_steps)};
+  auto py_rss = [&](const std::string& interpreter, const std::string& script, std::vector<std::string> env) {
+    std::vector<std::string> argv{interpreter, script};
+    argv.insert(argv.end(), rss_args.begin(), rss_args.end());
+    return rss_of(std::move(argv), std::move(env));
+  };
   auto d_rss = rss_of({"/proc/self/exe", "--rss-child", std::to_string(rb), std::to_string(rt),
                        std::to_string(rss_steps)},
                       {});
-  std::optional<long> ts, tb;
-  if (use_torch) {
-    const std::vector<std::string> args{python, script_path(), "rss", "cnn", std::to_string(rb), std::to_string(rt),
-                                        std::to_string(rss_steps)};
-    ts = rss_of(args, {"DTRAIN_TORCH_SETTING=shipped"});
-    tb = rss_of(args, {"DTRAIN_TORCH_SETTING=best", malloc_tunables});
+  std::optional<long> pt, pf, pd;
+  if (!venv_python.empty()) {
+    pt = py_rss(venv_python, script_path(), torch_env("best"));
+    pf = py_rss(venv_python, tf_script_path(), {"DTRAIN_TF_THREADS=" + std::to_string(rt)});
   }
+  if (use_debian) pd = py_rss(python, script_path(), torch_env("best"));
   auto mib = [](const std::optional<long>& k) { return k ? fmt("%.1f MiB", *k / 1024.0) : std::string("n/a"); };
   std::printf("\n# peak RSS (VmHWM) of a CNN training run, batch %zu, %d threads, %d steps, own process each:\n", rb,
               rt, rss_steps);
-  std::printf("dtrain %s   torch shipped %s   torch best %s\n", mib(d_rss).c_str(), mib(ts).c_str(), mib(tb).c_str());
+  std::printf("dtrain %s   torch %s   tensorflow %s   deb torch %s\n", mib(d_rss).c_str(), mib(pt).c_str(),
+              mib(pf).c_str(), mib(pd).c_str());
+#ifdef DTRAIN_BENCH_CUDA
+  std::printf("# (this train_throughput links cuBLAS for --device cuda, whose libraries alone add ~190 MiB to dtrain's\n"
+              "#  figure: configure with -DDTRAIN_CUDA=OFF for the CPU one)\n");
+#endif
   return 0;
 }

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""TensorFlow/Keras peer of bench/train_throughput: the same two Keras models, trained as the seeds do.
+
+train_throughput starts one co-process per thread count (TensorFlow fixes its thread pools when it
+starts) with the interpreter of the peer virtual environment (bench/peers/venv.sh), and sends it one
+request per line; each answer is one JSON line. By hand:
+
+  DTRAIN_TF_THREADS=2 python bench/tf_train.py serve    # then type: cnn 64 2 0.25 7
+  DTRAIN_TF_THREADS=2 python bench/tf_train.py rss cnn 64 2 30  # peak RSS of a training run, JSON
+
+Requests: `<model> <batch> <threads> <seconds per window> <windows>` (threads must equal DTRAIN_TF_THREADS);
+answers `{"ok": true, "ms_per_step": ..., "samples_per_s": ..., "mode": ...}`.
+
+The step is `model.train_on_batch(x, y)` of a model compiled with Adam(1e-3), SparseCategoricalCrossentropy
+(from_logits=True) and the accuracy metric: Keras' own compiled train step (a tf.function, XLA where
+Keras' jit_compile="auto" picks it). Each request times both jit_compile settings ("auto" and False) and
+answers the faster one ("best setting"); `mode` says which.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no start-up banners on the pipe
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from step_timing import time_steps  # noqa: E402
+
+THREADS = int(os.environ.get("DTRAIN_TF_THREADS", "1"))
+
+try:
+    import numpy as np
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(THREADS)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import keras
+except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
+    print(json.dumps({"ok": False, "error": f"no tensorflow: {e}"}), flush=True)
+    sys.exit(0)
+
+
+def make(model, batch, jit):
+    """The Keras models of train_throughput.cpp, as the seeds write them."""
+    keras.utils.set_random_seed(0)
+    if model == "cnn":
+        net = keras.Sequential([keras.Input((28, 28)), keras.layers.Reshape((28, 28, 1)),
+                                keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.Flatten(),
+                                keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
+        x = np.random.rand(batch, 28, 28).astype("float32")
+    elif model == "mlp":
+        net = keras.Sequential([keras.Input((784,)), keras.layers.Dense(256, activation="relu"),
+                                keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+        x = np.random.rand(batch, 784).astype("float32")
+    else:
+        raise ValueError(f"unknown model {model!r}")
+    y = np.random.randint(0, 10, (batch,)).astype("int64")
+    net.compile(optimizer=keras.optimizers.Adam(1e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"], jit_compile=jit)
+    x, y = tf.constant(x), tf.constant(y)  # a fed batch, as from a tf.data pipeline already in memory
+
+    def step():
+        return net.train_on_batch(x, y)
+
+    return step
+
+
+def measure(model, batch, threads, window_s, windows):
+    if threads != THREADS:
+        return {"ok": False, "error": f"this peer runs {THREADS} threads, asked for {threads}"}
+    best = None
+    for jit in ("auto", False):
+        r = time_steps(make(model, batch, jit), batch, window_s, windows)
+        r["mode"] = f"jit_compile={jit}"
+        if best is None or r["ms_per_step"] < best["ms_per_step"]:
+            best = r
+    return best
+
+
+def vm_hwm_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
+def main(argv):
+    mode = argv[1] if len(argv) > 1 else "serve"
+    if mode == "rss":
+        model, batch, steps = argv[2], int(argv[3]), int(argv[5])
+        step = make(model, batch, "auto")
+        for _ in range(steps):
+            step()
+        print(json.dumps({"ok": True, "vm_hwm_kib": vm_hwm_kib()}), flush=True)
+        return
+    print(json.dumps({"ok": True, "tensorflow": tf.__version__, "keras": keras.__version__, "threads": THREADS}),
+          flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "quit":
+            break
+        try:
+            r = measure(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints n/a
+            r = {"ok": False, "error": str(e)}
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
