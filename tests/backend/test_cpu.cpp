@@ -89,4 +89,91 @@ BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_coun
   set_num_threads(before);
 }
 
+// The direct GEMM (backend/cpu/direct_gemm.hpp) on each instruction set this CPU has, for the shapes it
+// takes: a dense layer's forward pass (A as is, B as is, C accumulated or not), its kernel gradient (A
+// transposed) and its input gradient (B transposed: C^T transposed in registers), with partial tiles on
+// every side, k across several depth blocks, padded leading dimensions. Each matches a double-precision
+// loop, leaves C's padding alone, and gives the same bits on 1, 2 and 3 threads.
+BOOST_AUTO_TEST_CASE(direct_gemm_matches_naive_loops_on_every_instruction_set_and_thread_count) {
+  struct direct_case {
+    transpose ta, tb;
+    std::size_t m, n, k;
+    float beta;
+  };
+  const direct_case cases[] = {{transpose::no, transpose::no, 13, 120, 700, 0.0f},
+                               {transpose::no, transpose::no, 13, 120, 700, 1.0f},
+                               {transpose::no, transpose::no, 301, 64, 45, 1.0f},
+                               {transpose::yes, transpose::no, 300, 120, 37, 0.0f},
+                               {transpose::yes, transpose::no, 7, 128, 530, 1.0f},
+                               {transpose::no, transpose::yes, 30, 333, 50, 0.0f},
+                               {transpose::no, transpose::yes, 64, 64, 300, 0.0f}};
+  std::vector<detail::direct_isa> isas;
+  if (detail::direct_gemm_isa() != detail::direct_isa::none) isas.push_back(detail::direct_isa::avx2);
+  if (detail::direct_gemm_isa() == detail::direct_isa::avx512) isas.push_back(detail::direct_isa::avx512);
+  if (isas.empty()) BOOST_TEST_MESSAGE("this CPU has neither AVX2 with FMA nor AVX-512: no direct GEMM to test");
+  const int before = num_threads();
+  rng r(17);
+  for (auto isa : isas)
+    for (const auto& [ta, tb, m, n, k, beta] : cases) {
+      BOOST_TEST_CONTEXT("isa " << int(isa) << " ta " << int(ta) << " tb " << int(tb) << " m " << m << " n " << n
+                                << " k " << k << " beta " << beta) {
+        const std::size_t lda = (ta == transpose::yes ? m : k) + 3, ldb = (tb == transpose::yes ? k : n) + 2,
+                          ldc = n + 5;
+        const auto a = dtrain_test::random_vector((ta == transpose::yes ? k : m) * lda, r);
+        const auto b = dtrain_test::random_vector((tb == transpose::yes ? n : k) * ldb, r);
+        const auto c0 = dtrain_test::random_vector(m * ldc, r);
+        std::vector<std::vector<float>> results;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          auto c = c0;
+          BOOST_TEST(detail::direct_gemm(isa, ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc));
+          results.push_back(c);
+        }
+        std::size_t wrong = 0, padding_touched = 0;
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < ldc; ++j) {
+            const std::size_t at = i * ldc + j;
+            if (j >= n) {
+              padding_touched += results[0][at] != c0[at];
+              continue;
+            }
+            double acc = beta * double(c0[at]), mag = std::abs(acc);
+            for (std::size_t p = 0; p < k; ++p) {
+              const double av = ta == transpose::yes ? a[p * lda + i] : a[i * lda + p];
+              const double bv = tb == transpose::yes ? b[j * ldb + p] : b[p * ldb + j];
+              acc += av * bv, mag += std::abs(av * bv);
+            }
+            wrong += std::abs(results[0][at] - acc) > 1e-5 * (mag + 1.0);
+          }
+        BOOST_TEST(wrong == 0u);
+        BOOST_TEST(padding_touched == 0u);
+        BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+        BOOST_TEST(results[0] == results[2], boost::test_tools::per_element());
+      }
+    }
+  set_num_threads(before);
+}
+
+// What the direct GEMM leaves to BLAS, it leaves untouched: alpha other than 1, beta other than 0 or 1,
+// a transposed B into an accumulated C, a big square product, a C too narrow for whole vectors.
+BOOST_AUTO_TEST_CASE(direct_gemm_declines_the_shapes_it_is_not_for) {
+  const auto isa = detail::direct_gemm_isa();
+  if (isa == detail::direct_isa::none) {
+    BOOST_TEST_MESSAGE("no direct GEMM on this CPU");
+    return;
+  }
+  std::vector<float> a(700 * 700, 1.0f), b(700 * 700, 1.0f), c(700 * 700, 3.0f);
+  auto call = [&](transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, float beta) {
+    return detail::direct_gemm(isa, ta, tb, m, n, k, alpha, a.data(), 700, b.data(), 700, beta, c.data(), 700);
+  };
+  BOOST_TEST(!call(transpose::no, transpose::no, 64, 128, 300, 2.0f, 0.0f));
+  BOOST_TEST(!call(transpose::no, transpose::no, 64, 128, 300, 1.0f, 0.5f));
+  BOOST_TEST(!call(transpose::no, transpose::yes, 64, 128, 300, 1.0f, 1.0f));
+  BOOST_TEST(!call(transpose::no, transpose::no, 600, 600, 600, 1.0f, 0.0f));
+  BOOST_TEST(!call(transpose::no, transpose::no, 64, 3, 300, 1.0f, 0.0f));
+  BOOST_TEST(std::all_of(c.begin(), c.end(), [](float v) { return v == 3.0f; }));
+  BOOST_TEST(call(transpose::no, transpose::no, 64, 128, 300, 1.0f, 0.0f));  // and takes the one it is for
+  BOOST_TEST(c[0] == 300.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

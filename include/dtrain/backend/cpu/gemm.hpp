@@ -1,13 +1,15 @@
 #pragma once
 /// \file
-/// The cpu backend's GEMM: BLAS on one thread per call (see core/threads.hpp), large products split
-/// over dtrain's thread budget by a plan chosen from the shape alone.
+/// The cpu backend's GEMM: the skinny shapes of a training step by dtrain's own kernels (direct_gemm.hpp),
+/// the rest by BLAS on one thread per call (see core/threads.hpp), large products split over dtrain's
+/// thread budget by a plan chosen from the shape alone.
 
 #include <algorithm>
 #include <cstddef>
 #include <vector>
 
 #include "dtrain/backend/cpu/blas.hpp"
+#include "dtrain/backend/cpu/direct_gemm.hpp"
 #include "dtrain/core/threads.hpp"
 
 namespace dtrain::detail {
@@ -54,6 +56,7 @@ inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t 
                          std::size_t ldc) {
   if (m == 0 || n == 0) return;
   const int threads = num_threads();  // (also puts OpenBLAS on one thread before its first call)
+  if (direct_gemm(direct_gemm_isa(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   switch (plan_gemm(m, n, k)) {
     case gemm_plan::one:
       sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

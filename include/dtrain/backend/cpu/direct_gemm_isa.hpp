@@ -1,0 +1,120 @@
+/// \file
+/// The body of the direct GEMM (backend/cpu/direct_gemm.hpp), written once for every instruction set:
+/// direct_gemm.hpp includes this file once per set, with `DTRAIN_DIRECT_GEMM_ISA` naming the namespace
+/// that holds the set's vector operations (`vec`, `lanes`, `zero`, `load`, `load_part`, `store`,
+/// `store_part`, `broadcast`, `fma`, `transpose`) and `DTRAIN_DIRECT_GEMM_TARGET` the functions' target
+/// attribute. On its own (without those macros) it defines nothing. No include guard, by design.
+#if defined(DTRAIN_DIRECT_GEMM_ISA) && defined(DTRAIN_DIRECT_GEMM_TARGET)
+
+namespace dtrain::detail::DTRAIN_DIRECT_GEMM_ISA {
+
+/// Rows of a tile (each a broadcast of one A value per step) and vectors per row: mr * nv accumulators,
+/// plus nv B vectors and a broadcast, fit the register file.
+inline constexpr int nv = lanes == 16 ? 4 : 2;
+inline constexpr int mr = 6;
+inline constexpr std::size_t cols_per_tile = std::size_t(nv) * lanes;
+
+/// C[0..MR) x [0..nv lanes) (+)= sum over p < k of a(r, p) b[p][.], a(r, p) = a[r ars + p aps]; `cols`
+/// valid columns when Partial (the rest neither read nor written).
+template <int MR, bool Partial>
+DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::size_t ars, std::size_t aps,
+                                           const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                                           bool accumulate, std::size_t cols) {
+  vec acc[MR][nv];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < nv; ++v) {
+      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      if (!accumulate) acc[r][v] = zero();
+      else if (Partial) acc[r][v] = load_part(c + r * ldc + v * lanes, left);
+      else acc[r][v] = load(c + r * ldc + v * lanes);
+    }
+  for (std::size_t p = 0; p < k; ++p) {
+    vec bv[nv];
+    for (int v = 0; v < nv; ++v) {
+      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      bv[v] = Partial ? load_part(b + p * ldb + v * lanes, left) : load(b + p * ldb + v * lanes);
+    }
+    for (int r = 0; r < MR; ++r) {
+      const vec ar = broadcast(a + r * ars + p * aps);
+      for (int v = 0; v < nv; ++v) acc[r][v] = fma(ar, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < nv; ++v) {
+      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      if (Partial) store_part(c + r * ldc + v * lanes, acc[r][v], left);
+      else store(c + r * ldc + v * lanes, acc[r][v]);
+    }
+}
+
+template <bool Partial>
+DTRAIN_DIRECT_GEMM_TARGET inline void tile_rows(std::size_t rows, std::size_t k, const float* a, std::size_t ars,
+                                                std::size_t aps, const float* b, std::size_t ldb, float* c,
+                                                std::size_t ldc, bool accumulate, std::size_t cols) {
+  switch (rows) {
+    case 1: return tile<1, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+    case 2: return tile<2, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+    case 3: return tile<3, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+    case 4: return tile<4, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+    case 5: return tile<5, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+    default: return tile<mr, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
+  }
+}
+
+/// Rows [r0, r1) and columns [s0, s1) of C (ldc) = A B (+ C when `accumulate`), B row-major (ldb):
+/// k in blocks of `direct_gemm_depth` (a block of B stays in the L2 cache while every row tile passes over
+/// it), then rows in tiles of `mr`, then columns in tiles of `cols_per_tile`.
+DTRAIN_DIRECT_GEMM_TARGET inline void block(const direct_gemm_problem& q, std::size_t r0, std::size_t r1,
+                                            std::size_t s0, std::size_t s1) {
+  for (std::size_t p0 = 0; p0 < q.k; p0 += direct_gemm_depth) {
+    const std::size_t kc = std::min(direct_gemm_depth, q.k - p0);
+    const bool accumulate = p0 > 0 || q.accumulate;
+    for (std::size_t r = r0; r < r1; r += mr) {
+      const std::size_t rows = std::min<std::size_t>(mr, r1 - r);
+      const float* a = q.a + r * q.ars + p0 * q.aps;
+      for (std::size_t s = s0; s < s1; s += cols_per_tile) {
+        const std::size_t cols = std::min(cols_per_tile, s1 - s);
+        const float* b = q.b + p0 * q.ldb + s;
+        float* c = q.c + r * q.ldc + s;
+        if (cols == cols_per_tile) tile_rows<false>(rows, kc, a, q.ars, q.aps, b, q.ldb, c, q.ldc, accumulate, cols);
+        else tile_rows<true>(rows, kc, a, q.ars, q.aps, b, q.ldb, c, q.ldc, accumulate, cols);
+      }
+    }
+  }
+}
+
+/// The transposed store: C^T[r][s] = C[s][r] for rows [r0, r1) of A (C's columns) and all `q.n` columns
+/// of B (C's rows), in tiles of `lanes` x `lanes` transposed in registers. C = A B, never accumulated.
+/// (Transposing each tile of A's rows first, so that a step's broadcasts come from one cache line, was
+/// measured no faster.)
+DTRAIN_DIRECT_GEMM_TARGET inline void block_transposed(const direct_gemm_problem& q, std::size_t r0, std::size_t r1) {
+  for (std::size_t r = r0; r < r1; r += lanes) {
+    const std::size_t rows = std::min<std::size_t>(lanes, r1 - r);
+    const float* arow[lanes];  // rows past the end repeat the first (their results are dropped)
+    for (std::size_t i = 0; i < std::size_t(lanes); ++i) arow[i] = q.a + (r + (i < rows ? i : 0)) * q.ars;
+    for (std::size_t s = 0; s < q.n; s += lanes) {
+      const std::size_t cols = std::min<std::size_t>(lanes, q.n - s);
+      vec acc[lanes];
+      for (auto& x : acc) x = zero();
+      for (std::size_t p = 0; p < q.k; ++p) {
+        const float* bp = q.b + p * q.ldb + s;
+        const vec bv = cols == std::size_t(lanes) ? load(bp) : load_part(bp, cols);
+        for (int i = 0; i < lanes; ++i) acc[i] = fma(broadcast(arow[i] + p * q.aps), bv, acc[i]);
+      }
+      float* c = q.c + s * q.ldc + r;  // C rows s.., columns r..
+      if (rows == std::size_t(lanes) && cols == std::size_t(lanes)) {
+        transpose(acc);
+        for (int i = 0; i < lanes; ++i) store(c + i * q.ldc, acc[i]);
+      } else {
+        float t[lanes][lanes];
+        for (int i = 0; i < lanes; ++i) store(t[i], acc[i]);
+        for (std::size_t j = 0; j < cols; ++j)
+          for (std::size_t i = 0; i < rows; ++i) c[j * q.ldc + i] = t[i][j];
+      }
+    }
+  }
+}
+
+}  // namespace dtrain::detail::DTRAIN_DIRECT_GEMM_ISA
+
+#endif
