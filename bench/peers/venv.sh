@@ -1,6 +1,7 @@
 #!/bin/sh
 # The benchmarks' Python peers from PyPI, in one virtual environment made once:
-#   bench/peers/venv.sh DIR     # DIR/bin/python then has current torch and tensorflow-cpu (Keras 3)
+#   bench/peers/venv.sh DIR     # DIR/bin/python then has current torch, tensorflow-cpu (Keras 3) and
+#                               # tf_keras (Keras 2, the seeds' Keras: TF_USE_LEGACY_KERAS=1)
 #
 # train_throughput and bench/seed_tutorial/run.sh call this with DIR under the build tree. A second call
 # with the environment complete does nothing. The CPU build of torch comes from PyTorch's own index when
@@ -10,7 +11,7 @@
 set -eu
 dir=${1:?usage: venv.sh DIR}
 python=${DTRAIN_PEER_BASE_PYTHON:-python3}
-stamp="$dir/.dtrain-peers-complete"
+stamp="$dir/.dtrain-peers-complete-2"  # -2: with tf_keras
 [ -f "$stamp" ] && exit 0
 
 if ! "$python" - <<'EOF' 2>/dev/null
@@ -30,7 +31,7 @@ if ! $pip --retries 0 --timeout 10 --index-url https://download.pytorch.org/whl/
   echo "venv.sh: PyTorch's CPU index not reachable; the default torch wheel from PyPI" >&2
   $pip torch >&2
 fi
-$pip tensorflow-cpu >&2
-"$dir/bin/python" -c "import torch, tensorflow" >&2
+$pip tensorflow-cpu tf_keras >&2
+"$dir/bin/python" -c "import torch, tensorflow, tf_keras" >&2
 touch "$stamp"
 echo "venv.sh: done ($("$dir/bin/python" -c 'import torch, tensorflow as tf; print("torch", torch.__version__, "tensorflow", tf.__version__)'))" >&2
