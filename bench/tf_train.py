@@ -24,7 +24,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no start-up banners on the pipe
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from step_timing import time_steps  # noqa: E402
+from step_timing import report_rss, serve, time_steps  # noqa: E402
 
 THREADS = int(os.environ.get("DTRAIN_TF_THREADS", "1"))
 
@@ -77,36 +77,13 @@ def measure(model, batch, threads, window_s, windows):
     return best
 
 
-def vm_hwm_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
 def main(argv):
     mode = argv[1] if len(argv) > 1 else "serve"
     if mode == "rss":
-        model, batch, steps = argv[2], int(argv[3]), int(argv[5])
-        step = make(model, batch, "auto")
-        for _ in range(steps):
-            step()
-        print(json.dumps({"ok": True, "vm_hwm_kib": vm_hwm_kib()}), flush=True)
+        report_rss(make(argv[2], int(argv[3]), "auto"), int(argv[5]))
         return
-    print(json.dumps({"ok": True, "tensorflow": tf.__version__, "keras": keras.__version__, "threads": THREADS}),
-          flush=True)
-    for line in sys.stdin:
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "quit":
-            break
-        try:
-            r = measure(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints n/a
-            r = {"ok": False, "error": str(e)}
-        print(json.dumps(r), flush=True)
+    serve({"ok": True, "tensorflow": tf.__version__, "keras": keras.__version__, "threads": THREADS},
+          lambda model, batch, threads, window_s, windows: measure(model, batch, int(threads), window_s, windows))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ FP32 everywhere, TF32 off (PyTorch's default for matmul; dtrain's cuBLAS calls a
 import json
 import sys
 
-from step_timing import time_steps
+from step_timing import serve, time_steps
 
 try:
     import torch
@@ -87,26 +87,15 @@ def make(model, batch, mode):
 
 
 def measure(model, batch, mode, window_s, windows):
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(DEVICE)
     r = time_steps(make(model, batch, mode), batch, window_s, windows)
     r["peak_bytes"] = torch.cuda.max_memory_allocated(DEVICE)
     return r
 
 
 def main(argv):
-    print(json.dumps({"ok": True, "torch": torch.__version__, "device": torch.cuda.get_device_name(DEVICE)}), flush=True)
-    for line in sys.stdin:
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "quit":
-            break
-        try:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(DEVICE)
-            r = measure(parts[0], int(parts[1]), parts[2], float(parts[3]), int(parts[4]))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints n/a
-            r = {"ok": False, "error": str(e)}
-        print(json.dumps(r), flush=True)
+    serve({"ok": True, "torch": torch.__version__, "device": torch.cuda.get_device_name(DEVICE)}, measure)
 
 
 if __name__ == "__main__":

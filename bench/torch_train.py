@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-from step_timing import time_steps
+from step_timing import report_rss, serve, time_steps
 
 try:
     import torch
@@ -99,37 +99,16 @@ def measure(model, batch, threads, window_s, windows):
     return time_steps(make(model, batch), batch, window_s, windows)
 
 
-def vm_hwm_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return -1
-
-
 def main(argv):
     mode = argv[1] if len(argv) > 1 else "serve"
     if mode == "rss":
         model, batch, threads, steps = argv[2], int(argv[3]), int(argv[4]), int(argv[5])
         set_threads(threads)
-        step = make(model, batch)
-        for _ in range(steps):
-            step()
-        print(json.dumps({"ok": True, "vm_hwm_kib": vm_hwm_kib()}), flush=True)
+        report_rss(make(model, batch), steps)
         return
-    print(json.dumps({"ok": True, "torch": torch.__version__, "setting": SETTING,
-                      "openblas": OPENBLAS is not None, "blas": "mkl" if MKL else "openblas"}), flush=True)
-    for line in sys.stdin:
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "quit":
-            break
-        try:
-            r = measure(parts[0], int(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints n/a
-            r = {"ok": False, "error": str(e)}
-        print(json.dumps(r), flush=True)
+    serve({"ok": True, "torch": torch.__version__, "setting": SETTING, "openblas": OPENBLAS is not None,
+           "blas": "mkl" if MKL else "openblas"},
+          lambda model, batch, threads, window_s, windows: measure(model, batch, int(threads), window_s, windows))
 
 
 if __name__ == "__main__":

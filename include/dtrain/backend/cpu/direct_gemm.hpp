@@ -47,6 +47,11 @@ inline constexpr std::size_t direct_gemm_depth = 256;
 /// The instruction sets the direct GEMM has kernels for.
 enum class direct_isa { none, avx2, avx512 };
 
+namespace direct {
+/// Of `cols` valid columns, how many lie at or after column `first` (a partial tile's vector `first / lanes`).
+inline std::size_t lanes_left(std::size_t cols, std::size_t first) { return cols > first ? cols - first : 0; }
+}  // namespace direct
+
 }  // namespace dtrain::detail
 
 #if DTRAIN_DIRECT_GEMM

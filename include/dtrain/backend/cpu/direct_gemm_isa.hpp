@@ -23,7 +23,7 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::s
   vec acc[MR][nv];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < nv; ++v) {
-      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
       if (!accumulate) acc[r][v] = zero();
       else if (Partial) acc[r][v] = load_part(c + r * ldc + v * lanes, left);
       else acc[r][v] = load(c + r * ldc + v * lanes);
@@ -31,7 +31,7 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::s
   for (std::size_t p = 0; p < k; ++p) {
     vec bv[nv];
     for (int v = 0; v < nv; ++v) {
-      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
       bv[v] = Partial ? load_part(b + p * ldb + v * lanes, left) : load(b + p * ldb + v * lanes);
     }
     for (int r = 0; r < MR; ++r) {
@@ -41,7 +41,7 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::s
   }
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < nv; ++v) {
-      const std::size_t left = cols > std::size_t(v) * lanes ? cols - std::size_t(v) * lanes : 0;
+      const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
       if (Partial) store_part(c + r * ldc + v * lanes, acc[r][v], left);
       else store(c + r * ldc + v * lanes, acc[r][v]);
     }
