@@ -75,6 +75,7 @@ DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store_part(float* p, vec v,
   _mm512_mask_storeu_ps(p, first(n), v);
 }
 DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
+DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
 DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 /// 16 x 16 in place: 4 x 4 blocks within each 128-bit lane (unpack, shuffle), then the lanes. (The
 /// zero-masking forms with every lane selected are the plain instructions; GCC 12's plain intrinsics
@@ -122,6 +123,7 @@ DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store_part(float* p, vec v,
   _mm256_maskstore_ps(p, first(n), v);
 }
 DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
 DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 /// 8 x 8 in place: 4 x 4 blocks within each 128-bit lane, then the two lanes.
 DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void transpose(vec (&r)[8]) {
