@@ -507,6 +507,10 @@ int main(int argc, char** argv) {
   }
   for (auto& m : models)
     if (m != "cnn" && m != "mlp") return std::fprintf(stderr, "unknown model %s (cnn, mlp)\n", m.c_str()), 2;
+  if (models.empty() || batches.empty() || thread_counts.empty())
+    return std::fprintf(stderr, "train_throughput: --models, --batches and --threads need at least one value\n"), 2;
+  for (int th : thread_counts)
+    if (th < 1) return std::fprintf(stderr, "train_throughput: --threads: %d is not a positive count\n", th), 2;
 
   if (device == "cuda") {
 #ifdef DTRAIN_BENCH_CUDA
@@ -548,7 +552,7 @@ int main(int argc, char** argv) {
     for (int th : thread_counts)
       tf[th].emplace(venv_python, tf_script_path(), std::vector<std::string>{"DTRAIN_TF_THREADS=" + std::to_string(th)},
                      "tensorflow");
-    const auto& tf0 = tf.begin()->second;
+    const auto& tf0 = tf.begin()->second;  // (main refuses an empty --threads)
     if (tf0->ok())
       std::printf("# tensorflow %s (PyPI): Keras 3 model.train_on_batch, intra-op threads = threads, the faster of"
                   " jit_compile auto and off\n",
