@@ -30,9 +30,11 @@
 #include "dtrain/layers/dense.hpp"
 #include "dtrain/layers/dropout.hpp"
 #include "dtrain/layers/input.hpp"
+#include "dtrain/layers/normalization.hpp"
 #include "dtrain/layers/pooling.hpp"
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/reshape.hpp"
+#include "dtrain/layers/zero_padding2d.hpp"
 
 #include "dtrain/checkpoint/checkpoint_manager.hpp"
 #include "dtrain/checkpoint/model_io.hpp"

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Generates tests/golden/golden.json: reference values from PyTorch for tests/golden/test_golden.cpp.
 
-How to run (from the repository root; needs PyTorch >= 1.13 and NumPy; on Debian the system
-interpreter has them, a virtualenv's python3 may not):
+How to run (from the repository root; needs PyTorch >= 1.13 and NumPy: Debian's python3-torch, or the
+benchmarks' peer venv, `bench/peers/venv.sh build/bench/peer-venv`):
 
     /usr/bin/python3 tests/golden/make_golden.py
+    build/bench/peer-venv/bin/python tests/golden/make_golden.py
 
 It overwrites tests/golden/golden.json. CI does not run it; the JSON is committed.
 
@@ -168,6 +169,25 @@ def make_layers():
     x = randn(3, 7, scale=1.5)
     for act in ("relu", "sigmoid", "tanh", "softmax", "gelu"):
         cases.append(layer_case(f"activation_{act}", ACTIVATIONS[act], x, []))
+
+    # Layers added later draw from their own seed, so the cases above (and the loss and optimizer
+    # families below) keep their values.
+    state = torch.get_rng_state()
+    torch.manual_seed(20261125)
+    x = randn(2, 6, 5, 3)
+    cases.append(layer_case("global_average_pooling2d", lambda x: x.mean(dim=(1, 2)), x, []))
+    cases.append(layer_case("global_max_pooling2d", lambda x: x.amax(dim=(1, 2)), x, []))
+    # F.pad on NHWC pads the last axes first: (c_before, c_after, left, right, top, bottom)
+    cases.append(layer_case("zero_padding2d_1", lambda x: F.pad(x, (0, 0, 1, 1, 1, 1)), x, []))
+    cases.append(layer_case("zero_padding2d_0_1_3_2", lambda x: F.pad(x, (0, 0, 3, 2, 0, 1)), x, []))
+    x = randn(3, 7, scale=1.5)
+    cases.append(layer_case("leaky_relu_0.3", lambda x: F.leaky_relu(x, 0.3), x, []))
+    # LayerNormalization(epsilon=1e-3) over the last axis, with gamma and beta away from their defaults
+    x = randn(3, 2, 5, scale=2.0) + 0.5
+    gamma, beta = f32(1.0 + randn(5, scale=0.3)), randn(5, scale=0.3)
+    cases.append(layer_case("layer_normalization",
+                            lambda x, g, b: F.layer_norm(x, (5,), g, b, eps=1e-3), x, [gamma, beta]))
+    torch.set_rng_state(state)
     return cases
 
 

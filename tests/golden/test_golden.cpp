@@ -1,6 +1,6 @@
 // Golden values from PyTorch (float64) for layers (forward and backward), losses (value and gradient) and
 // optimizers (two steps), computed on every backend of the suite. The reference is tests/golden/golden.json, written by tests/golden/make_golden.py
-// (run it with `/usr/bin/python3 tests/golden/make_golden.py`; see its header for the conventions).
+// (its header says how to run it and the conventions it follows).
 #include "support/gradcheck.hpp"
 
 #include <cmath>
@@ -124,6 +124,12 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"activation_tanh", check_layer<B, dtrain::tanh, act_in>},
     {"activation_softmax", check_layer<B, softmax, act_in>},
     {"activation_gelu", check_layer<B, gelu, act_in>},
+    {"global_average_pooling2d", check_layer<B, global_average_pooling2d<>, conv_in>},
+    {"global_max_pooling2d", check_layer<B, global_max_pooling2d<>, conv_in>},
+    {"zero_padding2d_1", check_layer<B, zero_padding2d<>, conv_in>},
+    {"zero_padding2d_0_1_3_2", check_layer<B, zero_padding2d<0, 1, 3, 2>, conv_in>},
+    {"leaky_relu_0.3", check_layer<B, leaky_relu<0.3f>, act_in>},
+    {"layer_normalization", check_layer<B, layer_normalization<1e-3f>, shape<2, 5>>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

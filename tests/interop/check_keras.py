@@ -1,6 +1,7 @@
-"""Keras 3 (JAX backend, from PyPI) and dtrain, both ways, on the tutorial's CNN and 100 Fashion-MNIST
-test images: weights saved by Keras, converted by tools/keras_weights.py and loaded by dtrain give
-Keras' logits; weights trained by dtrain, converted back and loaded by Keras give dtrain's logits.
+"""Keras 3 (JAX backend, from PyPI) and dtrain, both ways, on 100 Fashion-MNIST test images, for the
+tutorial's CNN and a model of the layers real models add: weights saved by Keras, converted by
+tools/keras_weights.py and loaded by dtrain give Keras' logits; weights trained by dtrain, converted back
+and loaded by Keras give dtrain's logits.
 usage: check_keras.py <keras_cnn program> <tools/keras_weights.py>"""
 import os
 import subprocess
@@ -24,33 +25,56 @@ def tutorial_cnn():  # the multi-worker tutorial's build_and_compile_cnn_model, 
                              keras.layers.Dense(10, name="dense_1")])
 
 
+def modern():  # keras_cnn.cpp's `modern`
+    return keras.Sequential([keras.Input((28, 28)), keras.layers.Reshape((28, 28, 1), name="reshape"),
+                             keras.layers.ZeroPadding2D(1, name="zero_padding2d"),
+                             keras.layers.Conv2D(16, 3, strides=2, name="conv2d"),
+                             keras.layers.LeakyReLU(name="leaky_re_lu"),
+                             keras.layers.LayerNormalization(name="layer_normalization"),
+                             keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu", name="conv2d_1"),
+                             keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d"),
+                             keras.layers.Dense(10, name="dense")])
+
+
+def randomize_normalization(model):  # gamma and beta away from their initial ones and zeros
+    rng = np.random.default_rng(3)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.LayerNormalization):
+            g, b = layer.get_weights()
+            layer.set_weights([1 + 0.3 * rng.standard_normal(g.shape), 0.3 * rng.standard_normal(b.shape)])
+
+
 def run(*args):
     subprocess.run(list(args), check=True, stdout=subprocess.DEVNULL)
 
 
 failures = []
-# Keras -> dtrain
-keras.utils.set_random_seed(7)
-k = tutorial_cnn()
-k.save_weights(os.path.join(d, "keras.weights.h5"))
-run(sys.executable, converter, "to-dtrain", os.path.join(d, "keras.weights.h5"), os.path.join(d, "keras.safetensors"))
-run(program, "predict", os.path.join(d, "keras.safetensors"), d)
-images, dtrain_logits = np.load(os.path.join(d, "images.npy")), np.load(os.path.join(d, "logits.npy"))
-keras_logits = k.predict(images, verbose=0)
-worst_in = float(np.max(np.abs(keras_logits - dtrain_logits)))
-if not worst_in <= tolerance:
-    failures.append(f"Keras weights in dtrain: |logits difference| up to {worst_in:.3g}")
-# dtrain -> Keras
-run(program, "train", d)
-run(sys.executable, converter, "to-keras", os.path.join(d, "trained.safetensors"), os.path.join(d, "trained.weights.h5"))
-k2 = tutorial_cnn()
-k2.load_weights(os.path.join(d, "trained.weights.h5"))
-images, dtrain_logits = np.load(os.path.join(d, "images.npy")), np.load(os.path.join(d, "logits.npy"))
-worst_out = float(np.max(np.abs(k2.predict(images, verbose=0) - dtrain_logits)))
-if not worst_out <= tolerance:
-    failures.append(f"dtrain weights in Keras: |logits difference| up to {worst_out:.3g}")
+report = []
+for name, build in (("cnn", tutorial_cnn), ("modern", modern)):
+    # Keras -> dtrain
+    keras.utils.set_random_seed(7)
+    k = build()
+    randomize_normalization(k)
+    k.save_weights(os.path.join(d, "keras.weights.h5"))
+    run(sys.executable, converter, "to-dtrain", os.path.join(d, "keras.weights.h5"), os.path.join(d, "keras.safetensors"))
+    run(program, name, "predict", os.path.join(d, "keras.safetensors"), d)
+    images, dtrain_logits = np.load(os.path.join(d, "images.npy")), np.load(os.path.join(d, "logits.npy"))
+    worst_in = float(np.max(np.abs(k.predict(images, verbose=0) - dtrain_logits)))
+    if not worst_in <= tolerance:
+        failures.append(f"{name}: Keras weights in dtrain: |logits difference| up to {worst_in:.3g}")
+    # dtrain -> Keras
+    run(program, name, "train", d)
+    run(sys.executable, converter, "to-keras", os.path.join(d, "trained.safetensors"),
+        os.path.join(d, "trained.weights.h5"))
+    k2 = build()
+    k2.load_weights(os.path.join(d, "trained.weights.h5"))
+    images, dtrain_logits = np.load(os.path.join(d, "images.npy")), np.load(os.path.join(d, "logits.npy"))
+    worst_out = float(np.max(np.abs(k2.predict(images, verbose=0) - dtrain_logits)))
+    if not worst_out <= tolerance:
+        failures.append(f"{name}: dtrain weights in Keras: |logits difference| up to {worst_out:.3g}")
+    report.append(f"{name} {worst_in:.2g} / {worst_out:.2g}")
 if failures:
     print("FAIL:\n  " + "\n  ".join(failures))
     sys.exit(1)
-print(f"PASS: Keras {keras.__version__} and dtrain agree both ways on 100 Fashion-MNIST images: "
-      f"max |logits difference| {worst_in:.2g} (Keras weights in dtrain), {worst_out:.2g} (dtrain weights in Keras)")
+print(f"PASS: Keras {keras.__version__} and dtrain agree both ways on 100 Fashion-MNIST images: max |logits "
+      f"difference| (Keras weights in dtrain / dtrain weights in Keras): {', '.join(report)}")

@@ -60,4 +60,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_flatten_dropout, B, backends) {
   check_layer_gradients<dropout<0.3f>, shape<11>, B>("dropout", 3);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(global_pooling, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<global_average_pooling2d<>, shape<5, 4, 3>, B>("global_average_pooling2d", n);
+    check_layer_gradients<global_average_pooling2d<true>, shape<3, 1, 2>, B>("global_average_pooling2d keepdims", n);
+    check_layer_gradients<global_max_pooling2d<>, shape<4, 5, 3>, B>("global_max_pooling2d", n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<zero_padding2d<>, shape<3, 4, 2>, B>("zero_padding2d 1", n);
+    check_layer_gradients<zero_padding2d<2, 0>, shape<3, 4, 2>, B>("zero_padding2d (2, 0)", n);
+    check_layer_gradients<zero_padding2d<0, 1, 3, 2>, shape<2, 3, 3>, B>("zero_padding2d (0, 1, 3, 2)", n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_slopes, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<leaky_relu<>, shape<9>, B>("leaky_relu 0.3", n);
+    check_layer_gradients<leaky_relu<0.01f>, shape<2, 5>, B>("leaky_relu 0.01", n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(layer_normalization_axes, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<layer_normalization<>, shape<7>, B>("layer_normalization", n);
+    check_layer_gradients<layer_normalization<1e-5f>, shape<3, 2, 5>, B>("layer_normalization rank 3", n);
+    check_layer_gradients<layer_normalization<>, shape<4, 1>, B>("layer_normalization one feature", n);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -29,6 +29,16 @@ static_assert(layer<bind_t<dense<3, gelu, l2<0.1f>>, shape<4>, opaque>, opaque> 
               layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>, opaque>, opaque> &&
               layer<bind_t<average_pooling2d<2>, shape<4, 4, 1>, opaque>, opaque> &&
               layer<bind_t<flatten, shape<2, 2>, opaque>, opaque>);
+static_assert(std::is_same_v<bind_t<global_average_pooling2d<>, shape<7, 5, 3>>::output_shape, shape<3>>);
+static_assert(std::is_same_v<bind_t<global_max_pooling2d<true>, shape<7, 5, 3>>::output_shape, shape<1, 1, 3>>);
+static_assert(std::is_same_v<bind_t<zero_padding2d<>, shape<7, 5, 3>>::output_shape, shape<9, 7, 3>>);
+static_assert(std::is_same_v<bind_t<zero_padding2d<2, 0>, shape<7, 5, 3>>::output_shape, shape<11, 5, 3>>);
+static_assert(std::is_same_v<bind_t<zero_padding2d<0, 1, 3, 2>, shape<7, 5, 3>>::output_shape, shape<8, 10, 3>>);
+static_assert(param_count_v<bind_t<layer_normalization<>, shape<6, 10>>> == 2 * 10);
+static_assert(layer<bind_t<leaky_relu<>, shape<4>, opaque>, opaque> &&
+              layer<bind_t<layer_normalization<>, shape<4>, opaque>, opaque> &&
+              layer<bind_t<zero_padding2d<1>, shape<4, 4, 1>, opaque>, opaque> &&
+              layer<bind_t<global_max_pooling2d<>, shape<4, 4, 1>, opaque>, opaque>);
 
 /// Layer spec `Spec` on input `In` and backend B, forward on host values.
 template <class Spec, class In, class B>
@@ -87,6 +97,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_matches_a_direct_convolution, B, backends) 
               }
           BOOST_TEST(y[((s * 3 + oy) * 2 + ox) * 2 + f] == acc, boost::test_tools::tolerance(1e-4));
         }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding_global_pooling_and_leaky_relu_by_hand, B, backends) {
+  // one 2x2 channel 1, 2 / 3, 4
+  const std::vector<float> x{1, 2, 3, 4};
+  using in = shape<2, 2, 1>;
+  // top 0, bottom 1, left 1, right 0: a 3x3 plane with the input at its top right
+  BOOST_TEST((run_forward<zero_padding2d<0, 1, 1, 0>, in, B>(x, 1) == std::vector<float>{0, 1, 2, 0, 3, 4, 0, 0, 0}),
+             boost::test_tools::per_element());
+  BOOST_TEST((run_forward<global_average_pooling2d<>, in, B>(x, 1) == std::vector<float>{2.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST((run_forward<global_max_pooling2d<>, shape<1, 2, 2>, B>(x, 1) == std::vector<float>{3, 4}),
+             boost::test_tools::per_element());
+  BOOST_TEST((run_forward<leaky_relu<0.5f>, shape<4>, B>({-2, -0.0f, 0.5f, 3}, 1) == std::vector<float>{-1, 0, 0.5f, 3}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(layer_normalization_starts_as_a_standardisation, B, backends) {
+  using L = bind_t<layer_normalization<>, shape<2, 4>, B>;
+  rng r(3);
+  std::vector<float> p(param_count_v<L>);
+  L{}.initialize(p, r);
+  BOOST_TEST((p == std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}), boost::test_tools::per_element());
+  // each row of 4 is standardised on its own: row 1, 2, 3, 4 has mean 2.5 and variance 1.25
+  const auto y = run_forward<layer_normalization<>, shape<2, 4>, B>({1, 2, 3, 4, 10, 10, 10, 14}, 1, p);
+  const float inv = 1.0f / std::sqrt(1.25f + 1e-3f);
+  BOOST_TEST(y[0] == -1.5f * inv, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(y[3] == 1.5f * inv, boost::test_tools::tolerance(1e-6f));
+  const float inv2 = 1.0f / std::sqrt(3.0f + 1e-3f);  // 10, 10, 10, 14: mean 11, variance 3
+  BOOST_TEST(y[4] == -inv2, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(y[7] == 3.0f * inv2, boost::test_tools::tolerance(1e-6f));
 }
 
 BOOST_AUTO_TEST_CASE(glorot_uniform_bounds_and_zero_bias) {

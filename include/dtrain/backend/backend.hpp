@@ -28,8 +28,8 @@
 /// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
 ///   `conv2d_backward<G, A>` with the workspace sizes `conv2d_workspace<G>` (forward's, which backward
 ///   reads) and `conv2d_backward_workspace<G>` (backward's scratch), `max_pooling2d_*` and
-///   `average_pooling2d_*<G>`, `dropout` (mask from a counter-based generator keyed by the model's), `l2` (penalty and its
-///   gradient).
+///   `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `leaky_relu_*`, `layer_normalization_*`, `dropout`
+///   (mask from a counter-based generator keyed by the model's), `l2` (penalty and its gradient).
 /// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
 ///   `metric(op, ...)`, `update(op, ...)`.
 
@@ -190,6 +190,12 @@ concept backend =
       b.template max_pooling2d_backward<detail::probe_window>(n, cp, cip, p);
       b.template average_pooling2d_forward<detail::probe_window>(n, cp, p);
       b.template average_pooling2d_backward<detail::probe_window>(n, cp, p);
+      b.template zero_padding2d_forward<detail::probe_window>(n, cp, p);
+      b.template zero_padding2d_backward<detail::probe_window>(n, cp, p);
+      b.leaky_relu_forward(n, s, cp, p);
+      b.leaky_relu_backward(n, s, cp, cp, p);
+      b.layer_normalization_forward(n, n, s, cp, cp, cp, p, p, p);
+      b.layer_normalization_backward(n, n, cp, cp, cp, cp, p);
       b.dropout(n, s, key, cp, p, p);
       b.l2(n, s, s, cp, p, p);
       // losses, metrics, optimizer steps

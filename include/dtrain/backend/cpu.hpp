@@ -9,6 +9,7 @@
 /// round differently by block).
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -145,6 +146,58 @@ struct cpu {
     detail::pooling_kernels<G, false>::backward(n, dy, nullptr, dx);
   }
 
+  /// Zero padding (window G: kh = kw = 1): y (oh x ow x c) is zero but for the input, placed at row pt,
+  /// column pl.
+  template <window_geometry G>
+  void zero_padding2d_forward(std::size_t n, const float* x, float* y) const {
+    std::fill_n(y, n * G.out_size(), 0.0f);
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t iy = 0; iy < G.h; ++iy) copy(G.w * G.c, x + (s * G.h + iy) * G.w * G.c, y + padded_row<G>(s, iy));
+  }
+  /// dx = the input's place in dy (the crop).
+  template <window_geometry G>
+  void zero_padding2d_backward(std::size_t n, const float* dy, float* dx) const {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t iy = 0; iy < G.h; ++iy) copy(G.w * G.c, dy + padded_row<G>(s, iy), dx + (s * G.h + iy) * G.w * G.c);
+  }
+  /// y = x where x > 0, else slope x (TF's LeakyRelu).
+  void leaky_relu_forward(std::size_t n, float slope, const float* x, float* y) const {
+    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+  }
+  /// dx = dy where x > 0, else slope dy (TF's LeakyReluGrad; dx may be dy).
+  void leaky_relu_backward(std::size_t n, float slope, const float* x, const float* dy, float* dx) const {
+    for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : slope * dy[i];
+  }
+  /// Per row of x (rows x cols), in float: mean, then the mean of squared deviations (a second pass);
+  /// inv_std = 1 / sqrt(variance + epsilon), xhat = (x - mean) inv_std, y = xhat gamma + beta.
+  void layer_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, const float* x,
+                                   const float* gamma, const float* beta, float* y, float* xhat, float* inv_std) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      float mean = 0.0f, var = 0.0f;
+      for (std::size_t j = 0; j < cols; ++j) mean += xr[j];
+      mean /= static_cast<float>(cols);
+      for (std::size_t j = 0; j < cols; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+      const float inv = 1.0f / std::sqrt(var / static_cast<float>(cols) + epsilon);
+      inv_std[r] = inv;
+      for (std::size_t j = 0; j < cols; ++j) {
+        xhat[r * cols + j] = (xr[j] - mean) * inv;
+        y[r * cols + j] = xhat[r * cols + j] * gamma[j] + beta[j];
+      }
+    }
+  }
+  /// Per row, with g = dy gamma: dx = inv_std (g - mean(g) - xhat mean(g xhat)) (the means in float).
+  void layer_normalization_backward(std::size_t rows, std::size_t cols, const float* xhat, const float* inv_std,
+                                    const float* gamma, const float* dy, float* dx) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float *xr = xhat + r * cols, *dr = dy + r * cols;
+      float mg = 0.0f, mgx = 0.0f;
+      for (std::size_t j = 0; j < cols; ++j) mg += dr[j] * gamma[j], mgx += dr[j] * gamma[j] * xr[j];
+      mg /= static_cast<float>(cols), mgx /= static_cast<float>(cols);
+      for (std::size_t j = 0; j < cols; ++j) dx[r * cols + j] = inv_std[r] * (dr[j] * gamma[j] - mg - xr[j] * mgx);
+    }
+  }
+
   /// mask[i] = 1 / (1 - rate) where the i-th uniform of `key`'s Philox stream is >= rate, else 0;
   /// y = x * mask.
   void dropout(std::size_t n, float rate, std::uint64_t key, const float* x, float* y, float* mask) const {
@@ -183,6 +236,13 @@ struct cpu {
   template <class Op>
   void update(const Op& o, std::size_t n, const float* g, float* slots, float* p) const {
     detail::update_kernel(o, n, g, slots, p);
+  }
+
+ private:
+  /// Where input row iy of sample s starts in zero padding G's output.
+  template <window_geometry G>
+  static constexpr std::size_t padded_row(std::size_t s, std::size_t iy) {
+    return ((s * G.oh + iy + G.pt) * G.ow + G.pl) * G.c;
   }
 };
 

@@ -189,6 +189,43 @@ class opaque {
     cpu_.average_pooling2d_backward<G>(n, raw(dy, n * G.out_size(), "average_pooling2d dy"),
                                        raw(dx, n * G.in_size(), "average_pooling2d dx"));
   }
+  template <window_geometry G>
+  void zero_padding2d_forward(std::size_t n, pointer<const float> x, pointer<float> y) const {
+    cpu_.zero_padding2d_forward<G>(n, raw(x, n * G.in_size(), "zero_padding2d x"),
+                                   raw(y, n * G.out_size(), "zero_padding2d y"));
+  }
+  template <window_geometry G>
+  void zero_padding2d_backward(std::size_t n, pointer<const float> dy, pointer<float> dx) const {
+    cpu_.zero_padding2d_backward<G>(n, raw(dy, n * G.out_size(), "zero_padding2d dy"),
+                                    raw(dx, n * G.in_size(), "zero_padding2d dx"));
+  }
+  void leaky_relu_forward(std::size_t n, float slope, pointer<const float> x, pointer<float> y) const {
+    cpu_.leaky_relu_forward(n, slope, raw(x, n, "leaky_relu x"), raw(y, n, "leaky_relu y"));
+  }
+  void leaky_relu_backward(std::size_t n, float slope, pointer<const float> x, pointer<const float> dy,
+                           pointer<float> dx) const {
+    cpu_.leaky_relu_backward(n, slope, raw(x, n, "leaky_relu x"), raw(dy, n, "leaky_relu dy"),
+                             raw(dx, n, "leaky_relu dx"));
+  }
+  void layer_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, pointer<const float> x,
+                                   pointer<const float> gamma, pointer<const float> beta, pointer<float> y,
+                                   pointer<float> xhat, pointer<float> inv_std) const {
+    const std::size_t e = rows * cols;
+    cpu_.layer_normalization_forward(rows, cols, epsilon, raw(x, e, "layer_normalization x"),
+                                     raw(gamma, cols, "layer_normalization gamma"),
+                                     raw(beta, cols, "layer_normalization beta"), raw(y, e, "layer_normalization y"),
+                                     raw(xhat, e, "layer_normalization xhat"),
+                                     raw(inv_std, rows, "layer_normalization inv_std"));
+  }
+  void layer_normalization_backward(std::size_t rows, std::size_t cols, pointer<const float> xhat,
+                                    pointer<const float> inv_std, pointer<const float> gamma,
+                                    pointer<const float> dy, pointer<float> dx) const {
+    const std::size_t e = rows * cols;
+    cpu_.layer_normalization_backward(rows, cols, raw(xhat, e, "layer_normalization xhat"),
+                                      raw(inv_std, rows, "layer_normalization inv_std"),
+                                      raw(gamma, cols, "layer_normalization gamma"),
+                                      raw(dy, e, "layer_normalization dy"), raw(dx, e, "layer_normalization dx"));
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     cpu_.dropout(n, rate, key, raw(x, n, "dropout x"), raw(y, n, "dropout y"), raw(mask, n, "dropout mask"));

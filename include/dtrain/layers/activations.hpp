@@ -100,6 +100,30 @@ struct gelu {
   using bind = detail::activation_layer<gelu, In, B>;
 };
 
+/// Keras `layers.LeakyReLU(negative_slope)`: x where x > 0, else `Slope` x. A layer only: its slope is a
+/// parameter, which the fused activations of dense and conv2d do not take.
+template <float Slope = 0.3f>
+struct leaky_relu {
+  static_assert(Slope >= 0.0f, "leaky_relu: the negative slope must be >= 0 (Keras' rule)");
+
+  template <class In, class B>
+  struct bind : detail::no_params {
+    using input_shape = In;
+    using output_shape = In;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
+    static constexpr const char* keras_name = "leaky_re_lu";
+    static constexpr const char* class_name = "LeakyReLU";
+
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
+      ctx.device.leaky_relu_forward(n * In::size, Slope, x, y);
+    }
+    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr dx, std::size_t n, cptr, ptr) {
+      if (dx) ctx.device.leaky_relu_backward(n * In::size, Slope, x, dy, dx);
+    }
+  };
+};
+
 /// Keras' `layers.Activation(a)`: the standalone layer of policy `A` (the policy itself works as well).
 template <class A>
 using activation = A;

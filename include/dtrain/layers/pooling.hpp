@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// `max_pooling2d<Pool, Options...>` and `average_pooling2d<Pool, Options...>`: Keras `MaxPooling2D` /
-/// `AveragePooling2D`, channels last. Strides default to the pool size (Keras' strides=None);
+/// `AveragePooling2D`, channels last; `global_max_pooling2d<>` and `global_average_pooling2d<>`: Keras
+/// `GlobalMaxPooling2D` / `GlobalAveragePooling2D`, one window over the whole (h, w) plane. Strides default to the pool size (Keras' strides=None);
 /// options `strides<...>` and `padding::valid | padding::same`. With `same` padding the average is
 /// taken over the window's cells inside the input (TF's rule; PyTorch's count_include_pad=False).
 
@@ -52,6 +53,40 @@ struct pooling2d {
   };
 };
 
+/// One window over the sample's whole plane: (h, w, c) becomes (c), or (1, 1, c) with KeepDims.
+template <bool Max, bool KeepDims>
+struct global_pooling2d {
+  template <class In, class B>
+  struct bind : no_params {
+    static_assert(In::rank == 3, "global pooling: the input must be (height, width, channels)");
+    using input_shape = In;
+    using output_shape = std::conditional_t<KeepDims, shape<1, 1, In::dims[2]>, shape<In::dims[2]>>;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
+    static constexpr const char* keras_name = Max ? "global_max_pooling2d" : "global_average_pooling2d";
+    static constexpr const char* class_name = Max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D";
+    static constexpr std::size_t h = In::dims[0], w = In::dims[1], c = In::dims[2];
+    static constexpr window_geometry window{h, w, c, h, w, h, w, 0, 0, 1, 1, c};
+
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
+      if constexpr (Max)
+        ctx.device.template max_pooling2d_forward<window>(n, x, y, ensure(ctx.device, argmax_, n * c));
+      else
+        ctx.device.template average_pooling2d_forward<window>(n, x, y);
+    }
+    void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr, ptr) {
+      if (!dx) return;
+      if constexpr (Max)
+        ctx.device.template max_pooling2d_backward<window>(n, dy, argmax_.data(), dx);
+      else
+        ctx.device.template average_pooling2d_backward<window>(n, dy, dx);
+    }
+
+   private:
+    buffer_t<B, std::uint32_t> argmax_;
+  };
+};
+
 }  // namespace detail
 
 /// Keras `layers.MaxPooling2D(pool_size)`.
@@ -61,5 +96,13 @@ struct max_pooling2d : detail::pooling2d<true, Pool, Options...> {};
 /// Keras `layers.AveragePooling2D(pool_size)`.
 template <std::size_t Pool = 2, class... Options>
 struct average_pooling2d : detail::pooling2d<false, Pool, Options...> {};
+
+/// Keras `layers.GlobalMaxPooling2D(keepdims=KeepDims)`.
+template <bool KeepDims = false>
+struct global_max_pooling2d : detail::global_pooling2d<true, KeepDims> {};
+
+/// Keras `layers.GlobalAveragePooling2D(keepdims=KeepDims)`.
+template <bool KeepDims = false>
+struct global_average_pooling2d : detail::global_pooling2d<false, KeepDims> {};
 
 }  // namespace dtrain

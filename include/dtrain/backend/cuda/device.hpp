@@ -755,6 +755,31 @@ class basic_cuda {
   void average_pooling2d_backward(std::size_t n, pointer<const float> dy, pointer<float> dx) const {
     run<kernel::dtrain_pool_backward>(n * G.in_size(), n, geometry<G>(), 0, dy, pointer<const std::uint32_t>{}, dx);
   }
+  template <window_geometry G>
+  void zero_padding2d_forward(std::size_t n, pointer<const float> x, pointer<float> y) const {
+    run<kernel::dtrain_zero_pad_forward>(n * G.out_size(), n, geometry<G>(), x, y);
+  }
+  template <window_geometry G>
+  void zero_padding2d_backward(std::size_t n, pointer<const float> dy, pointer<float> dx) const {
+    run<kernel::dtrain_zero_pad_backward>(n * G.in_size(), n, geometry<G>(), dy, dx);
+  }
+  void leaky_relu_forward(std::size_t n, float slope, pointer<const float> x, pointer<float> y) const {
+    run<kernel::dtrain_leaky_relu_forward>(n, n, slope, x, y);
+  }
+  void leaky_relu_backward(std::size_t n, float slope, pointer<const float> x, pointer<const float> dy,
+                           pointer<float> dx) const {
+    run<kernel::dtrain_leaky_relu_backward>(n, n, slope, x, dy, dx);
+  }
+  void layer_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, pointer<const float> x,
+                                   pointer<const float> gamma, pointer<const float> beta, pointer<float> y,
+                                   pointer<float> xhat, pointer<float> inv_std) const {
+    run<kernel::dtrain_layer_norm_forward>(rows, rows, cols, epsilon, x, gamma, beta, y, xhat, inv_std);
+  }
+  void layer_normalization_backward(std::size_t rows, std::size_t cols, pointer<const float> xhat,
+                                    pointer<const float> inv_std, pointer<const float> gamma,
+                                    pointer<const float> dy, pointer<float> dx) const {
+    run<kernel::dtrain_layer_norm_backward>(rows, rows, cols, xhat, inv_std, gamma, dy, dx);
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     run<kernel::dtrain_dropout>((n + 3) / 4, n, rate, key, x, y, mask);

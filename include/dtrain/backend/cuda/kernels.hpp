@@ -273,6 +273,61 @@ DTRAIN_KERNEL void dtrain_pool_backward(long long n, window g, int is_max, const
   }
 }
 
+// ---- zero padding (window g: the input at row pt, column pl of the oh x ow output) -------------------------
+DTRAIN_KERNEL void dtrain_zero_pad_forward(long long n, window g, const float* x, float* y) {
+  for (long long e = first_index(); e < n * g.oh * g.ow * g.c; e += grid_stride()) {
+    const long long q = quot(e, g.c), q2 = quot(q, g.ow), s = quot(q2, g.oh);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.ow) - g.pl, iy = (int)(q2 - s * g.oh) - g.pt;
+    y[e] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? x[((s * g.h + iy) * g.w + ix) * g.c + ch] : 0.0f;
+  }
+}
+DTRAIN_KERNEL void dtrain_zero_pad_backward(long long n, window g, const float* dy, float* dx) {
+  for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
+    const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
+    dx[e] = dy[((s * g.oh + iy + g.pt) * g.ow + ix + g.pl) * g.c + ch];
+  }
+}
+
+// ---- leaky ReLU -----------------------------------------------------------------------------------------
+DTRAIN_KERNEL void dtrain_leaky_relu_forward(long long n, float slope, const float* x, float* y) {
+  for (long long i = first_index(); i < n; i += grid_stride()) y[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+}
+DTRAIN_KERNEL void dtrain_leaky_relu_backward(long long n, float slope, const float* x, const float* dy, float* dx) {
+  for (long long i = first_index(); i < n; i += grid_stride()) dx[i] = x[i] > 0.0f ? dy[i] : slope * dy[i];
+}
+
+// ---- layer normalization: one thread per row, the cpu backend's sums in its order -------------------------
+DTRAIN_KERNEL void dtrain_layer_norm_forward(long long rows, long long cols, float epsilon, const float* x,
+                                             const float* gamma, const float* beta, float* y, float* xhat,
+                                             float* inv_std) {
+  for (long long r = first_index(); r < rows; r += grid_stride()) {
+    const float* xr = x + r * cols;
+    float mean = 0.0f, var = 0.0f;
+    for (long long j = 0; j < cols; ++j) mean += xr[j];
+    mean /= (float)cols;
+    for (long long j = 0; j < cols; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = 1.0f / sqrtf(var / (float)cols + epsilon);
+    inv_std[r] = inv;
+    for (long long j = 0; j < cols; ++j) {
+      const float h = (xr[j] - mean) * inv;
+      xhat[r * cols + j] = h;
+      y[r * cols + j] = h * gamma[j] + beta[j];
+    }
+  }
+}
+DTRAIN_KERNEL void dtrain_layer_norm_backward(long long rows, long long cols, const float* xhat, const float* inv_std,
+                                              const float* gamma, const float* dy, float* dx) {
+  for (long long r = first_index(); r < rows; r += grid_stride()) {
+    const float *xr = xhat + r * cols, *dr = dy + r * cols;
+    float mg = 0.0f, mgx = 0.0f;
+    for (long long j = 0; j < cols; ++j) { mg += dr[j] * gamma[j]; mgx += dr[j] * gamma[j] * xr[j]; }
+    mg /= (float)cols;
+    mgx /= (float)cols;
+    for (long long j = 0; j < cols; ++j) dx[r * cols + j] = inv_std[r] * (dr[j] * gamma[j] - mg - xr[j] * mgx);
+  }
+}
+
 // ---- dropout: the mask from Philox4x32-10, as core/random.hpp's counter_uniform4 ------------------------
 DTRAIN_KERNEL void dtrain_dropout(long long n, float rate, unsigned long long key, const float* x, float* y,
                                   float* mask) {
@@ -447,7 +502,9 @@ namespace dtrain::cuda_kernels {
   X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles) X(dtrain_sum_finish)           \
   X(dtrain_activation_forward) X(dtrain_bias_activation) X(dtrain_activation_backward)                    \
   X(dtrain_im2col) X(dtrain_col2im)                                                                       \
-  X(dtrain_pool_forward) X(dtrain_pool_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
+  X(dtrain_pool_forward) X(dtrain_pool_backward) X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward)     \
+  X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                 \
+  X(dtrain_layer_norm_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
   X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
 
 enum class kernel : int {
