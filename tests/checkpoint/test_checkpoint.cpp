@@ -161,6 +161,38 @@ BOOST_AUTO_TEST_CASE(model_with_optimizer_resumes_bitwise) {
   BOOST_TEST(loaded.get_weights() == first.get_weights(), tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(moving_statistics_are_saved_with_keras_names_and_resume_bitwise) {
+  using normed = sequential<input<5>, dense<4>, batch_normalization<>, relu, dense<3>>;
+  auto make = [](std::uint64_t seed) {
+    normed m(seed);
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    return m;
+  };
+  temp_dir t;
+  auto [x, y] = problem(16);
+  normed straight = make(1), first = make(1);
+  for (int i = 0; i < 6; ++i) straight.train_step(x, y);
+  for (int i = 0; i < 3; ++i) first.train_step(x, y);
+  checkpoint::save_model(first, t.path / "m.safetensors");
+  const auto f = checkpoint::load_safetensors(t.path / "m.safetensors");
+  // Keras' order: gamma, beta, moving_mean, moving_variance; the optimizer keeps slots for the 6
+  // trainable variables only (iterations, learning rate, then m and v of each)
+  const auto w = first.get_weights();
+  BOOST_REQUIRE(f.find("layers/batch_normalization/vars/2"));
+  BOOST_TEST(f.find("layers/batch_normalization/vars/2")->data ==
+                 std::vector<float>(w.begin() + normed::param_count, w.begin() + normed::param_count + 4),
+             tt::per_element());
+  BOOST_TEST(f.find("layers/batch_normalization/vars/3")->data[0] != 1.0f);  // it moved from its initial value
+  std::size_t optimizer_tensors = 0;
+  for (const auto& tensor : f.tensors) optimizer_tensors += tensor.name.rfind("optimizer/", 0) == 0;
+  BOOST_TEST(optimizer_tensors == 2u + 2u * 6u);
+  normed second = make(99);
+  checkpoint::restore_model(second, t.path / "m.safetensors");
+  BOOST_TEST(second.get_weights() == first.get_weights(), tt::per_element());
+  for (int i = 0; i < 3; ++i) second.train_step(x, y);
+  BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(damaged_optimizer_metadata_is_an_io_error_and_allocates_nothing_it_claims) {
   // [security] every value is a claim of the file: a clear error, the model untouched
   temp_dir t;

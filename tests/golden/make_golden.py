@@ -187,6 +187,30 @@ def make_layers():
     gamma, beta = f32(1.0 + randn(5, scale=0.3)), randn(5, scale=0.3)
     cases.append(layer_case("layer_normalization",
                             lambda x, g, b: F.layer_norm(x, (5,), g, b, eps=1e-3), x, [gamma, beta]))
+    # BatchNormalization(momentum=0.9, epsilon=1e-3) on (4, 3, 2, 3): channels last, statistics over the
+    # 24 rows of each channel. Training: the batch's mean and biased variance normalise, and the moving
+    # statistics become 0.9 moving + 0.1 batch (Keras' rule, with the biased variance: torch's running_var
+    # uses the unbiased one, so it is computed here). Inference: the moving statistics normalise.
+    x = randn(4, 3, 2, 3, scale=1.5) + 0.7
+    gamma, beta = f32(1.0 + randn(3, scale=0.3)), randn(3, scale=0.3)
+    moving = torch.cat([randn(3, scale=0.5), uniform(0.5, 2.0, 3)])
+    rows = x.reshape(-1, 3)
+    after = torch.cat([0.9 * moving[:3] + 0.1 * rows.mean(0), 0.9 * moving[3:] + 0.1 * rows.var(0, unbiased=False)])
+
+    def batch_norm(x, g, b, training):
+        flat_x = x.reshape(-1, 3)
+        if training:
+            mean, var = flat_x.mean(0), flat_x.var(0, unbiased=False)
+        else:
+            mean, var = moving[:3], moving[3:]
+        return ((flat_x - mean) / torch.sqrt(var + 1e-3) * g + b).reshape(x.shape)
+
+    case = layer_case("batch_normalization_training", lambda x, g, b: batch_norm(x, g, b, True), x, [gamma, beta])
+    case.update(training=True, state=flat(moving), state_after=flat(after))
+    cases.append(case)
+    case = layer_case("batch_normalization_inference", lambda x, g, b: batch_norm(x, g, b, False), x, [gamma, beta])
+    case.update(training=False, state=flat(moving), state_after=flat(moving))
+    cases.append(case)
     torch.set_rng_state(state)
     return cases
 

@@ -89,10 +89,16 @@ void check_layer(const json& c) {
   auto y = device.template allocate<float>(n * Out::size), dx = device.template allocate<float>(n * In::size);
   auto grads = upload(device, std::vector<float>(params.size(), -1.0f));
   rng r(1);
-  layer_context<B> ctx{device, r, true};
+  // non-trainable variables: the case's (moving statistics), else the layer's initial ones
+  auto state = c.contains("state") ? upload(device, floats(c.at("state"))) : dtrain_test::layer_state<L>(device);
+  BOOST_REQUIRE_EQUAL(state.size(), state_count_v<L>);
+  layer_context<B> ctx{device, r, c.value("training", true), state.data()};
   L layer;
   layer.forward(ctx, x.data(), y.data(), n, p.data());
   expect_close(name + " y", download(device, y), doubles(c.at("y")), layer_rtol, layer_atol);
+  if (c.contains("state_after"))
+    expect_close(name + " moving statistics", download(device, state), doubles(c.at("state_after")), layer_rtol,
+                 layer_atol);
   layer.backward(ctx, x.data(), y.data(), dy.data(), dx.data(), n, p.data(), grads.data());  // dy is scratch
   expect_close(name + " dx", download(device, dx), doubles(c.at("dx")), layer_rtol, layer_atol);
   if (!params.empty())
@@ -130,6 +136,8 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"zero_padding2d_0_1_3_2", check_layer<B, zero_padding2d<0, 1, 3, 2>, conv_in>},
     {"leaky_relu_0.3", check_layer<B, leaky_relu<0.3f>, act_in>},
     {"layer_normalization", check_layer<B, layer_normalization<1e-3f>, shape<2, 5>>},
+    {"batch_normalization_training", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
+    {"batch_normalization_inference", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -31,17 +31,22 @@ def modern():  # keras_cnn.cpp's `modern`
                              keras.layers.Conv2D(16, 3, strides=2, name="conv2d"),
                              keras.layers.LeakyReLU(name="leaky_re_lu"),
                              keras.layers.LayerNormalization(name="layer_normalization"),
-                             keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="relu", name="conv2d_1"),
+                             keras.layers.Conv2D(32, 3, strides=2, padding="same", name="conv2d_1"),
+                             keras.layers.BatchNormalization(name="batch_normalization"),
+                             keras.layers.ReLU(name="re_lu"),
                              keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d"),
                              keras.layers.Dense(10, name="dense")])
 
 
-def randomize_normalization(model):  # gamma and beta away from their initial ones and zeros
+def randomize_normalization(model):  # gamma, beta and moving statistics away from their initial values
     rng = np.random.default_rng(3)
     for layer in model.layers:
-        if isinstance(layer, keras.layers.LayerNormalization):
-            g, b = layer.get_weights()
-            layer.set_weights([1 + 0.3 * rng.standard_normal(g.shape), 0.3 * rng.standard_normal(b.shape)])
+        if isinstance(layer, (keras.layers.LayerNormalization, keras.layers.BatchNormalization)):
+            w = layer.get_weights()  # gamma, beta[, moving_mean, moving_variance]
+            new = [1 + 0.3 * rng.standard_normal(w[0].shape), 0.3 * rng.standard_normal(w[1].shape)]
+            if len(w) == 4:
+                new += [0.3 * rng.standard_normal(w[2].shape), rng.uniform(0.5, 2.0, w[3].shape)]
+            layer.set_weights(new)
 
 
 def run(*args):

@@ -91,4 +91,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(layer_normalization_axes, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_in_training, B, backends) {
+  for (std::size_t n : {2, 3}) {
+    check_layer_gradients<batch_normalization<>, shape<7>, B>("batch_normalization", n);
+    check_layer_gradients<batch_normalization<{.momentum = 0.9f, .epsilon = 1e-5f}>, shape<3, 2, 5>, B>(
+        "batch_normalization rank 3", n);
+    check_layer_gradients<batch_normalization<{.synchronized = true}>, shape<2, 2, 3>, B>(
+        "batch_normalization synchronized, one replica", n);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -130,6 +130,48 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(layer_normalization_starts_as_a_standardisation, B
   BOOST_TEST(y[7] == 3.0f * inv2, boost::test_tools::tolerance(1e-6f));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_by_hand, B, backends) {
+  using L = bind_t<batch_normalization<{.momentum = 0.9f}>, shape<2>, B>;
+  static_assert(param_count_v<L> == 4 && state_count_v<L> == 4);
+  rng r(3);
+  std::vector<float> p(param_count_v<L>), st(state_count_v<L>);
+  L l;
+  l.initialize(p, r);
+  l.initialize_state(st);
+  BOOST_TEST((p == std::vector<float>{1, 1, 0, 0}), boost::test_tools::per_element());   // gamma, beta
+  BOOST_TEST((st == std::vector<float>{0, 0, 1, 1}), boost::test_tools::per_element());  // moving mean, variance
+  p = {2, 1, 0.5f, 0};  // gamma (2, 1), beta (0.5, 0)
+  // 4 rows of 2 channels: channel 0 is 1, 2, 3, 6 (mean 3, biased variance 3.5), channel 1 is 0 everywhere
+  const std::vector<float> x{1, 0, 2, 0, 3, 0, 6, 0};
+  const B device;
+  auto xd = dtrain_test::upload(device, x), pd = dtrain_test::upload(device, p), sd = dtrain_test::upload(device, st);
+  auto yd = device.template allocate<float>(8);
+  layer_context<B> train{device, r, true, sd.data()};
+  l.forward(train, xd.data(), yd.data(), 4, pd.data());
+  const auto y = dtrain_test::download(device, yd);
+  const float inv = 1.0f / std::sqrt(3.5f + 1e-3f);
+  const std::vector<float> want{2 * -2 * inv + 0.5f, 0, 2 * -inv + 0.5f, 0, 0.5f, 0, 2 * 3 * inv + 0.5f, 0};
+  BOOST_TEST(y == want, boost::test_tools::tolerance(1e-5f) << boost::test_tools::per_element());
+  // moving = 0.9 moving + 0.1 batch: mean (0.3, 0), variance (0.9 + 0.35, 0.9)
+  const auto moved = dtrain_test::download(device, sd);
+  BOOST_TEST(moved == (std::vector<float>{0.3f, 0, 1.25f, 0.9f}), boost::test_tools::tolerance(1e-6f) << boost::test_tools::per_element());
+  // inference normalises by the moving statistics: (x - 0.3) / sqrt(1.25 + eps) gamma + beta
+  layer_context<B> infer{device, r, false, sd.data()};
+  l.forward(infer, xd.data(), yd.data(), 4, pd.data());
+  const auto yi = dtrain_test::download(device, yd);
+  BOOST_TEST(yi[6] == 2 * (6 - 0.3f) / std::sqrt(1.25f + 1e-3f) + 0.5f, boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(yi[7] == 0.0f);
+  BOOST_TEST(dtrain_test::download(device, sd) == moved, boost::test_tools::per_element());  // inference moves nothing
+  // backward after inference: the statistics are constants, dx = gamma dy / sqrt(moving variance + eps)
+  auto dyd = dtrain_test::upload(device, std::vector<float>(8, 1.0f));
+  auto dxd = device.template allocate<float>(8), gd = device.template allocate<float>(4);
+  l.backward(infer, xd.data(), yd.data(), dyd.data(), dxd.data(), 4, pd.data(), gd.data());
+  const auto dx = dtrain_test::download(device, dxd), g = dtrain_test::download(device, gd);
+  BOOST_TEST(dx[0] == 2.0f / std::sqrt(1.25f + 1e-3f), boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(dx[1] == 1.0f / std::sqrt(0.9f + 1e-3f), boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(g[2] == 4.0f);  // d beta: the column sum of dy
+}
+
 BOOST_AUTO_TEST_CASE(glorot_uniform_bounds_and_zero_bias) {
   using L = bind_t<dense<30, relu>, shape<50>>;
   rng r(11);

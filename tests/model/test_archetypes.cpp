@@ -78,6 +78,24 @@ struct backend {
   void average_pooling2d_forward(std::size_t, pointer<const float>, pointer<float>) const {}
   template <window_geometry>
   void average_pooling2d_backward(std::size_t, pointer<const float>, pointer<float>) const {}
+  template <window_geometry>
+  void zero_padding2d_forward(std::size_t, pointer<const float>, pointer<float>) const {}
+  template <window_geometry>
+  void zero_padding2d_backward(std::size_t, pointer<const float>, pointer<float>) const {}
+  void leaky_relu_forward(std::size_t, float, pointer<const float>, pointer<float>) const {}
+  void leaky_relu_backward(std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>) const {}
+  void layer_normalization_forward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
+                                   pointer<const float>, pointer<float>, pointer<float>, pointer<float>) const {}
+  void layer_normalization_backward(std::size_t, std::size_t, pointer<const float>, pointer<const float>,
+                                    pointer<const float>, pointer<const float>, pointer<float>) const {}
+  void squared_deviations(std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
+  void moving_average(std::size_t, float, pointer<const float>, pointer<float>) const {}
+  void batch_normalization_forward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
+                                   pointer<const float>, pointer<const float>, pointer<const float>, pointer<float>,
+                                   pointer<float>, pointer<float>) const {}
+  void batch_normalization_backward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
+                                    pointer<const float>, pointer<const float>, pointer<const float>,
+                                    pointer<float>) const {}
   void dropout(std::size_t, float, std::uint64_t, pointer<const float>, pointer<float>, pointer<float>) const {}
   void l2(std::size_t, float, float, pointer<const float>, pointer<float>, pointer<float>) const {}
   template <class Op>

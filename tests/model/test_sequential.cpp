@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 #include "support/host_loss.hpp"
 
 using namespace dtrain;
@@ -69,6 +70,68 @@ BOOST_AUTO_TEST_CASE(summary_table) {
   BOOST_TEST(s.find(" dense_1 (Dense)             (None, 10)                1290") != std::string::npos);
   BOOST_TEST(s.find("Total params: 2,770,634") != std::string::npos);
   BOOST_TEST(s.find("Non-trainable params: 0") != std::string::npos);
+}
+
+using normed = sequential<input<6>, dense<8>, batch_normalization<{.momentum = 0.9f}>, relu, dense<3>>;
+
+BOOST_AUTO_TEST_CASE(non_trainable_weights_follow_the_trainable_ones) {
+  static_assert(normed::param_count == 56 + 16 + 27 && normed::weight_count == 99 + 16);
+  normed m;
+  BOOST_TEST(m.count_params() == 115u);  // Keras counts every weight
+  BOOST_TEST(m.parameters().size() == 99u);
+  BOOST_TEST(m.get_weights().size() == 115u);
+  const auto nt = to_host(m.non_trainable_weights());
+  BOOST_TEST(nt == (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}), tt::per_element());
+  const auto ls = m.layers();
+  BOOST_REQUIRE_EQUAL(ls[1].variables.size(), 4u);
+  BOOST_TEST(ls[1].name == "batch_normalization");
+  BOOST_TEST(ls[1].param_count == 32u);
+  BOOST_TEST(ls[1].variables[1].name == "beta");
+  BOOST_TEST(ls[1].variables[1].trainable);
+  BOOST_TEST(ls[1].variables[2].name == "moving_mean");
+  BOOST_TEST(!ls[1].variables[2].trainable);
+  BOOST_TEST(ls[1].variables[2].offset == 99u);
+  BOOST_TEST(ls[1].variables[3].offset == 107u);
+  std::ostringstream os;
+  m.summary(os);
+  const std::string s = os.str();
+  BOOST_TEST(s.find(" batch_normalization (BatchN (None, 8)                 32") != std::string::npos, s);
+  BOOST_TEST(s.find("Total params: 115") != std::string::npos);
+  BOOST_TEST(s.find("Trainable params: 99") != std::string::npos);
+  BOOST_TEST(s.find("Non-trainable params: 16") != std::string::npos);
+  BOOST_TEST(dtrain_test::error_of([&] { m.set_weights(std::vector<float>(99)); }).find("99 values for a model of 115 weights") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_model_trains_and_infers_with_moving_statistics, B, backends) {
+  auto [x, y] = blobs(96, 4);
+  on<normed, B> m(9);
+  m.compile({.optimizer = adam{{.learning_rate = 0.02f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  // one step: the moving mean becomes 0.1 times the batch mean of the first dense layer's output,
+  // computed here from the weights the step started from (the optimizer does not touch it)
+  const std::vector<float> w0 = m.get_weights();
+  m.train_step(x, y);
+  std::vector<double> mean(8, 0.0);
+  for (std::size_t i = 0; i < 96; ++i)
+    for (std::size_t u = 0; u < 8; ++u) {
+      double z = w0[48 + u];
+      for (std::size_t j = 0; j < 6; ++j) z += double(x(i, j)) * w0[j * 8 + u];
+      mean[u] += z / 96.0;
+    }
+  const std::vector<float> w1 = m.get_weights();
+  for (std::size_t u = 0; u < 8; ++u) BOOST_TEST(w1[99 + u] == 0.1 * mean[u], tt::tolerance(1e-4));
+  m.fit(x, y, {.epochs = 30, .verbose = 0, .batch_size = 16});
+  // inference normalises by the moving statistics: the model still classifies, and a model with the
+  // same trainable weights but the initial moving statistics does not give the same outputs
+  BOOST_TEST(m.evaluate(x, y, {.verbose = 0})["accuracy"] > 0.9f);
+  std::vector<float> w = m.get_weights();
+  const tensor before = m.predict(x);
+  std::copy_n(std::vector<float>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}.begin(), 16, w.begin() + 99);
+  on<normed, B> fresh(1);
+  fresh.set_weights(w);
+  const tensor reset = fresh.predict(x);
+  BOOST_TEST(std::abs(reset(0, 0) - before(0, 0)) > 1e-3f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(trains_to_near_zero_loss, B, backends) {

@@ -64,6 +64,14 @@ inline void check_gradient(const std::string& what, std::vector<float>& values, 
   BOOST_CHECK_MESSAGE(skipped * 10 <= checked, what << ": " << skipped << " of " << checked << " entries sat on kinks");
 }
 
+/// Bound layer L's non-trainable variables, initialised, on backend B (empty for a layer without).
+template <class L, class B>
+dtrain::buffer_t<B, float> layer_state(const B& device) {
+  std::vector<float> s(dtrain::state_count_v<L>);
+  if constexpr (dtrain::state_count_v<L> > 0) L{}.initialize_state(s);
+  return upload(device, s);
+}
+
 /// Checks d f / d x and d f / d params of layer spec `Spec` bound to input `In` on backend B, on a batch of
 /// `n` random samples (host values, uploaded for every evaluation).
 template <class Spec, class In, class B = dtrain::cpu>
@@ -80,12 +88,13 @@ void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t
   auto pd = device.template allocate<float>(params.size()), xd = device.template allocate<float>(x.size());
   auto yd = device.template allocate<float>(proj.size()), gd = device.template allocate<float>(params.size());
   auto dxd = device.template allocate<float>(x.size());
+  auto sd = layer_state<L>(device);
 
   auto f = [&]() -> double {
     device.upload(params.size(), params.data(), pd.data());
     device.upload(x.size(), x.data(), xd.data());
     dtrain::rng fixed(seed + 1);  // the same dropout mask on every pass
-    dtrain::layer_context<B> ctx{device, fixed, true};
+    dtrain::layer_context<B> ctx{device, fixed, true, sd.data()};
     layer.forward(ctx, xd.data(), yd.data(), n, pd.data());
     const std::vector<float> y = download(device, yd);
     double s = 0.0;
@@ -96,7 +105,7 @@ void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t
   auto dyd = upload(device, proj);
   {
     dtrain::rng fixed(seed + 1);
-    dtrain::layer_context<B> ctx{device, fixed, true};
+    dtrain::layer_context<B> ctx{device, fixed, true, sd.data()};
     layer.backward(ctx, xd.data(), yd.data(), dyd.data(), dxd.data(), n, pd.data(), gd.data());
   }
   const std::vector<float> dx = download(device, dxd), grads = download(device, gd);

@@ -28,8 +28,10 @@
 /// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
 ///   `conv2d_backward<G, A>` with the workspace sizes `conv2d_workspace<G>` (forward's, which backward
 ///   reads) and `conv2d_backward_workspace<G>` (backward's scratch), `max_pooling2d_*` and
-///   `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `leaky_relu_*`, `layer_normalization_*`, `dropout`
-///   (mask from a counter-based generator keyed by the model's), `l2` (penalty and its gradient).
+///   `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `leaky_relu_*`, `layer_normalization_*`,
+///   `batch_normalization_*` with `squared_deviations` and `moving_average` (the batch statistics come
+///   from `column_sums`), `dropout` (mask from a counter-based generator keyed by the model's), `l2`
+///   (penalty and its gradient).
 /// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
 ///   `metric(op, ...)`, `update(op, ...)`.
 
@@ -196,6 +198,10 @@ concept backend =
       b.leaky_relu_backward(n, s, cp, cp, p);
       b.layer_normalization_forward(n, n, s, cp, cp, cp, p, p, p);
       b.layer_normalization_backward(n, n, cp, cp, cp, cp, p);
+      b.squared_deviations(n, n, cp, cp, p);
+      b.moving_average(n, s, cp, p);
+      b.batch_normalization_forward(n, n, s, cp, cp, cp, cp, cp, p, p, p);
+      b.batch_normalization_backward(n, n, s, cp, cp, cp, cp, cp, p);
       b.dropout(n, s, key, cp, p, p);
       b.l2(n, s, s, cp, p, p);
       // losses, metrics, optimizer steps

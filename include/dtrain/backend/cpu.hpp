@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "dtrain/backend/backend.hpp"
 #include "dtrain/backend/cpu/activations.hpp"
@@ -198,6 +199,46 @@ struct cpu {
     }
   }
 
+  /// out = (x - mean)^2, mean per column (batch normalization's second pass).
+  void squared_deviations(std::size_t rows, std::size_t cols, const float* x, const float* mean, float* out) const {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) {
+        const float d = x[r * cols + j] - mean[j];
+        out[r * cols + j] = d * d;
+      }
+  }
+  /// average = average momentum + value (1 - momentum) (Keras' moving statistics).
+  void moving_average(std::size_t n, float momentum, const float* value, float* average) const {
+    for (std::size_t i = 0; i < n; ++i) average[i] = average[i] * momentum + value[i] * (1.0f - momentum);
+  }
+  /// Per column j: inv = 1 / sqrt(variance[j] + epsilon), xhat = (x - mean[j]) inv, y = xhat gamma[j] +
+  /// beta[j]; `xhat` and `inv_std` (inv per column) are written when not null.
+  void batch_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, const float* x,
+                                   const float* mean, const float* variance, const float* gamma, const float* beta,
+                                   float* y, float* xhat, float* inv_std) const {
+    std::vector<float> own(inv_std ? 0 : cols);
+    float* inv = inv_std ? inv_std : own.data();
+    for (std::size_t j = 0; j < cols; ++j) inv[j] = 1.0f / std::sqrt(variance[j] + epsilon);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) {
+        const float h = (x[r * cols + j] - mean[j]) * inv[j];
+        if (xhat) xhat[r * cols + j] = h;
+        y[r * cols + j] = h * gamma[j] + beta[j];
+      }
+  }
+  /// dx = gamma inv_std (dy - inv_count (sums[cols + j] + xhat sums[j])) per column j, with `sums` the
+  /// batch's sums of dy xhat (cols), then of dy (cols); without `sums` (statistics held fixed: the
+  /// moving ones) dx = gamma inv_std dy.
+  void batch_normalization_backward(std::size_t rows, std::size_t cols, float inv_count, const float* xhat,
+                                    const float* inv_std, const float* gamma, const float* sums, const float* dy,
+                                    float* dx) const {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j) {
+        const std::size_t e = r * cols + j;
+        const float centred = sums ? dy[e] - inv_count * (sums[cols + j] + xhat[e] * sums[j]) : dy[e];
+        dx[e] = gamma[j] * inv_std[j] * centred;
+      }
+  }
   /// mask[i] = 1 / (1 - rate) where the i-th uniform of `key`'s Philox stream is >= rate, else 0;
   /// y = x * mask.
   void dropout(std::size_t n, float rate, std::uint64_t key, const float* x, float* y, float* mask) const {

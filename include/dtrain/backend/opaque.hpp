@@ -226,6 +226,36 @@ class opaque {
                                       raw(gamma, cols, "layer_normalization gamma"),
                                       raw(dy, e, "layer_normalization dy"), raw(dx, e, "layer_normalization dx"));
   }
+  void squared_deviations(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<const float> mean,
+                          pointer<float> out) const {
+    cpu_.squared_deviations(rows, cols, raw(x, rows * cols, "squared_deviations x"),
+                            raw(mean, cols, "squared_deviations mean"), raw(out, rows * cols, "squared_deviations out"));
+  }
+  void moving_average(std::size_t n, float momentum, pointer<const float> value, pointer<float> average) const {
+    cpu_.moving_average(n, momentum, raw(value, n, "moving_average value"), raw(average, n, "moving_average average"));
+  }
+  void batch_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, pointer<const float> x,
+                                   pointer<const float> mean, pointer<const float> variance,
+                                   pointer<const float> gamma, pointer<const float> beta, pointer<float> y,
+                                   pointer<float> xhat, pointer<float> inv_std) const {
+    const std::size_t e = rows * cols;
+    cpu_.batch_normalization_forward(
+        rows, cols, epsilon, raw(x, e, "batch_normalization x"), raw(mean, cols, "batch_normalization mean"),
+        raw(variance, cols, "batch_normalization variance"), raw(gamma, cols, "batch_normalization gamma"),
+        raw(beta, cols, "batch_normalization beta"), raw(y, e, "batch_normalization y"),
+        xhat ? raw(xhat, e, "batch_normalization xhat") : nullptr,
+        inv_std ? raw(inv_std, cols, "batch_normalization inv_std") : nullptr);
+  }
+  void batch_normalization_backward(std::size_t rows, std::size_t cols, float inv_count, pointer<const float> xhat,
+                                    pointer<const float> inv_std, pointer<const float> gamma,
+                                    pointer<const float> sums, pointer<const float> dy, pointer<float> dx) const {
+    const std::size_t e = rows * cols;
+    cpu_.batch_normalization_backward(rows, cols, inv_count, sums ? raw(xhat, e, "batch_normalization xhat") : nullptr,
+                                      raw(inv_std, cols, "batch_normalization inv_std"),
+                                      raw(gamma, cols, "batch_normalization gamma"),
+                                      sums ? raw(sums, 2 * cols, "batch_normalization sums") : nullptr,
+                                      raw(dy, e, "batch_normalization dy"), raw(dx, e, "batch_normalization dx"));
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     cpu_.dropout(n, rate, key, raw(x, n, "dropout x"), raw(y, n, "dropout y"), raw(mask, n, "dropout mask"));

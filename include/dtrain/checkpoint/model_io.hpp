@@ -38,7 +38,7 @@ std::string signature(const Model& m) {
   return s;
 }
 
-/// The weights `p` (a host copy of the model's parameters), named as Keras' .weights.h5 names them.
+/// The weights `p` (a host copy of every weight: `get_weights()`), named as Keras' .weights.h5 names them.
 template <class Model>
 std::vector<tensor_view> weight_views(const Model& m, std::span<const float> p) {
   std::vector<tensor_view> out;
@@ -55,18 +55,24 @@ struct optimizer_scalars {
   float learning_rate = 0;
 };
 
+/// The number of trainable parameters, whose copies the optimizer's slots are.
+template <class Model>
+std::size_t trainable_count(const Model& m) {
+  return m.parameters().size();
+}
+
 /// The optimizer's variables in Keras' order and types: vars/0 iterations (int64), vars/1 learning rate,
-/// then for each model variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
+/// then for each trainable variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
 template <class Model>
 std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& st, optimizer_scalars& scalars) {
   std::vector<tensor_view> out{{"optimizer/vars/0", {}, {}, std::span<const std::int64_t>(&scalars.iterations, 1)},
                                {"optimizer/vars/1", {}, std::span<const float>(&scalars.learning_rate, 1)}};
-  const std::size_t n = m.count_params();
+  const std::size_t n = trainable_count(m);
   const std::size_t slots = n ? st.slots.size() / n : 0;
   std::size_t k = 2;
   for (const auto& l : m.layers())
     for (const auto& var : l.variables)
-      for (std::size_t s = 0; s < slots; ++s)
+      for (std::size_t s = 0; var.trainable && s < slots; ++s)
         out.push_back({"optimizer/vars/" + std::to_string(k++), var.shape,
                        std::span<const float>(st.slots).subspan(s * n + var.offset, var.size)});
   return out;
@@ -172,7 +178,8 @@ void save_values(Model& m, const model_values& v, const std::filesystem::path& p
     tensors.insert(tensors.end(), ov.begin(), ov.end());
     meta["dtrain.optimizer"] = m.optimizer().name();
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
-    meta["dtrain.optimizer.slots"] = std::to_string(m.count_params() == 0 ? 0 : st.slots.size() / m.count_params());
+    const std::size_t n = trainable_count(m);
+    meta["dtrain.optimizer.slots"] = std::to_string(n == 0 ? 0 : st.slots.size() / n);
   }
   for (const auto& [k, x] : extra) meta[k] = x;
   tensors.insert(tensors.end(), more.begin(), more.end());
@@ -222,7 +229,7 @@ model_values read_model(Model& m, const safetensors_file& f, const std::string& 
   // every slot is a copy of the parameters that the file must hold: that bounds what is allocated
   std::size_t in_file = 0;
   for (const auto& t : f.tensors) in_file += t.data.size();
-  const std::size_t n = m.count_params();
+  const std::size_t n = trainable_count(m);
   const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0, std::int64_t(n ? in_file / n : 0)));
   optimizer_state& st = v.optimizer.emplace();
   st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());

@@ -26,6 +26,16 @@
 /// Optional: `static constexpr bool relabels = true` says the output holds the input's values in the same
 /// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output
 /// alias its input, and its input gradient alias its output gradient (`detail::relabels_v`).
+///
+/// Optional: non-trainable variables (Keras `non_trainable_weights`: batch normalization's moving
+/// statistics). `L::state` is a `std::array<param_spec, K>` of them (Keras order, after `params`), and
+/// `initialize_state(host)` sets their initial values. The model keeps them after every layer's trainable
+/// parameters (`get_weights()` holds both; optimizers and gradient sums see only the trainable ones) and
+/// hands the layer its own in `ctx.state` for `forward` and `backward`; a training `forward` may update
+/// them. A layer whose training pass talks to the other replicas (batch statistics summed across them)
+/// does so through `ctx.replicas`, and declares `join_forward(ctx)` and `join_backward(ctx, dx)`: what a
+/// replica without rows in a step runs in place of `forward` and `backward` (`dx`: whether backward would
+/// compute an input gradient), so that every replica enters the same collectives in the same order.
 
 #include <array>
 #include <cmath>
@@ -41,12 +51,28 @@
 
 namespace dtrain {
 
-/// What a layer sees of the model during one pass: its backend, its generator, the mode.
+/// The replicas a model trains with, as a layer sees them: `sum(values)` adds host values element by
+/// element over every replica in sync (each replica calls it with the same sizes, in the same order), and
+/// `count` is their number. A model that trains alone has count 1 and a sum that leaves values as they are.
+struct replica_sum {
+  int count = 1;
+  void* context = nullptr;
+  void (*sum_fn)(void*, std::span<float>) = nullptr;
+
+  void sum(std::span<float> values) const {
+    if (sum_fn) sum_fn(context, values);
+  }
+};
+
+/// What a layer sees of the model during one pass: its backend, its generator, the mode, its
+/// non-trainable variables (null for a layer without) and the replicas.
 template <class B>
 struct layer_context {
   const B& device;
   rng& random;
   bool training = false;
+  pointer_t<B, float> state{};
+  replica_sum replicas{};
 };
 
 /// One trainable variable of a layer: its Keras name and shape.
@@ -89,6 +115,15 @@ concept layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx,
   cl.regularization(ctx, cx, x, scale, x);
 };
 
+/// Total count of a bound layer's non-trainable variables (0 for a layer without `state`).
+template <class L>
+inline constexpr std::size_t state_count_v = [] {
+  std::size_t s = 0;
+  if constexpr (requires { L::state; })
+    for (const auto& p : L::state) s += p.size();
+  return s;
+}();
+
 namespace detail {
 
 /// True for a bound layer whose output is its input relabelled (see the contract above).
@@ -99,6 +134,10 @@ inline constexpr bool relabels_v = [] {
   else
     return false;
 }();
+
+/// True for a bound layer that joins the other replicas' collectives in training (see the contract above).
+template <class L>
+inline constexpr bool joins_replicas_v = requires { &L::join_forward; };
 
 /// A layer without variables or regularizer.
 struct no_params {

@@ -48,12 +48,13 @@ struct compile_options {
   std::vector<any_metric> metrics{};
 };
 
-/// One trainable variable of a model, as checkpoints name it.
+/// One variable of a model, as checkpoints name it.
 struct variable_info {
-  std::string name;  // "kernel", "bias"
+  std::string name;  // "kernel", "bias", "moving_mean"
   std::vector<std::size_t> shape;
-  std::size_t offset;  // into parameters()
+  std::size_t offset;  // into get_weights() (for a trainable one, also into parameters())
   std::size_t size;
+  bool trainable = true;  // false: a non-trainable variable (Keras' non_trainable_weights)
 };
 
 /// One layer of a model, as `summary()` prints it.
@@ -62,7 +63,7 @@ struct layer_info {
   std::string class_name;  // "Dense"
   std::string output_shape;
   std::size_t offset;  // of its first parameter
-  std::size_t param_count;
+  std::size_t param_count;  // trainable and non-trainable, as Keras' summary counts them
   std::vector<variable_info> variables;
 };
 
@@ -121,11 +122,23 @@ class basic_sequential {
   static constexpr auto outputs_of(std::index_sequence<I...>) {
     return std::array<std::size_t, depth>{layer_type<I>::output_shape::size...};
   }
+  template <std::size_t... I>
+  static constexpr auto state_sizes_of(std::index_sequence<I...>) {
+    return std::array<std::size_t, depth>{state_count_v<layer_type<I>>...};
+  }
   static constexpr std::array<std::size_t, depth> param_sizes = sizes_of(std::make_index_sequence<depth>{});
+  static constexpr std::array<std::size_t, depth> state_sizes = state_sizes_of(std::make_index_sequence<depth>{});
   static constexpr std::array<std::size_t, depth> output_sizes = outputs_of(std::make_index_sequence<depth>{});
   static constexpr std::array<std::size_t, depth + 1> param_offsets = [] {
     std::array<std::size_t, depth + 1> o{};
     for (std::size_t i = 0; i < depth; ++i) o[i + 1] = o[i] + param_sizes[i];
+    return o;
+  }();
+  /// Non-trainable variables follow every trainable parameter in the weights buffer.
+  static constexpr std::array<std::size_t, depth + 1> state_offsets = [] {
+    std::array<std::size_t, depth + 1> o{};
+    o[0] = param_offsets[depth];
+    for (std::size_t i = 0; i < depth; ++i) o[i + 1] = o[i] + state_sizes[i];
     return o;
   }();
   /// Layer I needs d loss / d input only if a layer before it has parameters.
@@ -135,6 +148,13 @@ class basic_sequential {
     for (std::size_t i = 0; i < depth; ++i) r[i] = any, any = any || param_sizes[i] > 0;
     return r;
   }();
+  /// Whether a layer talks to the other replicas in training (synchronised batch statistics).
+  static constexpr bool joins_replicas = [] {
+    bool any = false;
+    [&]<std::size_t... I>(std::index_sequence<I...>) { ((any = any || detail::joins_replicas_v<layer_type<I>>), ...); }
+    (std::make_index_sequence<depth>{});
+    return any;
+  }();
   static constexpr std::size_t max_width = [] {
     std::size_t m = input_shape::size;
     for (auto s : output_sizes) m = std::max(m, s);
@@ -142,22 +162,24 @@ class basic_sequential {
   }();
 
  public:
-  /// Total number of parameters (all trainable).
+  /// Number of trainable parameters (what the optimizer updates and the replicas' gradients sum).
   static constexpr std::size_t param_count = param_offsets[depth];
+  /// Number of every weight: the trainable ones, then the non-trainable (moving statistics).
+  static constexpr std::size_t weight_count = state_offsets[depth];
 
   /// Builds the model on `device` and initialises its weights from `seed` (Keras' default initialisers,
   /// drawn on the host: every backend starts from the same weights).
   explicit basic_sequential(std::uint64_t seed = default_seed, B device = {})
       : device_(std::move(device)), rng_(seed) {
     detail::apply_thread_env();
-    params_ = device_.template allocate<float>(param_count);
+    params_ = device_.template allocate<float>(weight_count);
     grads_ = device_.template allocate<float>(param_count);
     std::vector<float> staging;  // a host copy, for a backend whose memory is not host memory
     float* host;
     if constexpr (host_addressable_v<B>) {
       host = params_.data();
     } else {
-      staging.resize(param_count);
+      staging.resize(weight_count);
       host = staging.data();
     }
     std::map<std::string, int> seen;
@@ -166,8 +188,10 @@ class basic_sequential {
       const int k = seen[L::keras_name]++;
       names_[I] = k == 0 ? std::string(L::keras_name) : std::string(L::keras_name) + "_" + std::to_string(k);
       std::get<I>(layers_).initialize(std::span<float>(host + param_offsets[I], param_sizes[I]), rng_);
+      if constexpr (state_sizes[I] > 0)
+        std::get<I>(layers_).initialize_state(std::span<float>(host + state_offsets[I], state_sizes[I]));
     });
-    if constexpr (!host_addressable_v<B>) device_.upload(param_count, host, params_.data());
+    if constexpr (!host_addressable_v<B>) device_.upload(weight_count, host, params_.data());
   }
   basic_sequential(basic_sequential&&) noexcept = default;
   basic_sequential& operator=(basic_sequential&&) noexcept = default;
@@ -201,19 +225,26 @@ class basic_sequential {
   layer_type<I>& layer() {
     return std::get<I>(layers_);
   }
-  std::size_t count_params() const { return param_count; }
-  /// Keras `model.get_weights()`, flattened: a host copy of `parameters()`.
+  /// Keras `model.non_trainable_weights`, flattened: the layers' non-trainable variables (moving
+  /// statistics), layer by layer, after every trainable parameter in the weights.
+  span_t<B, const float> non_trainable_weights() const {
+    return span_of<const float>(params_.data() + param_count, weight_count - param_count);
+  }
+  /// Keras `model.count_params()`: every weight, trainable or not.
+  std::size_t count_params() const { return weight_count; }
+  /// Keras `model.get_weights()`, flattened: a host copy of `parameters()`, then of
+  /// `non_trainable_weights()` (`layers()` says where each variable is).
   std::vector<float> get_weights() const {
-    std::vector<float> w(param_count);
-    device_.download(param_count, params_.data(), w.data());
+    std::vector<float> w(weight_count);
+    device_.download(weight_count, params_.data(), w.data());
     return w;
   }
   /// Keras `model.set_weights(w)`: all `count_params()` values at once.
   void set_weights(std::span<const float> w) {
-    if (w.size() != param_count)
+    if (w.size() != weight_count)
       throw shape_error("set_weights: got " + std::to_string(w.size()) + " values for a model of " +
-                        std::to_string(param_count) + " parameters");
-    device_.upload(param_count, w.data(), params_.data());
+                        std::to_string(weight_count) + " weights");
+    device_.upload(weight_count, w.data(), params_.data());
     touch();
   }
 
@@ -222,12 +253,16 @@ class basic_sequential {
     std::vector<layer_info> out;
     each([&]<std::size_t I>() {
       using L = layer_type<I>;
-      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I], param_sizes[I], {}};
-      std::size_t at = param_offsets[I];
-      for (const auto& p : L::params) {
-        li.variables.push_back({p.name, std::vector<std::size_t>(p.dims.begin(), p.dims.begin() + p.rank), at, p.size()});
-        at += p.size();
-      }
+      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I], param_sizes[I] + state_sizes[I], {}};
+      auto add = [&](const auto& specs, std::size_t at, bool trainable) {
+        for (const auto& p : specs) {
+          li.variables.push_back(
+              {p.name, std::vector<std::size_t>(p.dims.begin(), p.dims.begin() + p.rank), at, p.size(), trainable});
+          at += p.size();
+        }
+      };
+      add(L::params, param_offsets[I], true);
+      if constexpr (state_sizes[I] > 0) add(L::state, state_offsets[I], false);
       out.push_back(std::move(li));
     });
     return out;
@@ -253,9 +288,9 @@ class basic_sequential {
       if (i + 1 < ls.size()) os << std::string(width, ' ') << '\n';
     }
     os << std::string(width, '=') << '\n'
-       << "Total params: " << thousands(param_count) << '\n'
+       << "Total params: " << thousands(weight_count) << '\n'
        << "Trainable params: " << thousands(param_count) << '\n'
-       << "Non-trainable params: 0\n"
+       << "Non-trainable params: " << thousands(weight_count - param_count) << '\n'
        << std::string(width, '_') << '\n';
   }
 
@@ -488,8 +523,9 @@ class basic_sequential {
     ptr other = ensure(device_, delta_b_, n * max_width);
     const ptr penalty = scalar_ptr() + penalty_slot;
     device_.fill(1, 0.0f, penalty);
-    layer_context<B> ctx{device_, rng_, true};
+    layer_context<B> ctx = context(true);
     each_reversed([&]<std::size_t I>() {
+      ctx.state = state_ptr<I>();
       if constexpr (detail::relabels_v<layer_type<I>>) {  // its input gradient is dy itself
         on_ready(I, param_offsets[I], param_sizes[I]);
         return;
@@ -558,6 +594,21 @@ class basic_sequential {
   ptr grad_ptr() const {
     return grads_.data() + param_offsets[I];
   }
+  /// Layer I's non-trainable variables (null for a layer without).
+  template <std::size_t I>
+  ptr state_ptr() const {
+    if constexpr (state_sizes[I] == 0) return ptr{};
+    else return params_.data() + state_offsets[I];
+  }
+  /// A pass' context; a training pass' layers may sum values over the replicas.
+  layer_context<B> context(bool training) {
+    layer_context<B> ctx{device_, rng_, training};
+    if (training && replica_ && replicas() > 1)
+      ctx.replicas = {replicas(), replica_, [](void* r, std::span<float> v) {
+                        static_cast<replica_context*>(r)->all_reduce(v, reduce_op::sum);
+                      }};
+    return ctx;
+  }
   template <class T>
   span_t<B, T> span_of(pointer_t<B, T> p, std::size_t n) const {
     if constexpr (host_addressable_v<B>) return span_t<B, T>(p, n);
@@ -612,13 +663,14 @@ class basic_sequential {
 
   void forward(cptr x, std::size_t n, bool training) {
     input_ = x;
-    layer_context<B> ctx{device_, rng_, training};
+    layer_context<B> ctx = context(training);
     cptr in = x;
     each([&]<std::size_t I>() {
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
         out_[I] = in;
       } else {
         const ptr out = ensure(device_, outputs_[I], n * output_sizes[I]);
+        ctx.state = state_ptr<I>();
         std::get<I>(layers_).forward(ctx, in, out, n, param_ptr<I>());
         out_[I] = out;
       }
@@ -674,11 +726,40 @@ class basic_sequential {
   /// step (the short last batch, or its own data ran out before the other workers').
   bool empty_share(const tensor& x) const { return replica_ && x.dimension() > 0 && x.shape()[0] == 0; }
   /// The gradients of a replica without rows: only its share of the penalties' (so the replicas' sum
-  /// still counts them once), summed with the other replicas' gradients.
+  /// still counts them once), summed with the other replicas' gradients. Layers that talk to the other
+  /// replicas join their collectives where their forward and backward would (`join_forward`,
+  /// `join_backward`), in the order a step with rows issues them among the gradient buckets.
   void zero_gradients_step() {
     device_.fill(param_count, 0.0f, grads_.data());
     add_penalties(grads_.data(), regularization_scale_);
-    sync_gradients();
+    if constexpr (!joins_replicas) {
+      sync_gradients();
+    } else {
+      layer_context<B> ctx = context(true);
+      each([&]<std::size_t I>() {
+        if constexpr (detail::joins_replicas_v<layer_type<I>>) {
+          ctx.state = state_ptr<I>();
+          std::get<I>(layers_).join_forward(ctx);
+        }
+      });
+      auto join_backward = [&]<std::size_t I>() {
+        if constexpr (detail::joins_replicas_v<layer_type<I>>) {
+          ctx.state = state_ptr<I>();
+          std::get<I>(layers_).join_backward(ctx, needs_input_grad[I]);
+        }
+      };
+      if constexpr (host_addressable_v<B>) {
+        replica_->begin_gradients(std::span<float>(grads_.data(), param_count));
+        each_reversed([&]<std::size_t I>() {
+          join_backward.template operator()<I>();
+          replica_->gradients_ready(param_offsets[I], param_sizes[I]);
+        });
+        replica_->finish_gradients();
+      } else {
+        each_reversed(join_backward);
+        sync_gradients();
+      }
+    }
   }
 
   /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot.

@@ -780,6 +780,25 @@ class basic_cuda {
                                     pointer<const float> dy, pointer<float> dx) const {
     run<kernel::dtrain_layer_norm_backward>(rows, rows, cols, xhat, inv_std, gamma, dy, dx);
   }
+  void squared_deviations(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<const float> mean,
+                          pointer<float> out) const {
+    run<kernel::dtrain_squared_deviations>(rows * cols, rows, cols, x, mean, out);
+  }
+  void moving_average(std::size_t n, float momentum, pointer<const float> value, pointer<float> average) const {
+    run<kernel::dtrain_moving_average>(n, n, momentum, value, average);
+  }
+  void batch_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, pointer<const float> x,
+                                   pointer<const float> mean, pointer<const float> variance,
+                                   pointer<const float> gamma, pointer<const float> beta, pointer<float> y,
+                                   pointer<float> xhat, pointer<float> inv_std) const {
+    run<kernel::dtrain_batch_norm_forward>(rows * cols, rows, cols, epsilon, x, mean, variance, gamma, beta, y, xhat,
+                                           inv_std);
+  }
+  void batch_normalization_backward(std::size_t rows, std::size_t cols, float inv_count, pointer<const float> xhat,
+                                    pointer<const float> inv_std, pointer<const float> gamma,
+                                    pointer<const float> sums, pointer<const float> dy, pointer<float> dx) const {
+    run<kernel::dtrain_batch_norm_backward>(rows * cols, rows, cols, inv_count, xhat, inv_std, gamma, sums, dy, dx);
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     run<kernel::dtrain_dropout>((n + 3) / 4, n, rate, key, x, y, mask);

@@ -328,6 +328,40 @@ DTRAIN_KERNEL void dtrain_layer_norm_backward(long long rows, long long cols, co
   }
 }
 
+// ---- batch normalization: element-wise (the batch statistics are column sums) ----------------------------
+DTRAIN_KERNEL void dtrain_squared_deviations(long long rows, long long cols, const float* x, const float* mean,
+                                             float* out) {
+  for (long long e = first_index(); e < rows * cols; e += grid_stride()) {
+    const float d = x[e] - mean[rem(e, cols)];
+    out[e] = d * d;
+  }
+}
+DTRAIN_KERNEL void dtrain_moving_average(long long n, float momentum, const float* value, float* average) {
+  for (long long i = first_index(); i < n; i += grid_stride())
+    average[i] = average[i] * momentum + value[i] * (1.0f - momentum);
+}
+DTRAIN_KERNEL void dtrain_batch_norm_forward(long long rows, long long cols, float epsilon, const float* x,
+                                             const float* mean, const float* variance, const float* gamma,
+                                             const float* beta, float* y, float* xhat, float* inv_std) {
+  for (long long e = first_index(); e < rows * cols; e += grid_stride()) {
+    const long long j = rem(e, cols);
+    const float inv = 1.0f / sqrtf(variance[j] + epsilon);
+    const float h = (x[e] - mean[j]) * inv;
+    if (xhat) xhat[e] = h;
+    if (inv_std && e < cols) inv_std[j] = inv;
+    y[e] = h * gamma[j] + beta[j];
+  }
+}
+DTRAIN_KERNEL void dtrain_batch_norm_backward(long long rows, long long cols, float inv_count, const float* xhat,
+                                              const float* inv_std, const float* gamma, const float* sums,
+                                              const float* dy, float* dx) {
+  for (long long e = first_index(); e < rows * cols; e += grid_stride()) {
+    const long long j = rem(e, cols);
+    const float centred = sums ? dy[e] - inv_count * (sums[cols + j] + xhat[e] * sums[j]) : dy[e];
+    dx[e] = gamma[j] * inv_std[j] * centred;
+  }
+}
+
 // ---- dropout: the mask from Philox4x32-10, as core/random.hpp's counter_uniform4 ------------------------
 DTRAIN_KERNEL void dtrain_dropout(long long n, float rate, unsigned long long key, const float* x, float* y,
                                   float* mask) {
@@ -504,7 +538,8 @@ namespace dtrain::cuda_kernels {
   X(dtrain_im2col) X(dtrain_col2im)                                                                       \
   X(dtrain_pool_forward) X(dtrain_pool_backward) X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward)     \
   X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                 \
-  X(dtrain_layer_norm_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
+  X(dtrain_layer_norm_backward) X(dtrain_squared_deviations) X(dtrain_moving_average)                    \
+  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
   X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
 
 enum class kernel : int {
