@@ -197,6 +197,32 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(value_and_gradients_matches_central_differences, B
   dtrain_test::check_gradient("model", params, analytic, f, 400);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(input_gradients_match_central_differences, B, backends) {
+  // TF: with tape: tape.watch(x); loss = ...; tape.gradient(loss, x). The first layer (a reshape,
+  // relabelled) passes the gradient through; the model has dropout, whose mask the generator fixes.
+  using watched = sequential<input<12>, reshape<2, 2, 3>, conv2d<4, 2, dtrain::tanh, padding::same>, flatten,
+                             dropout<0.25f>, dense<3>>;
+  on<watched, B> m(2);
+  rng r(6);
+  tensor x = zeros({5, 12}), y = zeros({5});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 5; ++i) y(i) = float(i % 3);
+  const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true}};
+  BOOST_TEST(dtrain_test::error_of([&] { m.input_gradients(); }).find("watch_inputs()") != std::string::npos);
+  const rng start = m.generator();
+  m.watch_inputs();
+  m.value_and_gradients(x, y, loss);
+  const tensor g = m.input_gradients();
+  BOOST_TEST((extents_of(g) == extents{5, 12}));
+  std::vector<float> xs(x.begin(), x.end());
+  auto f = [&]() -> double {
+    std::copy(xs.begin(), xs.end(), x.begin());
+    m.generator() = start;  // the same dropout mask
+    return loss(y, m(x, true))();
+  };
+  dtrain_test::check_gradient("d loss / d x", xs, {g.data(), g.size()}, f);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(custom_loss_callable, B, backends) {
   on<small, B> m(1);
   tensor x = zeros({2, 6});

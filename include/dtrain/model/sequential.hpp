@@ -531,13 +531,34 @@ class basic_sequential {
         return;
       }
       const cptr x = I == 0 ? input_ : out_[I - 1];
-      const ptr dx = needs_input_grad[I] ? other : ptr{};
+      const ptr dx = wants_input_gradient(I) ? other : ptr{};
       auto& l = std::get<I>(layers_);
       l.backward(ctx, x, out_[I], dy, dx, n, param_ptr<I>(), grad_ptr<I>());
       l.regularization(ctx, param_ptr<I>(), grad_ptr<I>(), regularization_scale_, penalty);
       on_ready(I, param_offsets[I], param_sizes[I]);
       if (dx) std::swap(dy, other);
     });
+    input_gradient_ = {watch_inputs_ ? dy : ptr{}, n};  // dy is now d loss / d x (relabelled layers share it)
+  }
+
+  /// TF's `tape.watch(x)`: while on, every backward (`train_step`, `value_and_gradients`) also computes
+  /// the gradient of the loss with respect to the model's inputs, which `input_gradients()` returns
+  /// (adversarial examples, saliency, a generator trained through a discriminator). Every replica of a
+  /// strategy must watch alike.
+  void watch_inputs(bool on = true) {
+    watch_inputs_ = on;
+    for (auto& r : mirrors_) r.watch_inputs_ = on;
+  }
+  /// d loss / d x of the last backward made while watching inputs (TF: `tape.gradient(loss, x)`): a host
+  /// tensor shaped like that x, every replica's rows in order when called outside `strategy.run`.
+  tensor input_gradients() {
+    if (auto* r = replica_entry()) return r->input_gradients();
+    if (cross_replica()) {
+      std::vector<tensor> parts{own_input_gradients()};
+      for (auto& r : mirrors_) parts.push_back(r.own_input_gradients());
+      return detail::concatenate_rows(parts);
+    }
+    return own_input_gradients();
   }
 
   /// Attaches the model to a strategy (what `strategy.make_model()` does): gradients are then summed over
@@ -725,11 +746,25 @@ class basic_sequential {
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
   /// step (the short last batch, or its own data ran out before the other workers').
   bool empty_share(const tensor& x) const { return replica_ && x.dimension() > 0 && x.shape()[0] == 0; }
+  /// Whether layer I's backward computes d loss / d its input.
+  bool wants_input_gradient(std::size_t i) const { return needs_input_grad[i] || watch_inputs_; }
+  tensor own_input_gradients() {
+    if (!watch_inputs_)
+      throw usage_error("input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
+    extents e{input_gradient_.rows};
+    for (std::size_t d : input_shape::dims) e.push_back(d);
+    tensor g = zeros(e);
+    if (input_gradient_.rows > 0 && input_gradient_.data)
+      device_.download(g.size(), cptr(input_gradient_.data), g.data());
+    return g;
+  }
+
   /// The gradients of a replica without rows: only its share of the penalties' (so the replicas' sum
   /// still counts them once), summed with the other replicas' gradients. Layers that talk to the other
   /// replicas join their collectives where their forward and backward would (`join_forward`,
   /// `join_backward`), in the order a step with rows issues them among the gradient buckets.
   void zero_gradients_step() {
+    input_gradient_ = {};
     device_.fill(param_count, 0.0f, grads_.data());
     add_penalties(grads_.data(), regularization_scale_);
     if constexpr (!joins_replicas) {
@@ -745,7 +780,7 @@ class basic_sequential {
       auto join_backward = [&]<std::size_t I>() {
         if constexpr (detail::joins_replicas_v<layer_type<I>>) {
           ctx.state = state_ptr<I>();
-          std::get<I>(layers_).join_backward(ctx, needs_input_grad[I]);
+          std::get<I>(layers_).join_backward(ctx, wants_input_gradient(I));
         }
       };
       if constexpr (host_addressable_v<B>) {
@@ -935,6 +970,11 @@ class basic_sequential {
   bool compiled_ = false;
   std::vector<basic_sequential> mirrors_;  // the process's other replicas (set_mirrors)
   bool mirrors_stale_ = false;             // they miss a change made here outside a step
+  bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
+  struct {
+    ptr data{};
+    std::size_t rows = 0;
+  } input_gradient_;  // where the last backward left d loss / d inputs
 };
 
 /// Keras' `Sequential` on the cpu backend: `sequential<input<28, 28>, flatten, dense<10>>`.
