@@ -30,6 +30,7 @@
 #include "dtrain/layers/dense.hpp"
 #include "dtrain/layers/dropout.hpp"
 #include "dtrain/layers/input.hpp"
+#include "dtrain/layers/merging.hpp"
 #include "dtrain/layers/normalization.hpp"
 #include "dtrain/layers/pooling.hpp"
 #include "dtrain/layers/regularizers.hpp"

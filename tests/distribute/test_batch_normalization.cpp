@@ -1,7 +1,8 @@
 // Batch normalization across replicas, over real loopback sockets and in mirrored_strategy's
 // in-process replicas: synchronised statistics make N replicas with a global batch B train like one
-// replica with B (also through a step where a replica has no rows); by default each replica normalises
-// by its own rows and every replica keeps the mean of their batch statistics as moving statistics.
+// replica with B (also through a step where a replica has no rows, and in a functional model with a
+// skip connection); by default each replica normalises by its own rows and every replica keeps the mean
+// of their batch statistics as moving statistics.
 #include "support/helpers.hpp"
 #include "support/loopback.hpp"
 #include "support/mirrored.hpp"
@@ -30,12 +31,20 @@ auto dataset() {
   return data::from_tensor_slices(x, y) | data::batch(12);
 }
 
-/// Every worker's weights (trainable, then the moving statistics) after training `normed<Sync>` on p workers.
-template <bool Sync>
+struct hidden;
+struct normalised;
+/// A skip connection around the synchronised normalization.
+using residual = functional<input<6>, node<hidden, dense<8, dtrain::tanh>>,
+                            node<normalised, batch_normalization<{.momentum = 0.9f, .synchronized = true}>>,
+                            node<void, add, hidden, normalised>, dense<3>>;
+
+/// Every worker's weights (trainable, then the moving statistics) after training `Model` (default:
+/// `normed<Sync>`) on p workers.
+template <bool Sync, class Model = normed<Sync>>
 std::vector<std::vector<float>> train_workers(int p) {
   std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
   dtrain_test::on_workers(p, [&](auto& s, int r) {
-    auto model = s.template make_model<normed<Sync>>(3);
+    auto model = s.template make_model<Model>(3);
     compile(model);
     model.fit(dataset(), {.epochs = 2, .verbose = 0});
     out[std::size_t(r)] = model.get_weights();
@@ -81,6 +90,17 @@ BOOST_AUTO_TEST_CASE(synchronized_workers_train_like_one_worker_with_the_global_
     BOOST_TEST_CONTEXT("workers = " << p) {
       const auto many = train_workers<true>(p);
       BOOST_TEST(weights_close(many[0], one[0]));  // moving statistics included
+      for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_functional_model_with_a_skip_connection_trains_like_one_worker) {
+  const auto one = train_workers<true, residual>(1);
+  for (int p : {2, 3}) {
+    BOOST_TEST_CONTEXT("workers = " << p) {
+      const auto many = train_workers<true, residual>(p);
+      BOOST_TEST(weights_close(many[0], one[0]));
       for (int r = 1; r < p; ++r) BOOST_TEST(many[std::size_t(r)] == many[0], tt::per_element());
     }
   }

@@ -45,6 +45,7 @@ struct backend {
   void synchronize() const {}
   void fill(std::size_t, float, pointer<float>) const {}
   void copy(std::size_t, pointer<const float>, pointer<float>) const {}
+  void copy_columns(std::size_t, std::size_t, pointer<const float>, std::size_t, pointer<float>, std::size_t) const {}
   void axpy(std::size_t, float, pointer<const float>, pointer<float>) const {}
   void multiply(std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
   void gemm(transpose, transpose, std::size_t, std::size_t, std::size_t, float, pointer<const float>, std::size_t,
@@ -200,8 +201,9 @@ static_assert(strategy_for<strategy, model>);
 
 // The library's generic code on the archetypes: a model of archetype layers on the archetype backend,
 // every member; the dataset stages over the archetype dataset; each strategy with the archetype model.
-template class dtrain::basic_sequential<archetype::backend, dtrain::input<4>, archetype::layer_spec, dtrain::dense<3, dtrain::relu>,
-                                       dtrain::dense<2>>;
+template class dtrain::basic_model<
+    archetype::backend, dtrain::detail::graph<dtrain::detail::sequential_name, dtrain::input<4>, archetype::layer_spec,
+                                              dtrain::dense<3, dtrain::relu>, dtrain::dense<2>>>;
 static_assert(dtrain::strategy_for<dtrain::multi_worker_mirrored_strategy<archetype::communicator>, archetype::model>);
 static_assert(dtrain::strategy_for<dtrain::mirrored_strategy<>, archetype::model>);
 static_assert(dtrain::strategy_for<dtrain::one_device_strategy<>, archetype::model>);

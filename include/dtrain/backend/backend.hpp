@@ -23,7 +23,8 @@
 ///   output must not overlap an input unless the kernel says it works in place.
 ///
 /// The kernels, by what uses them (`cpu.hpp` documents each one's exact arithmetic):
-/// - BLAS-like: `fill`, `copy`, `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows`
+/// - BLAS-like: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
+///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows`
 ///   (every row of y = x), `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
 /// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
 ///   `conv2d_backward<G, A>` with the workspace sizes `conv2d_workspace<G>` (forward's, which backward
@@ -175,6 +176,7 @@ concept backend =
       // BLAS-like
       b.fill(n, s, p);
       b.copy(n, cp, p);
+      b.copy_columns(n, n, cp, n, p, n);
       b.axpy(n, s, cp, p);
       b.multiply(n, cp, cp, p);
       b.gemm(transpose::no, transpose::yes, n, n, n, s, cp, n, cp, n, s, p, n);

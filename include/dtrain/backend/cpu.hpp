@@ -67,6 +67,11 @@ struct cpu {
   void copy(std::size_t n, const float* x, float* y) const {
     if (n) std::memcpy(y, x, n * sizeof(float));
   }
+  /// y[r][j] = x[r][j] for r < rows, j < cols, rows ldx and ldy floats apart.
+  void copy_columns(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx, float* y,
+                    std::size_t ldy) const {
+    for (std::size_t r = 0; r < rows; ++r) copy(cols, x + r * ldx, y + r * ldy);
+  }
   /// y += alpha x
   void axpy(std::size_t n, float alpha, const float* x, float* y) const {
     for (std::size_t i = 0; i < n; ++i) y[i] += alpha * x[i];

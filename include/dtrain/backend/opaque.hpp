@@ -101,6 +101,12 @@ class opaque {
   void copy(std::size_t n, pointer<const float> x, pointer<float> y) const {
     cpu_.copy(n, raw(x, n, "copy"), raw(y, n, "copy"));
   }
+  void copy_columns(std::size_t rows, std::size_t cols, pointer<const float> x, std::size_t ldx, pointer<float> y,
+                    std::size_t ldy) const {
+    if (rows == 0 || cols == 0) return;
+    cpu_.copy_columns(rows, cols, raw(x, (rows - 1) * ldx + cols, "copy_columns x"), ldx,
+                      raw(y, (rows - 1) * ldy + cols, "copy_columns y"), ldy);
+  }
   void axpy(std::size_t n, float alpha, pointer<const float> x, pointer<float> y) const {
     cpu_.axpy(n, alpha, raw(x, n, "axpy"), raw(y, n, "axpy"));
   }

@@ -2,7 +2,9 @@
 /// \file
 /// `sequential<input<...>, layers...>`: Keras' `Sequential` with every shape fixed at compile time, on
 /// the cpu backend; `basic_sequential<B, input<...>, layers...>` is the same model on backend B (what a
-/// strategy's `make_model` returns).
+/// strategy's `make_model` returns). `functional<input<...>, elements...>` / `basic_functional` is
+/// Keras' functional `Model`: named nodes, skip connections and merge layers (model/graph.hpp). Both are
+/// `basic_model<B, Graph>`: everything below works the same for either.
 ///
 /// All parameters live in ONE contiguous backend buffer and all gradients in another, layer after layer
 /// in the order of the stack (kernel, then bias), so an all-reduce, a bucket or a checkpoint is a span.
@@ -35,6 +37,7 @@
 #include "dtrain/distribute/replica_context.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/input.hpp"
+#include "dtrain/model/graph.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/metrics/metric.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
@@ -65,6 +68,7 @@ struct layer_info {
   std::size_t offset;  // of its first parameter
   std::size_t param_count;  // trainable and non-trainable, as Keras' summary counts them
   std::vector<variable_info> variables;
+  std::vector<std::string> inbound;  // the layers whose outputs it takes ("input_layer": the model's input)
 };
 
 namespace detail {
@@ -73,42 +77,25 @@ namespace detail {
 template <class Model>
 struct trainer;
 
-/// Binds each layer spec to the output shape of the one before it, on backend B.
-template <class B, class In, class... L>
-struct chain {
-  using type = std::tuple<>;
-  using output = In;
-};
-template <class B, class In, class L, class... R>
-struct chain<B, In, L, R...> {
-  using head = bind_t<L, In, B>;
-  static_assert(layer<head, B>, "sequential: this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
-  using next = chain<B, typename head::output_shape, R...>;
-  using type = decltype(std::tuple_cat(std::declval<std::tuple<head>>(), std::declval<typename next::type>()));
-  using output = typename next::output;
-};
-
 }  // namespace detail
 
-template <class B, class Input, class... Specs>
-class basic_sequential {
-  static_assert(backend<B>, "basic_sequential: the first template argument must be a backend (dtrain::cpu)");
-  static_assert(detail::is_input<Input>::value,
-                "sequential: the first template argument must be dtrain::input<...> (Keras: keras.Input(shape=...))");
-  static_assert(sizeof...(Specs) > 0, "sequential: add at least one layer after the input");
+template <class B, class Graph>
+class basic_model {
+  static_assert(backend<B>, "model: the first template argument must be a backend (dtrain::cpu)");
 
   using ptr = pointer_t<B, float>;
   using cptr = pointer_t<B, const float>;
 
  public:
   using backend_type = B;
-  using input_shape = typename Input::shape;
-  using layer_types = typename detail::chain<B, input_shape, Specs...>::type;
-  using output_shape = typename detail::chain<B, input_shape, Specs...>::output;
-  static constexpr std::size_t depth = sizeof...(Specs);
+  using graph_type = Graph;
+  using input_shape = typename Graph::input_shape;
+  using layer_types = typename Graph::template layers<B>;
+  static constexpr std::size_t depth = Graph::depth;
+  using output_shape = typename std::tuple_element_t<depth - 1, layer_types>::output_shape;
   /// The same model on backend B2 (what `strategy.make_model<Model>()` builds).
   template <class B2>
-  using rebind = basic_sequential<B2, Input, Specs...>;
+  using rebind = basic_model<B2, Graph>;
 
   template <std::size_t I>
   using layer_type = std::tuple_element_t<I, layer_types>;
@@ -141,11 +128,18 @@ class basic_sequential {
     for (std::size_t i = 0; i < depth; ++i) o[i + 1] = o[i] + state_sizes[i];
     return o;
   }();
-  /// Layer I needs d loss / d input only if a layer before it has parameters.
-  static constexpr std::array<bool, depth> needs_input_grad = [] {
-    std::array<bool, depth> r{};
-    bool any = false;
-    for (std::size_t i = 0; i < depth; ++i) r[i] = any, any = any || param_sizes[i] > 0;
+  /// Whether a trainable parameter lies at or before source s (0: the input, j + 1: node j's output):
+  /// only then does backward need d loss / d that output.
+  static constexpr std::array<bool, depth + 1> trains_upstream = [] {
+    std::array<bool, depth + 1> r{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((
+           [&] {
+             r[I + 1] = param_sizes[I] > 0;
+             for (std::size_t s : Graph::template sources<I>) r[I + 1] = r[I + 1] || r[s];
+           }()),
+       ...);
+    }(std::make_index_sequence<depth>{});
     return r;
   }();
   /// Whether a layer talks to the other replicas in training (synchronised batch statistics).
@@ -154,11 +148,6 @@ class basic_sequential {
     [&]<std::size_t... I>(std::index_sequence<I...>) { ((any = any || detail::joins_replicas_v<layer_type<I>>), ...); }
     (std::make_index_sequence<depth>{});
     return any;
-  }();
-  static constexpr std::size_t max_width = [] {
-    std::size_t m = input_shape::size;
-    for (auto s : output_sizes) m = std::max(m, s);
-    return m;
   }();
 
  public:
@@ -169,7 +158,7 @@ class basic_sequential {
 
   /// Builds the model on `device` and initialises its weights from `seed` (Keras' default initialisers,
   /// drawn on the host: every backend starts from the same weights).
-  explicit basic_sequential(std::uint64_t seed = default_seed, B device = {})
+  explicit basic_model(std::uint64_t seed = default_seed, B device = {})
       : device_(std::move(device)), rng_(seed) {
     detail::apply_thread_env();
     params_ = device_.template allocate<float>(weight_count);
@@ -193,8 +182,8 @@ class basic_sequential {
     });
     if constexpr (!host_addressable_v<B>) device_.upload(weight_count, host, params_.data());
   }
-  basic_sequential(basic_sequential&&) noexcept = default;
-  basic_sequential& operator=(basic_sequential&&) noexcept = default;
+  basic_model(basic_model&&) noexcept = default;
+  basic_model& operator=(basic_model&&) noexcept = default;
 
   /// The backend the model computes on.
   const B& device() const { return device_; }
@@ -263,28 +252,36 @@ class basic_sequential {
       };
       add(L::params, param_offsets[I], true);
       if constexpr (state_sizes[I] > 0) add(L::state, state_offsets[I], false);
+      for (std::size_t s : Graph::template sources<I>) li.inbound.push_back(s == 0 ? "input_layer" : names_[s - 1]);
       out.push_back(std::move(li));
     });
     return out;
   }
 
   /// Keras' `model.summary()` table.
+  /// A functional model's has Keras' "Connected to" column and its input layer.
   void summary(std::ostream& os = std::cout) const {
-    constexpr int c1 = 28, c2 = 26, c3 = 11, width = c1 + c2 + c3;
+    constexpr bool functional = Graph::name == detail::functional_name;
+    constexpr int c1 = 28, c2 = 26, c3 = 11, c4 = functional ? 30 : 0, width = c1 + c2 + c3 + c4;
     auto cell = [&](std::string s, int w) {
       s = " " + s;
       if (static_cast<int>(s.size()) > w) s = s.substr(0, w);
       os << s << std::string(w - s.size(), ' ');
     };
-    auto row = [&](const std::string& a, const std::string& b, const std::string& c) {
-      cell(a, c1), cell(b, c2), cell(c, c3), os << '\n';
+    auto row = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d) {
+      cell(a, c1), cell(b, c2), cell(c, c3);
+      if (functional) cell(d, c4);
+      os << '\n';
     };
-    os << "Model: \"sequential\"\n" << std::string(width, '_') << '\n';
-    row("Layer (type)", "Output Shape", "Param #");
+    os << "Model: \"" << Graph::name << "\"\n" << std::string(width, '_') << '\n';
+    row("Layer (type)", "Output Shape", "Param #", "Connected to");
     os << std::string(width, '=') << '\n';
+    if (functional) row("input_layer (InputLayer)", input_shape::str(), "0", "-"), os << std::string(width, ' ') << '\n';
     const auto ls = layers();
     for (std::size_t i = 0; i < ls.size(); ++i) {
-      row(ls[i].name + " (" + ls[i].class_name + ")", ls[i].output_shape, std::to_string(ls[i].param_count));
+      std::string from;
+      for (const auto& in : ls[i].inbound) from += (from.empty() ? "" : ", ") + in + "[0][0]";
+      row(ls[i].name + " (" + ls[i].class_name + ")", ls[i].output_shape, std::to_string(ls[i].param_count), from);
       if (i + 1 < ls.size()) os << std::string(width, ' ') << '\n';
     }
     os << std::string(width, '=') << '\n'
@@ -342,7 +339,7 @@ class basic_sequential {
     if (cross_replica()) {
       const std::size_t b = check_batch(x, &y);
       seed_mirrors();
-      on_replicas(x, &y, [&](basic_sequential& r, std::size_t, const tensor& xs, const tensor& ys) {
+      on_replicas(x, &y, [&](basic_model& r, std::size_t, const tensor& xs, const tensor& ys) {
         r.train_step(xs, ys, global_rows ? global_rows : b);
       });
       return metric_results();
@@ -375,7 +372,7 @@ class basic_sequential {
     if (auto* r = replica_entry()) return r->test_step(x, y);
     if (cross_replica()) {
       check_batch(x, &y);
-      on_replicas(x, &y, [](basic_sequential& r, std::size_t, const tensor& xs, const tensor& ys) {
+      on_replicas(x, &y, [](basic_model& r, std::size_t, const tensor& xs, const tensor& ys) {
         if (xs.shape()[0] > 0) r.test_step(xs, ys);
       });
       return metric_results();
@@ -395,33 +392,33 @@ class basic_sequential {
   // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
 
   /// Keras `model.fit(dataset, ...)`: trains on batches of (x, y) and returns the history.
-  template <class D, class T = detail::trainer<basic_sequential>>
+  template <class D, class T = detail::trainer<basic_model>>
     requires(!std::same_as<D, tensor>)
   auto fit(const D& ds, typename T::fit_options o = {}) {
     return T::fit(*this, ds, std::move(o));
   }
   /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays.
-  template <class T = detail::trainer<basic_sequential>>
+  template <class T = detail::trainer<basic_model>>
   auto fit(const tensor& x, const tensor& y, typename T::fit_options o = {}) {
     return T::fit(*this, x, y, std::move(o));
   }
   /// Keras `model.evaluate(dataset, steps=)`: the loss and metrics over the dataset.
-  template <class D, class T = detail::trainer<basic_sequential>>
+  template <class D, class T = detail::trainer<basic_model>>
     requires(!std::same_as<D, tensor>)
   dtrain::logs evaluate(const D& ds, typename T::evaluate_options o = {}) {
     return T::evaluate(*this, ds, std::move(o));
   }
-  template <class T = detail::trainer<basic_sequential>>
+  template <class T = detail::trainer<basic_model>>
   dtrain::logs evaluate(const tensor& x, const tensor& y, typename T::evaluate_options o = {}) {
     return T::evaluate(*this, x, y, std::move(o));
   }
   /// Keras `model.predict(dataset)`: the outputs of every batch, concatenated.
-  template <class D, class T = detail::trainer<basic_sequential>>
+  template <class D, class T = detail::trainer<basic_model>>
     requires(!std::same_as<D, tensor>)
   tensor predict(const D& ds, typename T::predict_options o = {}) {
     return T::predict(*this, ds, std::move(o));
   }
-  template <class T = detail::trainer<basic_sequential>>
+  template <class T = detail::trainer<basic_model>>
   tensor predict(const tensor& x, typename T::predict_options o = {}) {
     return T::predict(*this, x, std::move(o));
   }
@@ -436,7 +433,7 @@ class basic_sequential {
       check_batch(x, nullptr);
       if (training) seed_mirrors();
       std::vector<tensor> parts(mirrors_.size() + 1);
-      on_replicas(x, nullptr, [&](basic_sequential& r, std::size_t i, const tensor& xs, const tensor&) {
+      on_replicas(x, nullptr, [&](basic_model& r, std::size_t i, const tensor& xs, const tensor&) {
         if (xs.shape()[0] > 0) parts[i] = r(xs, training);
       });
       return detail::concatenate_rows(parts);
@@ -460,7 +457,7 @@ class basic_sequential {
       const std::size_t b = check_batch(x, &y);
       seed_mirrors();
       std::vector<float> losses(mirrors_.size() + 1);
-      on_replicas(x, &y, [&](basic_sequential& r, std::size_t i, const tensor& xs, const tensor& ys) {
+      on_replicas(x, &y, [&](basic_model& r, std::size_t i, const tensor& xs, const tensor& ys) {
         losses[i] = r.value_and_gradients(xs, ys, loss_object, global_batch_size ? global_batch_size : b, num_replicas);
       });
       float total = 0.0f;
@@ -502,7 +499,7 @@ class basic_sequential {
     if (extents_of(dpred) != extents_of(pred))
       throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
                         shape_str(dpred.shape()) + " (predictions are " + shape_str(pred.shape()) + ")");
-    device_.upload(dpred.size(), dpred.data(), ensure(device_, delta_a_, n * max_width));
+    device_.upload(dpred.size(), dpred.data(), ensure(device_, delta_a_, n * output_shape::size));
     synced_backward(n);
     return l + regularization_scale_ * read_scalars()[penalty_slot];
   }
@@ -517,28 +514,53 @@ class basic_sequential {
   /// their gradients, scaled by the regularization scale) on the way, and calling
   /// `on_ready(I, offset, count)` as soon as layer I's gradients are final (last layer first): the hook
   /// distributed training uses to launch the all-reduce of a bucket while backward goes on.
+  ///
+  /// Node by node from the last, each node's output gradient is complete when it runs (every node that
+  /// takes its output comes after it): the first input gradient a source receives is written in place,
+  /// later ones (a source several nodes take) are added to it, and a relabelling layer hands its output
+  /// gradient to its source as is.
   template <class Hook>
   void backward(std::size_t n, Hook&& on_ready) {
-    ptr dy = delta_a_.data();
-    ptr other = ensure(device_, delta_b_, n * max_width);
+    grad_at_.fill(ptr{});
+    grad_at_[depth] = delta_a_.data();  // the loss gradient
     const ptr penalty = scalar_ptr() + penalty_slot;
     device_.fill(1, 0.0f, penalty);
     layer_context<B> ctx = context(true);
     each_reversed([&]<std::size_t I>() {
+      constexpr auto src = Graph::template sources<I>;
       ctx.state = state_ptr<I>();
-      if constexpr (detail::relabels_v<layer_type<I>>) {  // its input gradient is dy itself
+      const ptr dy = grad_at_[I + 1];
+      auto& l = std::get<I>(layers_);
+      if constexpr (detail::relabels_v<layer_type<I>>) {
+        if (wants_gradient(src[0])) {
+          if (!grad_at_[src[0]]) grad_at_[src[0]] = dy;
+          else device_.axpy(n * source_size(src[0]), 1.0f, dy, grad_at_[src[0]]);
+        }
         on_ready(I, param_offsets[I], param_sizes[I]);
         return;
       }
-      const cptr x = I == 0 ? input_ : out_[I - 1];
-      const ptr dx = wants_input_gradient(I) ? other : ptr{};
-      auto& l = std::get<I>(layers_);
-      l.backward(ctx, x, out_[I], dy, dx, n, param_ptr<I>(), grad_ptr<I>());
+      std::array<ptr, src.size()> dx{};
+      std::array<bool, src.size()> add{};
+      for (std::size_t k = 0; k < src.size(); ++k) {
+        if (!wants_gradient(src[k])) continue;
+        const std::size_t e = n * source_size(src[k]);
+        if ((add[k] = bool(grad_at_[src[k]]))) {
+          if (scratch_grads_.size() <= k) scratch_grads_.resize(k + 1);
+          dx[k] = ensure(device_, scratch_grads_[k], e);
+        } else {
+          dx[k] = grad_at_[src[k]] = ensure(device_, source_grads_[src[k]], e);
+        }
+      }
+      if constexpr (detail::merges_v<layer_type<I>>)
+        l.backward(ctx, source_outputs<src>(), out_[I], dy, dx, n, param_ptr<I>(), grad_ptr<I>());
+      else
+        l.backward(ctx, source_output(src[0]), out_[I], dy, dx[0], n, param_ptr<I>(), grad_ptr<I>());
+      for (std::size_t k = 0; k < src.size(); ++k)
+        if (add[k]) device_.axpy(n * source_size(src[k]), 1.0f, dx[k], grad_at_[src[k]]);
       l.regularization(ctx, param_ptr<I>(), grad_ptr<I>(), regularization_scale_, penalty);
       on_ready(I, param_offsets[I], param_sizes[I]);
-      if (dx) std::swap(dy, other);
     });
-    input_gradient_ = {watch_inputs_ ? dy : ptr{}, n};  // dy is now d loss / d x (relabelled layers share it)
+    input_gradient_ = {watch_inputs_ ? grad_at_[0] : ptr{}, n};
   }
 
   /// TF's `tape.watch(x)`: while on, every backward (`train_step`, `value_and_gradients`) also computes
@@ -581,7 +603,7 @@ class basic_sequential {
   /// they stay equal. Inside a replica's thread (`strategy.run`) calls on this model go to that
   /// replica's copy. Weights, optimizer state or compile settings changed here from outside a step are
   /// copied to the replicas before the next step.
-  void set_mirrors(std::vector<basic_sequential> mirrors) {
+  void set_mirrors(std::vector<basic_model> mirrors) {
     mirrors_ = std::move(mirrors);
     mirrors_stale_ = true;
   }
@@ -685,18 +707,28 @@ class basic_sequential {
   void forward(cptr x, std::size_t n, bool training) {
     input_ = x;
     layer_context<B> ctx = context(training);
-    cptr in = x;
     each([&]<std::size_t I>() {
+      constexpr auto src = Graph::template sources<I>;
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
-        out_[I] = in;
-      } else {
-        const ptr out = ensure(device_, outputs_[I], n * output_sizes[I]);
-        ctx.state = state_ptr<I>();
-        std::get<I>(layers_).forward(ctx, in, out, n, param_ptr<I>());
-        out_[I] = out;
+        out_[I] = source_output(src[0]);
+        return;
       }
-      in = out_[I];
+      const ptr out = ensure(device_, outputs_[I], n * output_sizes[I]);
+      ctx.state = state_ptr<I>();
+      if constexpr (detail::merges_v<layer_type<I>>)
+        std::get<I>(layers_).forward(ctx, source_outputs<src>(), out, n, param_ptr<I>());
+      else
+        std::get<I>(layers_).forward(ctx, source_output(src[0]), out, n, param_ptr<I>());
+      out_[I] = out;
     });
+  }
+  /// Source s's output of the last forward (0: the model's input, j + 1: node j's).
+  cptr source_output(std::size_t s) const { return s == 0 ? input_ : out_[s - 1]; }
+  template <auto Src>
+  std::array<cptr, Src.size()> source_outputs() const {
+    std::array<cptr, Src.size()> xs;
+    for (std::size_t k = 0; k < Src.size(); ++k) xs[k] = source_output(Src[k]);
+    return xs;
   }
 
   /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
@@ -746,8 +778,9 @@ class basic_sequential {
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
   /// step (the short last batch, or its own data ran out before the other workers').
   bool empty_share(const tensor& x) const { return replica_ && x.dimension() > 0 && x.shape()[0] == 0; }
-  /// Whether layer I's backward computes d loss / d its input.
-  bool wants_input_gradient(std::size_t i) const { return needs_input_grad[i] || watch_inputs_; }
+  /// Whether backward computes d loss / d source s's output (0: the input, j + 1: node j's output).
+  bool wants_gradient(std::size_t s) const { return trains_upstream[s] || watch_inputs_; }
+  static constexpr std::size_t source_size(std::size_t s) { return s == 0 ? input_shape::size : output_sizes[s - 1]; }
   tensor own_input_gradients() {
     if (!watch_inputs_)
       throw usage_error("input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
@@ -780,7 +813,7 @@ class basic_sequential {
       auto join_backward = [&]<std::size_t I>() {
         if constexpr (detail::joins_replicas_v<layer_type<I>>) {
           ctx.state = state_ptr<I>();
-          std::get<I>(layers_).join_backward(ctx, wants_input_gradient(I));
+          std::get<I>(layers_).join_backward(ctx, wants_gradient(Graph::template sources<I>[0]));
         }
       };
       if constexpr (host_addressable_v<B>) {
@@ -831,7 +864,7 @@ class basic_sequential {
     const batch_view pv = output_view(n, nullptr);
     const std::size_t rows = detail::loss_rows(pv);
     const ptr per = ensure(device_, per_example_, rows);
-    const ptr d = grad ? ensure(device_, delta_a_, n * max_width) : ptr{};
+    const ptr d = grad ? ensure(device_, delta_a_, n * output_shape::size) : ptr{};
     if (const auto k = loss.kernel()) {
       std::visit([&](const auto& o) { device_.loss(o, rows, pv.last(), scale, t, out_[depth - 1], per, d); }, *k);
     } else {  // a host loss: on host copies of the predictions
@@ -893,7 +926,7 @@ class basic_sequential {
   /// thread (`strategy.run`): replica i's copy (null: this model, replica 0). Every replica enters the
   /// same calls, so a change made here since the last step is copied to the others at the first one,
   /// between two barriers that keep the replicas out of the copies meanwhile.
-  basic_sequential* replica_entry() {
+  basic_model* replica_entry() {
     const int i = detail::current_local_replica();
     if (mirrors_.empty() || i < 0) return nullptr;
     if (mirrors_stale_) {  // read by every replica before the first barrier, written after it
@@ -938,7 +971,7 @@ class basic_sequential {
     const std::size_t b = x.shape()[0], p = mirrors_.size() + 1;
     replica_->for_each_local_replica([&](int index) {
       const std::size_t i = std::size_t(index), lo = b * i / p, hi = b * (i + 1) / p;
-      basic_sequential& r = i == 0 ? *this : mirrors_[i - 1];
+      basic_model& r = i == 0 ? *this : mirrors_[i - 1];
       step(r, i, detail::rows_of(x, lo, hi), y ? detail::rows_of(*y, lo, hi) : tensor{});
     });
     for (auto& r : mirrors_) {
@@ -955,7 +988,10 @@ class basic_sequential {
   buffer_t<B, float> params_, grads_;
   std::array<buffer_t<B, float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
   std::array<cptr, depth> out_{};                  // where each layer's output of the last forward is
-  buffer_t<B, float> delta_a_, delta_b_, per_example_, scalars_, x_stage_, y_stage_;
+  buffer_t<B, float> delta_a_, per_example_, scalars_, x_stage_, y_stage_;
+  std::array<buffer_t<B, float>, depth + 1> source_grads_;  // d loss / d each source's output (backward)
+  std::array<ptr, depth + 1> grad_at_{};                    // where each source's gradient is (backward)
+  std::vector<buffer_t<B, float>> scratch_grads_;           // input gradients to add to a source's
   std::vector<float> scalar_values_, host_pred_;
   detail::host_staging_t<B> host_grads_;  // a non-host model's gradients on their way to a host communicator
   std::array<std::size_t, output_shape::rank + 1> out_extents_{};
@@ -968,7 +1004,7 @@ class basic_sequential {
   float regularization_scale_ = 1.0f;
   replica_context* replica_ = nullptr;
   bool compiled_ = false;
-  std::vector<basic_sequential> mirrors_;  // the process's other replicas (set_mirrors)
+  std::vector<basic_model> mirrors_;  // the process's other replicas (set_mirrors)
   bool mirrors_stale_ = false;             // they miss a change made here outside a step
   bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
   struct {
@@ -977,8 +1013,21 @@ class basic_sequential {
   } input_gradient_;  // where the last backward left d loss / d inputs
 };
 
+/// Keras' `Sequential` on backend B: every layer takes the one before it.
+template <class B, class Input, class... Specs>
+using basic_sequential = basic_model<B, detail::graph<detail::sequential_name, Input, Specs...>>;
+
 /// Keras' `Sequential` on the cpu backend: `sequential<input<28, 28>, flatten, dense<10>>`.
 template <class Input, class... Specs>
 using sequential = basic_sequential<cpu, Input, Specs...>;
+
+/// Keras' functional `Model` on backend B: `input<...>` then layer specs and `node<Tag, Spec, From...>`
+/// (model/graph.hpp).
+template <class B, class Input, class... Elements>
+using basic_functional = basic_model<B, detail::graph<detail::functional_name, Input, Elements...>>;
+
+/// Keras' functional `Model` on the cpu backend.
+template <class Input, class... Elements>
+using functional = basic_functional<cpu, Input, Elements...>;
 
 }  // namespace dtrain

@@ -649,6 +649,10 @@ class basic_cuda {
   // ---- BLAS-like ---------------------------------------------------------------------------------------
   void fill(std::size_t n, float v, pointer<float> x) const { run<kernel::dtrain_fill>(n, n, v, x); }
   void copy(std::size_t n, pointer<const float> x, pointer<float> y) const { run<kernel::dtrain_copy>(n, n, x, y); }
+  void copy_columns(std::size_t rows, std::size_t cols, pointer<const float> x, std::size_t ldx, pointer<float> y,
+                    std::size_t ldy) const {
+    run<kernel::dtrain_copy_columns>(rows * cols, rows, cols, x, ldx, y, ldy);
+  }
   void axpy(std::size_t n, float a, pointer<const float> x, pointer<float> y) const {
     run<kernel::dtrain_axpy>(n, n, a, x, y);
   }

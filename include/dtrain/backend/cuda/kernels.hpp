@@ -73,6 +73,13 @@ DTRAIN_KERNEL void dtrain_fill(long long n, float v, float* x) {
 DTRAIN_KERNEL void dtrain_copy(long long n, const float* x, float* y) {
   for (long long i = first_index(); i < n; i += grid_stride()) y[i] = x[i];
 }
+DTRAIN_KERNEL void dtrain_copy_columns(long long rows, long long cols, const float* x, long long ldx, float* y,
+                                      long long ldy) {
+  for (long long i = first_index(); i < rows * cols; i += grid_stride()) {
+    const long long r = quot(i, cols), j = i - r * cols;
+    y[r * ldy + j] = x[r * ldx + j];
+  }
+}
 DTRAIN_KERNEL void dtrain_axpy(long long n, float a, const float* x, float* y) {
   for (long long i = first_index(); i < n; i += grid_stride()) y[i] += a * x[i];
 }
@@ -531,16 +538,16 @@ DTRAIN_KERNEL void dtrain_rmsprop(long long n, float lr, float rho, float mu, fl
 namespace dtrain::cuda_kernels {
 
 /// Every kernel, by name: X(name) for each, in one list (ids, names and host functions come from it).
-#define DTRAIN_CUDA_KERNEL_LIST(X)                                                                        \
-  X(dtrain_fill) X(dtrain_copy) X(dtrain_axpy) X(dtrain_multiply) X(dtrain_broadcast_rows)               \
-  X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles) X(dtrain_sum_finish)           \
-  X(dtrain_activation_forward) X(dtrain_bias_activation) X(dtrain_activation_backward)                    \
-  X(dtrain_im2col) X(dtrain_col2im)                                                                       \
-  X(dtrain_pool_forward) X(dtrain_pool_backward) X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward)     \
-  X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                 \
-  X(dtrain_layer_norm_backward) X(dtrain_squared_deviations) X(dtrain_moving_average)                    \
-  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits)   \
-  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
+#define DTRAIN_CUDA_KERNEL_LIST(X)                                                                            \
+  X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_axpy) X(dtrain_multiply)                      \
+  X(dtrain_broadcast_rows) X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles)             \
+  X(dtrain_sum_finish) X(dtrain_activation_forward) X(dtrain_bias_activation)                                 \
+  X(dtrain_activation_backward) X(dtrain_im2col) X(dtrain_col2im) X(dtrain_pool_forward)                      \
+  X(dtrain_pool_backward) X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward)                              \
+  X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                     \
+  X(dtrain_layer_norm_backward) X(dtrain_squared_deviations) X(dtrain_moving_average)                         \
+  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_dropout) X(dtrain_loss)                 \
+  X(dtrain_metric_hits) X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
 
 enum class kernel : int {
 #define DTRAIN_CUDA_ENUM_(k) k,
