@@ -2,6 +2,7 @@
 // It differs from single_worker_mnist.cpp only in the strategy type. Start it by hand with TF_CONFIG
 // set per worker, as in the tutorial, or with the launcher:
 //   dtrain-launch -n 2 -- multi_worker_mnist --model cnn --batch-size 64 --epochs 3 --steps-per-epoch 70
+//   dtrain-launch -n 2 -- multi_worker_mnist --model resnet --optimizer adam   (a small ResNet)
 #include "mnist_setup.hpp"
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
@@ -53,5 +54,6 @@ int run(const mnist_setup::arguments& args) {
 }
 
 int main(int argc, char** argv) {
-  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, true>(argc, argv);
+  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, true, run<mnist_setup::resnet>>(argc,
+                                                                                                       argv);
 }

@@ -242,7 +242,8 @@ class basic_model {
     std::vector<layer_info> out;
     each([&]<std::size_t I>() {
       using L = layer_type<I>;
-      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I], param_sizes[I] + state_sizes[I], {}};
+      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I], param_sizes[I] + state_sizes[I], {},
+                    {}};
       auto add = [&](const auto& specs, std::size_t at, bool trainable) {
         for (const auto& p : specs) {
           li.variables.push_back(
