@@ -29,6 +29,7 @@
 #include "dtrain/layers/conv2d.hpp"
 #include "dtrain/layers/dense.hpp"
 #include "dtrain/layers/dropout.hpp"
+#include "dtrain/layers/embedding.hpp"
 #include "dtrain/layers/input.hpp"
 #include "dtrain/layers/merging.hpp"
 #include "dtrain/layers/normalization.hpp"

@@ -211,6 +211,15 @@ def make_layers():
     case = layer_case("batch_normalization_inference", lambda x, g, b: batch_norm(x, g, b, False), x, [gamma, beta])
     case.update(training=False, state=flat(moving), state_after=flat(moving))
     cases.append(case)
+    # Embedding(6, 3) on indices (3, 4), some repeated: the table's gradient adds their rows; no dx
+    table = randn(6, 3, scale=0.5).requires_grad_(True)
+    x = torch.tensor([[0, 2, 2, 5], [1, 2, 0, 0], [3, 3, 5, 2]])
+    y = F.embedding(x, table)
+    dy = randn(*y.shape)
+    (y * dy).sum().backward()
+    cases.append({"name": "embedding", "x_shape": list(x.shape), "y_shape": list(y.shape),
+                  "x": [float(v) for v in x.reshape(-1).tolist()], "params": flat(table), "dy": flat(dy),
+                  "y": flat(y), "dparams": flat(table.grad)})
     torch.set_rng_state(state)
     return cases
 

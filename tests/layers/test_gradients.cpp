@@ -101,4 +101,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_in_training, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(embedding_table, B, backends) {
+  // the indices are not differentiable: only the table's gradient, with indices that repeat (their rows
+  // add up) and a table row no index reads (its gradient is zero)
+  using L = bind_t<embedding<6, 3>, shape<2, 4>, B>;
+  const B device;
+  rng r(2);
+  L layer;
+  std::vector<float> params(param_count_v<L>);
+  layer.initialize(params, r);
+  const std::vector<float> x{0, 2, 2, 5, 1, 2, 0, 0, 3, 3, 5, 2, 1, 1, 0, 2, 4, 2, 2, 2, 0, 5, 5, 1};  // 3 samples
+  const std::size_t n = 3;
+  const std::vector<float> proj = dtrain_test::random_vector(n * 8 * 3, r);
+  auto xd = dtrain_test::upload(device, x), pd = device.template allocate<float>(params.size());
+  auto yd = device.template allocate<float>(proj.size()), gd = device.template allocate<float>(params.size());
+  layer_context<B> ctx{device, r, true};
+  auto f = [&]() -> double {
+    device.upload(params.size(), params.data(), pd.data());
+    layer.forward(ctx, xd.data(), yd.data(), n, pd.data());
+    const auto y = dtrain_test::download(device, yd);
+    double s = 0.0;
+    for (std::size_t i = 0; i < y.size(); ++i) s += double(y[i]) * proj[i];
+    return s;
+  };
+  f();
+  auto dyd = dtrain_test::upload(device, proj);
+  layer.backward(ctx, xd.data(), yd.data(), dyd.data(), pointer_t<B, float>{}, n, pd.data(), gd.data());
+  const auto grads = dtrain_test::download(device, gd);
+  dtrain_test::check_gradient("embedding d/dtable", params, grads, f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -172,6 +172,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_by_hand, B, backends) {
   BOOST_TEST(g[2] == 4.0f);  // d beta: the column sum of dy
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(embedding_rows_and_index_checks, B, backends) {
+  static_assert(std::is_same_v<bind_t<embedding<10, 4>, shape<7>>::output_shape, shape<7, 4>>);
+  // table row v is (v, v, v) + (0, 0.1, 0.2); an index outside the table reads zeros
+  std::vector<float> table(5 * 3);
+  for (std::size_t v = 0; v < 5; ++v)
+    for (std::size_t d = 0; d < 3; ++d) table[v * 3 + d] = float(v) + 0.1f * float(d);
+  const auto y = run_forward<embedding<5, 3>, shape<3>, B>({4, 0, 9}, 1, table);
+  BOOST_TEST(y == (std::vector<float>{4, 4.1f, 4.2f, 0, 0.1f, 0.2f, 0, 0, 0}), boost::test_tools::per_element());
+  // a model fed indices checks them first, naming the layer and the value
+  using lookup = sequential<input<3>, embedding<5, 2>, flatten, dense<2>>;
+  lookup m;
+  tensor x = zeros({2, 3});
+  x(1, 2) = 5.0f;
+  BOOST_CHECK_EXCEPTION(m.predict_on_batch(x), value_error, [](const value_error& e) {
+    return std::string(e.what()).find("embedding 'embedding': input value 5.000000 (sample 1, position 2) is not an "
+                                      "index in [0, 5)") != std::string::npos;
+  });
+  x(1, 2) = 1.5f;
+  BOOST_CHECK_THROW(m.predict_on_batch(x), value_error);
+  x(1, 2) = 4.0f;
+  BOOST_TEST(m.predict_on_batch(x).shape()[1] == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(glorot_uniform_bounds_and_zero_bias) {
   using L = bind_t<dense<30, relu>, shape<50>>;
   rng r(11);

@@ -97,6 +97,10 @@ struct backend {
   void batch_normalization_backward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
                                     pointer<const float>, pointer<const float>, pointer<const float>,
                                     pointer<float>) const {}
+  void embedding_forward(std::size_t, std::size_t, std::size_t, pointer<const float>, pointer<const float>,
+                         pointer<float>) const {}
+  void embedding_backward(std::size_t, std::size_t, pointer<const std::uint32_t>, pointer<const std::uint32_t>,
+                          pointer<const float>, pointer<float>) const {}
   void dropout(std::size_t, float, std::uint64_t, pointer<const float>, pointer<float>, pointer<float>) const {}
   void l2(std::size_t, float, float, pointer<const float>, pointer<float>, pointer<float>) const {}
   template <class Op>

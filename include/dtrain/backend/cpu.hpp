@@ -244,6 +244,24 @@ struct cpu {
         dx[e] = gamma[j] * inv_std[j] * centred;
       }
   }
+  /// y row r = table row x[r] (dim values), or zeros where x[r] is not an index in [0, vocab).
+  void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, const float* x, const float* table,
+                         float* y) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (x[r] >= 0.0f && x[r] < float(vocab)) copy(dim, table + std::size_t(x[r]) * dim, y + r * dim);
+      else std::fill_n(y + r * dim, dim, 0.0f);
+    }
+  }
+  /// grad row v = the sum of dy rows order[starts[v]], ..., order[starts[v + 1] - 1], in that order.
+  void embedding_backward(std::size_t vocab, std::size_t dim, const std::uint32_t* order, const std::uint32_t* starts,
+                          const float* dy, float* grad) const {
+    for (std::size_t v = 0; v < vocab; ++v) {
+      float* g = grad + v * dim;
+      std::fill_n(g, dim, 0.0f);
+      for (std::uint32_t k = starts[v]; k < starts[v + 1]; ++k)
+        for (std::size_t d = 0; d < dim; ++d) g[d] += dy[std::size_t(order[k]) * dim + d];
+    }
+  }
   /// mask[i] = 1 / (1 - rate) where the i-th uniform of `key`'s Philox stream is >= rate, else 0;
   /// y = x * mask.
   void dropout(std::size_t n, float rate, std::uint64_t key, const float* x, float* y, float* mask) const {

@@ -262,6 +262,20 @@ class opaque {
                                       sums ? raw(sums, 2 * cols, "batch_normalization sums") : nullptr,
                                       raw(dy, e, "batch_normalization dy"), raw(dx, e, "batch_normalization dx"));
   }
+  void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, pointer<const float> x,
+                         pointer<const float> table, pointer<float> y) const {
+    cpu_.embedding_forward(rows, dim, vocab, raw(x, rows, "embedding indices"), raw(table, vocab * dim, "embedding table"),
+                           raw(y, rows * dim, "embedding y"));
+  }
+  void embedding_backward(std::size_t vocab, std::size_t dim, pointer<const std::uint32_t> order,
+                          pointer<const std::uint32_t> starts, pointer<const float> dy, pointer<float> grad) const {
+    const std::uint32_t* s = raw(starts, vocab + 1, "embedding starts");
+    const std::size_t rows = s[vocab];
+    const std::uint32_t* o = raw(order, rows, "embedding order");
+    std::size_t dy_rows = 0;
+    for (std::size_t k = 0; k < rows; ++k) dy_rows = std::max<std::size_t>(dy_rows, std::size_t(o[k]) + 1);
+    cpu_.embedding_backward(vocab, dim, o, s, raw(dy, dy_rows * dim, "embedding dy"), raw(grad, vocab * dim, "embedding grad"));
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     cpu_.dropout(n, rate, key, raw(x, n, "dropout x"), raw(y, n, "dropout y"), raw(mask, n, "dropout mask"));

@@ -675,6 +675,11 @@ class basic_model {
       throw shape_error("sequential: input batch of shape " + shape_str(ex) + " does not match the model's input " +
                         input_shape::str() + " (layer '" + names_[0] + "' takes it)");
     if (ex[0] == 0) throw value_error("sequential: the batch is empty");
+    each([&]<std::size_t I>() {  // layers that read the input's values as indices check them first
+      if constexpr (requires { layer_type<I>::check_input(std::span<const float>{}, std::string{}); })
+        for (std::size_t s : Graph::template sources<I>)
+          if (s == 0) layer_type<I>::check_input(std::span<const float>(x.data(), x.size()), names_[I]);
+    });
     if (y && (y->dimension() == 0 || y->shape()[0] != ex[0]))
       throw shape_error("sequential: x has " + std::to_string(ex[0]) + " samples (shape " + shape_str(ex) +
                         ") but y has shape " + shape_str(y->shape()));

@@ -803,6 +803,14 @@ class basic_cuda {
                                     pointer<const float> sums, pointer<const float> dy, pointer<float> dx) const {
     run<kernel::dtrain_batch_norm_backward>(rows * cols, rows, cols, inv_count, xhat, inv_std, gamma, sums, dy, dx);
   }
+  void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, pointer<const float> x,
+                         pointer<const float> table, pointer<float> y) const {
+    run<kernel::dtrain_embedding_forward>(rows * dim, rows, dim, vocab, x, table, y);
+  }
+  void embedding_backward(std::size_t vocab, std::size_t dim, pointer<const std::uint32_t> order,
+                          pointer<const std::uint32_t> starts, pointer<const float> dy, pointer<float> grad) const {
+    run<kernel::dtrain_embedding_backward>(vocab * dim, vocab, dim, order, starts, dy, grad);
+  }
   void dropout(std::size_t n, float rate, std::uint64_t key, pointer<const float> x, pointer<float> y,
                pointer<float> mask) const {
     run<kernel::dtrain_dropout>((n + 3) / 4, n, rate, key, x, y, mask);

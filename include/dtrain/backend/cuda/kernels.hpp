@@ -369,6 +369,25 @@ DTRAIN_KERNEL void dtrain_batch_norm_backward(long long rows, long long cols, fl
   }
 }
 
+// ---- embedding: rows of a table by index; the table's gradient by index in a host-sorted order ------------
+DTRAIN_KERNEL void dtrain_embedding_forward(long long rows, long long dim, long long vocab, const float* x,
+                                            const float* table, float* y) {
+  for (long long e = first_index(); e < rows * dim; e += grid_stride()) {
+    const long long r = quot(e, dim), d = e - r * dim;
+    const float v = x[r];
+    y[e] = v >= 0.0f && v < (float)vocab ? table[(long long)v * dim + d] : 0.0f;
+  }
+}
+DTRAIN_KERNEL void dtrain_embedding_backward(long long vocab, long long dim, const unsigned int* order,
+                                             const unsigned int* starts, const float* dy, float* grad) {
+  for (long long e = first_index(); e < vocab * dim; e += grid_stride()) {
+    const long long v = quot(e, dim), d = e - v * dim;
+    float s = 0.0f;
+    for (unsigned int k = starts[v]; k < starts[v + 1]; ++k) s += dy[(long long)order[k] * dim + d];
+    grad[e] = s;
+  }
+}
+
 // ---- dropout: the mask from Philox4x32-10, as core/random.hpp's counter_uniform4 ------------------------
 DTRAIN_KERNEL void dtrain_dropout(long long n, float rate, unsigned long long key, const float* x, float* y,
                                   float* mask) {
@@ -546,8 +565,9 @@ namespace dtrain::cuda_kernels {
   X(dtrain_pool_backward) X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward)                              \
   X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                     \
   X(dtrain_layer_norm_backward) X(dtrain_squared_deviations) X(dtrain_moving_average)                         \
-  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_dropout) X(dtrain_loss)                 \
-  X(dtrain_metric_hits) X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
+  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_embedding_forward)                      \
+  X(dtrain_embedding_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits) X(dtrain_sgd)            \
+  X(dtrain_adam) X(dtrain_rmsprop)
 
 enum class kernel : int {
 #define DTRAIN_CUDA_ENUM_(k) k,

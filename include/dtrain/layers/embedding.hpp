@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// `embedding<InputDim, OutputDim>`: Keras `layers.Embedding(input_dim, output_dim)`. Each input value is
+/// an index in [0, InputDim) (held as a float, exact below 2^24) and becomes that row of the
+/// `embeddings` table (InputDim, OutputDim), initialised uniform in [-0.05, 0.05] (Keras' default): the
+/// output's shape is the input's with OutputDim appended. A model checks the indices of a batch it
+/// feeds straight to an embedding before anything runs (`check_input`), so a bad index is an error
+/// naming it; elsewhere an index outside the table reads a row of zeros and receives no gradient.
+///
+/// The table's gradient adds dy rows by index, which several rows may share. To add them in a fixed
+/// order without atomics, backward sorts the row numbers by index on the host (a counting sort of the
+/// batch's indices) and the backend sums each index's rows in that order: the same bits on every run.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/layers/concepts.hpp"
+
+namespace dtrain {
+
+namespace detail {
+template <class S, std::size_t Last, class Seq = std::make_index_sequence<S::rank>>
+struct append_dim;
+template <class S, std::size_t Last, std::size_t... I>
+struct append_dim<S, Last, std::index_sequence<I...>> {
+  using type = shape<S::dims[I]..., Last>;
+};
+}  // namespace detail
+
+template <std::size_t InputDim, std::size_t OutputDim>
+struct embedding {
+  static_assert(InputDim > 0 && OutputDim > 0, "embedding: input_dim and output_dim must be positive");
+  static_assert(InputDim < (std::size_t(1) << 24), "embedding: input_dim must be below 2^24 (indices are floats)");
+
+  template <class In, class B>
+  struct bind {
+    using input_shape = In;
+    using output_shape = typename detail::append_dim<In, OutputDim>::type;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
+    static constexpr const char* keras_name = "embedding";
+    static constexpr const char* class_name = "Embedding";
+    static constexpr std::array<param_spec, 1> params{{{"embeddings", 2, {InputDim, OutputDim, 0, 0}}}};
+
+    void initialize(std::span<float> p, rng& r) {
+      for (auto& v : p) v = r.uniform(-0.05f, 0.05f);
+    }
+
+    /// Every value of a batch fed to the layer must be a whole number in [0, InputDim).
+    static void check_input(std::span<const float> x, const std::string& layer_name) {
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (!(x[i] >= 0.0f && x[i] < float(InputDim) && x[i] == std::floor(x[i])))
+          throw value_error("embedding '" + layer_name + "': input value " + std::to_string(x[i]) + " (sample " +
+                            std::to_string(i / In::size) + ", position " + std::to_string(i % In::size) +
+                            ") is not an index in [0, " + std::to_string(InputDim) + ")");
+    }
+
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
+      ctx.device.embedding_forward(n * In::size, OutputDim, InputDim, x, p, y);
+    }
+
+    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr, std::size_t n, cptr, ptr g) {
+      const B& dev = ctx.device;
+      const std::size_t rows = n * In::size;
+      indices_.resize(rows);
+      dev.download(rows, x, indices_.data());
+      // counting sort of the rows by index: starts[v] .. starts[v + 1] are index v's rows in order
+      starts_.assign(InputDim + 1, 0);
+      for (float v : indices_)
+        if (v >= 0.0f && v < float(InputDim)) ++starts_[std::size_t(v) + 1];
+      for (std::size_t v = 0; v < InputDim; ++v) starts_[v + 1] += starts_[v];
+      order_.resize(starts_[InputDim]);
+      next_.assign(starts_.begin(), starts_.end() - 1);
+      for (std::size_t r = 0; r < rows; ++r)
+        if (indices_[r] >= 0.0f && indices_[r] < float(InputDim)) order_[next_[std::size_t(indices_[r])]++] = std::uint32_t(r);
+      const auto order = ensure(dev, order_dev_, std::max<std::size_t>(order_.size(), 1));
+      const auto starts = ensure(dev, starts_dev_, InputDim + 1);
+      dev.upload(order_.size(), static_cast<const std::uint32_t*>(order_.data()), order);
+      dev.upload(InputDim + 1, static_cast<const std::uint32_t*>(starts_.data()), starts);
+      dev.embedding_backward(InputDim, OutputDim, pointer_t<B, const std::uint32_t>(order),
+                             pointer_t<B, const std::uint32_t>(starts), dy, g);
+    }
+
+    void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
+
+   private:
+    std::vector<float> indices_;
+    std::vector<std::uint32_t> starts_, order_, next_;
+    buffer_t<B, std::uint32_t> order_dev_, starts_dev_;
+  };
+};
+
+}  // namespace dtrain
