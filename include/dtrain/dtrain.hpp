@@ -28,6 +28,7 @@
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/conv2d.hpp"
 #include "dtrain/layers/dense.hpp"
+#include "dtrain/layers/depthwise_conv2d.hpp"
 #include "dtrain/layers/dropout.hpp"
 #include "dtrain/layers/embedding.hpp"
 #include "dtrain/layers/input.hpp"

@@ -211,6 +211,26 @@ def make_layers():
     case = layer_case("batch_normalization_inference", lambda x, g, b: batch_norm(x, g, b, False), x, [gamma, beta])
     case.update(training=False, state=flat(moving), state_after=flat(moving))
     cases.append(case)
+    # DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2) and SeparableConv2D(4, 3,
+    # padding="same") on (2, 6, 5, 3): grouped convolutions in torch (groups = channels)
+    x = randn(2, 6, 5, 3)
+    dk = randn(3, 3, 3, 2, scale=0.3)  # Keras layout (kh, kw, channels, multiplier)
+    db = randn(6, scale=0.3)
+
+    def depthwise(x, k, stride, same, b=None):
+        xt = nhwc_to_nchw(x)
+        if same:
+            xt = pad_nchw(xt, 3, stride)
+        c, m = k.shape[2], k.shape[3]
+        wt = k.permute(2, 3, 0, 1).reshape(c * m, 1, 3, 3)  # output channel ch * m + j
+        return nchw_to_nhwc(F.conv2d(xt, wt, b, stride=stride, groups=c))
+
+    cases.append(layer_case("depthwise_conv2d_same_s2_x2", lambda x, k, b: depthwise(x, k, 2, True, b), x, [dk, db]))
+    sk = randn(3, 3, 3, 1, scale=0.3)
+    pk = randn(1, 1, 3, 4, scale=0.3)  # Keras layout (1, 1, channels multiplier, filters)
+    pb = randn(4, scale=0.3)
+    cases.append(layer_case("separable_conv2d_same",
+                            lambda x, k, p, b: depthwise(x, k, 1, True) @ p.reshape(3, 4) + b, x, [sk, pk, pb]))
     # Embedding(6, 3) on indices (3, 4), some repeated: the table's gradient adds their rows; no dx
     table = randn(6, 3, scale=0.5).requires_grad_(True)
     x = torch.tensor([[0, 2, 2, 5], [1, 2, 0, 0], [3, 3, 5, 2]])

@@ -140,6 +140,9 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"batch_normalization_training", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
     {"batch_normalization_inference", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
     {"embedding", check_layer<B, embedding<6, 3>, shape<4>>},
+    {"depthwise_conv2d_same_s2_x2",
+     check_layer<B, depthwise_conv2d<3, linear, strides<2>, padding::same, depth_multiplier<2>>, conv_in>},
+    {"separable_conv2d_same", check_layer<B, separable_conv2d<4, 3, linear, padding::same>, conv_in>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -31,9 +31,13 @@ def modern():  # keras_cnn.cpp's `modern`
                              keras.layers.Conv2D(16, 3, strides=2, name="conv2d"),
                              keras.layers.LeakyReLU(name="leaky_re_lu"),
                              keras.layers.LayerNormalization(name="layer_normalization"),
+                             keras.layers.SeparableConv2D(16, 3, padding="same", activation="relu",
+                                                          name="separable_conv2d"),
                              keras.layers.Conv2D(32, 3, strides=2, padding="same", name="conv2d_1"),
                              keras.layers.BatchNormalization(name="batch_normalization"),
                              keras.layers.ReLU(name="re_lu"),
+                             keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2,
+                                                          name="depthwise_conv2d"),
                              keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d"),
                              keras.layers.Dense(10, name="dense")])
 

@@ -1,6 +1,7 @@
 // The dtrain side of the Keras interop check (tests/interop/check_keras.py), for two models: `cnn`, the
 // tutorial's CNN, and `modern`, one of the layers real models add (zero padding, strided convolutions,
-// leaky ReLU, layer normalization, batch normalization, global average pooling).
+// leaky ReLU, layer normalization, separable and depthwise convolutions, batch normalization, global
+// average pooling).
 //   keras_cnn <model> predict <weights.safetensors> <dir>: loads the weights (as Keras wrote them,
 //     converted by tools/keras_weights.py), writes the first 100 Fashion-MNIST test images
 //     (dir/images.npy) and the model's logits on them (dir/logits.npy)
@@ -14,8 +15,10 @@
 using namespace dtrain;
 using cnn = sequential<input<28, 28>, reshape<28, 28, 1>, conv2d<32, 3, relu>, flatten, dense<128, relu>, dense<10>>;
 using modern = sequential<input<28, 28>, reshape<28, 28, 1>, zero_padding2d<1>, conv2d<16, 3, linear, strides<2>>,
-                          leaky_relu<>, layer_normalization<>, conv2d<32, 3, linear, strides<2>, padding::same>,
-                          batch_normalization<>, relu, global_average_pooling2d<>, dense<10>>;
+                          leaky_relu<>, layer_normalization<>, separable_conv2d<16, 3, relu, padding::same>,
+                          conv2d<32, 3, linear, strides<2>, padding::same>, batch_normalization<>, relu,
+                          depthwise_conv2d<3, linear, padding::same, depth_multiplier<2>>, global_average_pooling2d<>,
+                          dense<10>>;
 
 template <class Model>
 int run(bool predict, char** argv, const std::filesystem::path& dir) {

@@ -101,6 +101,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batch_normalization_in_training, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(depthwise_and_separable_convolutions, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<depthwise_conv2d<3>, shape<5, 6, 2>, B>("depthwise_conv2d valid", n);
+    check_layer_gradients<depthwise_conv2d<3, dtrain::tanh, strides<2>, padding::same, depth_multiplier<2>>,
+                          shape<5, 6, 3>, B>("depthwise_conv2d same s2 x2 tanh", n);
+    check_layer_gradients<separable_conv2d<4, 3, relu, padding::same>, shape<5, 4, 3>, B>("separable_conv2d same relu", n);
+    check_layer_gradients<separable_conv2d<2, 2, gelu, strides<2>, depth_multiplier<3>>, shape<5, 5, 2>, B>(
+        "separable_conv2d s2 x3 gelu", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(embedding_table, B, backends) {
   // the indices are not differentiable: only the table's gradient, with indices that repeat (their rows
   // add up) and a table row no index reads (its gradient is zero)

@@ -97,6 +97,12 @@ struct backend {
   void batch_normalization_backward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
                                     pointer<const float>, pointer<const float>, pointer<const float>,
                                     pointer<float>) const {}
+  template <window_geometry>
+  void depthwise_conv2d_forward(std::size_t, pointer<const float>, pointer<const float>, pointer<const float>,
+                                pointer<float>) const {}
+  template <window_geometry>
+  void depthwise_conv2d_backward(std::size_t, pointer<const float>, pointer<const float>, pointer<const float>,
+                                 pointer<float>, pointer<float>) const {}
   void embedding_forward(std::size_t, std::size_t, std::size_t, pointer<const float>, pointer<const float>,
                          pointer<float>) const {}
   void embedding_backward(std::size_t, std::size_t, pointer<const std::uint32_t>, pointer<const std::uint32_t>,

@@ -31,7 +31,7 @@
 ///   reads) and `conv2d_backward_workspace<G>` (backward's scratch), `max_pooling2d_*` and
 ///   `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `leaky_relu_*`, `layer_normalization_*`,
 ///   `batch_normalization_*` with `squared_deviations` and `moving_average` (the batch statistics come
-///   from `column_sums`), `embedding_*`, `dropout` (mask from a counter-based generator keyed by the model's), `l2`
+///   from `column_sums`), `depthwise_conv2d_*<G>`, `embedding_*`, `dropout` (mask from a counter-based generator keyed by the model's), `l2`
 ///   (penalty and its gradient).
 /// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
 ///   `metric(op, ...)`, `update(op, ...)`.
@@ -204,6 +204,8 @@ concept backend =
       b.moving_average(n, s, cp, p);
       b.batch_normalization_forward(n, n, s, cp, cp, cp, cp, cp, p, p, p);
       b.batch_normalization_backward(n, n, s, cp, cp, cp, cp, cp, p);
+      b.template depthwise_conv2d_forward<detail::probe_window>(n, cp, cp, cp, p);
+      b.template depthwise_conv2d_backward<detail::probe_window>(n, cp, cp, cp, p, p);
       b.embedding_forward(n, n, n, cp, cp, p);
       b.embedding_backward(n, n, cip, cip, cp, p);
       b.dropout(n, s, key, cp, p, p);

@@ -244,6 +244,39 @@ struct cpu {
         dx[e] = gamma[j] * inv_std[j] * centred;
       }
   }
+  /// Depthwise convolution, window G with f = c m outputs (m per channel), zero padding:
+  /// y[s][oy][ox][ch m + j] = b[ch m + j] (0 without b) + the sum over the window's taps inside the input,
+  /// row by row, of x[s][iy][ix][ch] w[ky][kx][ch][j].
+  template <window_geometry G>
+  void depthwise_conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y) const {
+    constexpr std::size_t m = G.f / G.c;
+    for_each_depthwise_tap<G>(n, [&](std::size_t out, std::size_t in, std::size_t tap, bool first) {
+      for (std::size_t ch = 0; ch < G.c; ++ch)
+        for (std::size_t j = 0; j < m; ++j) {
+          float& o = y[out + ch * m + j];
+          if (first) o = b ? b[ch * m + j] : 0.0f;
+          if (in != npos) o += x[in + ch] * w[tap + ch * m + j];
+        }
+    });
+  }
+  /// From dy: gw (the kernel's gradient, w's layout; summed over samples and pixels in order) and, when
+  /// not null, dx.
+  template <window_geometry G>
+  void depthwise_conv2d_backward(std::size_t n, const float* x, const float* w, const float* dy, float* gw,
+                                 float* dx) const {
+    constexpr std::size_t m = G.f / G.c;
+    std::fill_n(gw, G.kh * G.kw * G.f, 0.0f);
+    if (dx) std::fill_n(dx, n * G.in_size(), 0.0f);
+    for_each_depthwise_tap<G>(n, [&](std::size_t out, std::size_t in, std::size_t tap, bool) {
+      if (in == npos) return;
+      for (std::size_t ch = 0; ch < G.c; ++ch)
+        for (std::size_t j = 0; j < m; ++j) {
+          const float d = dy[out + ch * m + j];
+          gw[tap + ch * m + j] += x[in + ch] * d;
+          if (dx) dx[in + ch] += w[tap + ch * m + j] * d;
+        }
+    });
+  }
   /// y row r = table row x[r] (dim values), or zeros where x[r] is not an index in [0, vocab).
   void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, const float* x, const float* table,
                          float* y) const {
@@ -303,6 +336,25 @@ struct cpu {
   }
 
  private:
+  static constexpr std::size_t npos = std::size_t(-1);
+  /// Calls f(output pixel offset, input pixel offset or npos (padding), tap offset in w, first tap) for
+  /// every tap of every output pixel of window G, taps in the kernel's row-major order.
+  template <window_geometry G, class F>
+  static void for_each_depthwise_tap(std::size_t n, F&& f) {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t oy = 0; oy < G.oh; ++oy)
+        for (std::size_t ox = 0; ox < G.ow; ++ox) {
+          const std::size_t out = ((s * G.oh + oy) * G.ow + ox) * G.f;
+          for (std::size_t ky = 0; ky < G.kh; ++ky)
+            for (std::size_t kx = 0; kx < G.kw; ++kx) {
+              const std::ptrdiff_t iy = std::ptrdiff_t(oy * G.sh + ky) - std::ptrdiff_t(G.pt);
+              const std::ptrdiff_t ix = std::ptrdiff_t(ox * G.sw + kx) - std::ptrdiff_t(G.pl);
+              const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(G.h) && ix < std::ptrdiff_t(G.w);
+              f(out, inside ? ((s * G.h + std::size_t(iy)) * G.w + std::size_t(ix)) * G.c : npos,
+                (ky * G.kw + kx) * G.f, ky == 0 && kx == 0);
+            }
+        }
+  }
   /// Where input row iy of sample s starts in zero padding G's output.
   template <window_geometry G>
   static constexpr std::size_t padded_row(std::size_t s, std::size_t iy) {

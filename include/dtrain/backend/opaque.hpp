@@ -262,6 +262,23 @@ class opaque {
                                       sums ? raw(sums, 2 * cols, "batch_normalization sums") : nullptr,
                                       raw(dy, e, "batch_normalization dy"), raw(dx, e, "batch_normalization dx"));
   }
+  template <window_geometry G>
+  void depthwise_conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w,
+                                pointer<const float> b, pointer<float> y) const {
+    cpu_.depthwise_conv2d_forward<G>(n, raw(x, n * G.in_size(), "depthwise_conv2d x"),
+                                     raw(w, G.kh * G.kw * G.f, "depthwise_conv2d kernel"),
+                                     b ? raw(b, G.f, "depthwise_conv2d bias") : nullptr,
+                                     raw(y, n * G.out_size(), "depthwise_conv2d y"));
+  }
+  template <window_geometry G>
+  void depthwise_conv2d_backward(std::size_t n, pointer<const float> x, pointer<const float> w,
+                                 pointer<const float> dy, pointer<float> gw, pointer<float> dx) const {
+    cpu_.depthwise_conv2d_backward<G>(n, raw(x, n * G.in_size(), "depthwise_conv2d x"),
+                                      raw(w, G.kh * G.kw * G.f, "depthwise_conv2d kernel"),
+                                      raw(dy, n * G.out_size(), "depthwise_conv2d dy"),
+                                      raw(gw, G.kh * G.kw * G.f, "depthwise_conv2d kernel gradient"),
+                                      dx ? raw(dx, n * G.in_size(), "depthwise_conv2d dx") : nullptr);
+  }
   void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, pointer<const float> x,
                          pointer<const float> table, pointer<float> y) const {
     cpu_.embedding_forward(rows, dim, vocab, raw(x, rows, "embedding indices"), raw(table, vocab * dim, "embedding table"),

@@ -63,9 +63,11 @@ struct embedding {
       ctx.device.embedding_forward(n * In::size, OutputDim, InputDim, x, p, y);
     }
 
-    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr, std::size_t n, cptr, ptr g) {
+    /// The indices are not differentiable: an input gradient asked for (watch_inputs) is zero.
+    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr dx, std::size_t n, cptr, ptr g) {
       const B& dev = ctx.device;
       const std::size_t rows = n * In::size;
+      if (dx) dev.fill(rows, 0.0f, dx);
       indices_.resize(rows);
       dev.download(rows, x, indices_.data());
       // counting sort of the rows by index: starts[v] .. starts[v + 1] are index v's rows in order

@@ -803,6 +803,17 @@ class basic_cuda {
                                     pointer<const float> sums, pointer<const float> dy, pointer<float> dx) const {
     run<kernel::dtrain_batch_norm_backward>(rows * cols, rows, cols, inv_count, xhat, inv_std, gamma, sums, dy, dx);
   }
+  template <window_geometry G>
+  void depthwise_conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w,
+                                pointer<const float> b, pointer<float> y) const {
+    run<kernel::dtrain_depthwise_forward>(n * G.out_size(), n, geometry<G>(), x, w, b, y);
+  }
+  template <window_geometry G>
+  void depthwise_conv2d_backward(std::size_t n, pointer<const float> x, pointer<const float> w,
+                                 pointer<const float> dy, pointer<float> gw, pointer<float> dx) const {
+    run<kernel::dtrain_depthwise_kernel_grad>(G.kh * G.kw * G.f, n, geometry<G>(), x, dy, gw);
+    if (dx) run<kernel::dtrain_depthwise_input_grad>(n * G.in_size(), n, geometry<G>(), w, dy, dx);
+  }
   void embedding_forward(std::size_t rows, std::size_t dim, std::size_t vocab, pointer<const float> x,
                          pointer<const float> table, pointer<float> y) const {
     run<kernel::dtrain_embedding_forward>(rows * dim, rows, dim, vocab, x, table, y);

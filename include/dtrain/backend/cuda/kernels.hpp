@@ -369,6 +369,57 @@ DTRAIN_KERNEL void dtrain_batch_norm_backward(long long rows, long long cols, fl
   }
 }
 
+// ---- depthwise convolution (window g, f = c m outputs), zero padding -----------------------------------
+DTRAIN_KERNEL void dtrain_depthwise_forward(long long n, window g, const float* x, const float* w, const float* b,
+                                            float* y) {
+  const int m = g.f / g.c;
+  for (long long e = first_index(); e < n * g.oh * g.ow * g.f; e += grid_stride()) {
+    const long long q = quot(e, g.f), q2 = quot(q, g.ow), s = quot(q2, g.oh);
+    const int o = (int)(e - q * g.f), ox = (int)(q - q2 * g.ow), oy = (int)(q2 - s * g.oh), ch = o / m;
+    float acc = b ? b[o] : 0.0f;
+    for (int ky = 0; ky < g.kh; ++ky)
+      for (int kx = 0; kx < g.kw; ++kx) {
+        const int iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+        if (iy >= 0 && ix >= 0 && iy < g.h && ix < g.w)
+          acc += x[((s * g.h + iy) * g.w + ix) * g.c + ch] * w[(ky * g.kw + kx) * g.f + o];
+      }
+    y[e] = acc;
+  }
+}
+// The kernel's gradient, one thread per weight: the sum over samples and output pixels, in order.
+DTRAIN_KERNEL void dtrain_depthwise_kernel_grad(long long n, window g, const float* x, const float* dy, float* gw) {
+  const int m = g.f / g.c;
+  for (long long e = first_index(); e < (long long)g.kh * g.kw * g.f; e += grid_stride()) {
+    const int tap = (int)quot(e, g.f), o = (int)(e - (long long)tap * g.f), ky = tap / g.kw, kx = tap - ky * g.kw;
+    const int ch = o / m;
+    float acc = 0.0f;
+    for (long long s = 0; s < n; ++s)
+      for (int oy = 0; oy < g.oh; ++oy)
+        for (int ox = 0; ox < g.ow; ++ox) {
+          const int iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+          if (iy >= 0 && ix >= 0 && iy < g.h && ix < g.w)
+            acc += x[((s * g.h + iy) * g.w + ix) * g.c + ch] * dy[((s * g.oh + oy) * g.ow + ox) * g.f + o];
+        }
+    gw[e] = acc;
+  }
+}
+// dx, one thread per input value: every window and multiplier that read it (a gather).
+DTRAIN_KERNEL void dtrain_depthwise_input_grad(long long n, window g, const float* w, const float* dy, float* dx) {
+  const int m = g.f / g.c;
+  for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
+    const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
+    float acc = 0.0f;
+    for (int oy = first_window(iy, g.kh, g.sh, g.pt); oy <= last_window(iy, g.sh, g.pt, g.oh); ++oy)
+      for (int ox = first_window(ix, g.kw, g.sw, g.pl); ox <= last_window(ix, g.sw, g.pl, g.ow); ++ox) {
+        const int ky = iy + g.pt - oy * g.sh, kx = ix + g.pl - ox * g.sw;
+        for (int j = 0; j < m; ++j)
+          acc += w[(ky * g.kw + kx) * g.f + ch * m + j] * dy[((s * g.oh + oy) * g.ow + ox) * g.f + ch * m + j];
+      }
+    dx[e] = acc;
+  }
+}
+
 // ---- embedding: rows of a table by index; the table's gradient by index in a host-sorted order ------------
 DTRAIN_KERNEL void dtrain_embedding_forward(long long rows, long long dim, long long vocab, const float* x,
                                             const float* table, float* y) {
@@ -566,7 +617,8 @@ namespace dtrain::cuda_kernels {
   X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward) X(dtrain_layer_norm_forward)                     \
   X(dtrain_layer_norm_backward) X(dtrain_squared_deviations) X(dtrain_moving_average)                         \
   X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward) X(dtrain_embedding_forward)                      \
-  X(dtrain_embedding_backward) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits) X(dtrain_sgd)            \
+  X(dtrain_embedding_backward) X(dtrain_depthwise_forward) X(dtrain_depthwise_kernel_grad)                    \
+  X(dtrain_depthwise_input_grad) X(dtrain_dropout) X(dtrain_loss) X(dtrain_metric_hits) X(dtrain_sgd)         \
   X(dtrain_adam) X(dtrain_rmsprop)
 
 enum class kernel : int {
