@@ -29,7 +29,7 @@ refuse --epochs --epochs two
 refuse --steps-per-epoch --steps-per-epoch -5
 refuse --verbose --verbose 7
 refuse --learning-rate --learning-rate nan
-refuse --model --model resnet
+refuse --model --model vgg
 refuse --bogus --bogus 1
 refuse --epochs --epochs
 "$P" --help > "$dir/out" 2> "$dir/err" || fail "--help exited $?"

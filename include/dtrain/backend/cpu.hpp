@@ -158,13 +158,15 @@ struct cpu {
   void zero_padding2d_forward(std::size_t n, const float* x, float* y) const {
     std::fill_n(y, n * G.out_size(), 0.0f);
     for (std::size_t s = 0; s < n; ++s)
-      for (std::size_t iy = 0; iy < G.h; ++iy) copy(G.w * G.c, x + (s * G.h + iy) * G.w * G.c, y + padded_row<G>(s, iy));
+      for (std::size_t iy = 0; iy < G.h; ++iy)
+        copy(G.w * G.c, x + (s * G.h + iy) * G.w * G.c, y + padded_row<G>(s, iy));
   }
   /// dx = the input's place in dy (the crop).
   template <window_geometry G>
   void zero_padding2d_backward(std::size_t n, const float* dy, float* dx) const {
     for (std::size_t s = 0; s < n; ++s)
-      for (std::size_t iy = 0; iy < G.h; ++iy) copy(G.w * G.c, dy + padded_row<G>(s, iy), dx + (s * G.h + iy) * G.w * G.c);
+      for (std::size_t iy = 0; iy < G.h; ++iy)
+        copy(G.w * G.c, dy + padded_row<G>(s, iy), dx + (s * G.h + iy) * G.w * G.c);
   }
   /// y = x where x > 0, else slope x (TF's LeakyRelu).
   void leaky_relu_forward(std::size_t n, float slope, const float* x, float* y) const {

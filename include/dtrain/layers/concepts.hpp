@@ -36,6 +36,9 @@
 /// does so through `ctx.replicas`, and declares `join_forward(ctx)` and `join_backward(ctx, dx)`: what a
 /// replica without rows in a step runs in place of `forward` and `backward` (`dx`: whether backward would
 /// compute an input gradient), so that every replica enters the same collectives in the same order.
+///
+/// A merge layer (Keras' Add, Multiply, Concatenate: several inputs) is a spec with `merge` whose
+/// `bind_merge<B, In...>` keeps `merge_layer<L, B>` below; functional models (model/graph.hpp) use them.
 
 #include <array>
 #include <cmath>
@@ -115,6 +118,25 @@ concept layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx,
   cl.regularization(ctx, cx, x, scale, x);
 };
 
+/// The bound form of a merge layer (several inputs of shapes `In...`, one output): `arity`, `output_shape`,
+/// names and parameters as a layer has them, and
+/// - `forward(ctx, xs, y, n, params)` with `xs` a `std::array` of `arity` input pointers;
+/// - `backward(ctx, xs, y, dy, dxs, n, params, grads)` writing each non-null `dxs[i]`.
+template <class L, class B>
+concept merge_layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
+                                             const std::array<pointer_t<B, const float>, L::arity>& xs,
+                                             const std::array<pointer_t<B, float>, L::arity>& dxs,
+                                             pointer_t<B, const float> cx, pointer_t<B, float> x, std::size_t n,
+                                             float scale) {
+  requires static_shape<typename L::output_shape>;
+  { L::keras_name } -> std::convertible_to<const char*>;
+  { L::class_name } -> std::convertible_to<const char*>;
+  l.initialize(host, r);
+  l.forward(ctx, xs, x, n, cx);
+  l.backward(ctx, xs, cx, x, dxs, n, cx, x);
+  cl.regularization(ctx, cx, x, scale, x);
+};
+
 /// Total count of a bound layer's non-trainable variables (0 for a layer without `state`).
 template <class L>
 inline constexpr std::size_t state_count_v = [] {
@@ -134,6 +156,10 @@ inline constexpr bool relabels_v = [] {
   else
     return false;
 }();
+
+/// True for a bound merge layer (`arity` inputs).
+template <class L>
+inline constexpr bool merges_v = requires { L::arity; };
 
 /// True for a bound layer that joins the other replicas' collectives in training (see the contract above).
 template <class L>

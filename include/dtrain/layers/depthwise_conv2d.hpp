@@ -34,11 +34,13 @@ struct depthwise_options {
   static_assert(Kernel > 0, "depthwise convolution: the kernel size must be positive");
   static_assert(activation_policy<Activation>,
                 "depthwise convolution: the activation must be relu, sigmoid, tanh, softmax, gelu or linear");
-  static_assert(((is_strides<Options>::value || is_padding<Options>::value || is_depth_multiplier<Options>::value) && ...),
-                "depthwise convolution: options are strides<...>, padding::valid | padding::same and depth_multiplier<M>");
+  static_assert(
+      ((is_strides<Options>::value || is_padding<Options>::value || is_depth_multiplier<Options>::value) && ...),
+      "depthwise convolution: options are strides<...>, padding::valid | padding::same and depth_multiplier<M>");
   using stride_type = typename find_option<is_strides, strides<1>, Options...>::type;
   using padding_type = typename find_option<is_padding, padding::valid, Options...>::type;
-  static constexpr std::size_t multiplier = find_option<is_depth_multiplier, depth_multiplier<1>, Options...>::type::value;
+  static constexpr std::size_t multiplier =
+      find_option<is_depth_multiplier, depth_multiplier<1>, Options...>::type::value;
 
   template <class In>
   using geometry = window2d<In, Kernel, Kernel, stride_type, padding_type>;
@@ -111,9 +113,10 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     static constexpr window_geometry window = geo::with_outputs(mid);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t taps = Kernel * Kernel * mid, pointwise = mid * Filters;
-    static constexpr std::array<param_spec, 3> params{{{"depthwise_kernel", 4, {Kernel, Kernel, geo::c, base::multiplier}},
-                                                       {"pointwise_kernel", 4, {1, 1, mid, Filters}},
-                                                       {"bias", 1, {Filters, 0, 0, 0}}}};
+    static constexpr std::array<param_spec, 3> params{
+        {{"depthwise_kernel", 4, {Kernel, Kernel, geo::c, base::multiplier}},
+         {"pointwise_kernel", 4, {1, 1, mid, Filters}},
+         {"bias", 1, {Filters, 0, 0, 0}}}};
 
     void initialize(std::span<float> p, rng& r) {
       detail::glorot_uniform(p.first(taps), Kernel * Kernel * geo::c, Kernel * Kernel * base::multiplier, r);

@@ -78,7 +78,8 @@ struct embedding {
       order_.resize(starts_[InputDim]);
       next_.assign(starts_.begin(), starts_.end() - 1);
       for (std::size_t r = 0; r < rows; ++r)
-        if (indices_[r] >= 0.0f && indices_[r] < float(InputDim)) order_[next_[std::size_t(indices_[r])]++] = std::uint32_t(r);
+        if (indices_[r] >= 0.0f && indices_[r] < float(InputDim))
+          order_[next_[std::size_t(indices_[r])]++] = std::uint32_t(r);
       const auto order = ensure(dev, order_dev_, std::max<std::size_t>(order_.size(), 1));
       const auto starts = ensure(dev, starts_dev_, InputDim + 1);
       dev.upload(order_.size(), static_cast<const std::uint32_t*>(order_.data()), order);

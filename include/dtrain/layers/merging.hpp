@@ -3,7 +3,7 @@
 /// Keras' merge layers, for functional models (model/graph.hpp): `add` and `multiply` (element by
 /// element, every input of the same shape) and `concatenate` (along the last axis, the other axes
 /// equal). A merge spec declares `merge` and binds with `bind_merge<B, In...>` to its inputs' shapes;
-/// the bound layer keeps the merge-layer contract of model/graph.hpp (inputs as an array).
+/// the bound layer keeps `merge_layer` (layers/concepts.hpp: inputs and their gradients as arrays).
 
 #include <array>
 #include <cstddef>

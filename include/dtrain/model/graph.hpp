@@ -39,33 +39,11 @@ struct node {};
 /// The name of a model's input, for a node that takes it explicitly.
 struct model_input;
 
-/// The bound form of a merge layer (several inputs of shapes `In...`, one output), kept apart from the
-/// one-input layer contract (layers/concepts.hpp): `arity`, `output_shape`, names and parameters as a
-/// layer has them, and
-/// - `forward(ctx, xs, y, n, params)` with `xs` a `std::array` of `arity` input pointers;
-/// - `backward(ctx, xs, y, dy, dxs, n, params, grads)` writing each non-null `dxs[i]`.
-template <class L, class B>
-concept merge_layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
-                                             const std::array<pointer_t<B, const float>, L::arity>& xs,
-                                             const std::array<pointer_t<B, float>, L::arity>& dxs,
-                                             pointer_t<B, const float> cx, pointer_t<B, float> x, std::size_t n,
-                                             float scale) {
-  requires static_shape<typename L::output_shape>;
-  { L::keras_name } -> std::convertible_to<const char*>;
-  { L::class_name } -> std::convertible_to<const char*>;
-  l.initialize(host, r);
-  l.forward(ctx, xs, x, n, cx);
-  l.backward(ctx, xs, cx, x, dxs, n, cx, x);
-  cl.regularization(ctx, cx, x, scale, x);
-};
-
 namespace detail {
 
-/// A merge layer's spec (`merge`) and its bound form (`arity`).
+/// A merge layer's spec (`merge`).
 template <class T>
 inline constexpr bool is_merge_v = requires { T::merge; };
-template <class L>
-inline constexpr bool merges_v = requires { L::arity; };
 
 /// An element's name, spec and named inputs (`From...`; none: the element before it).
 template <class E, std::size_t I>
@@ -112,7 +90,8 @@ template <std::size_t I, class From, class... Tags>
 struct sources_of;
 template <std::size_t I, class... Tags>
 struct sources_of<I, std::tuple<>, Tags...> {
-  static constexpr std::array<std::size_t, 1> value{I};  // the element before (source I = node I - 1's output, or the input)
+  // the element before: source I is node I - 1's output (the input for I = 0)
+  static constexpr std::array<std::size_t, 1> value{I};
 };
 template <std::size_t I, class... From, class... Tags>
 struct sources_of<I, std::tuple<From...>, Tags...> {

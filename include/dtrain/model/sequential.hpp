@@ -242,8 +242,8 @@ class basic_model {
     std::vector<layer_info> out;
     each([&]<std::size_t I>() {
       using L = layer_type<I>;
-      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I], param_sizes[I] + state_sizes[I], {},
-                    {}};
+      layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I],
+                    param_sizes[I] + state_sizes[I], {}, {}};
       auto add = [&](const auto& specs, std::size_t at, bool trainable) {
         for (const auto& p : specs) {
           li.variables.push_back(
@@ -277,7 +277,10 @@ class basic_model {
     os << "Model: \"" << Graph::name << "\"\n" << std::string(width, '_') << '\n';
     row("Layer (type)", "Output Shape", "Param #", "Connected to");
     os << std::string(width, '=') << '\n';
-    if (functional) row("input_layer (InputLayer)", input_shape::str(), "0", "-"), os << std::string(width, ' ') << '\n';
+    if (functional) {
+      row("input_layer (InputLayer)", input_shape::str(), "0", "-");
+      os << std::string(width, ' ') << '\n';
+    }
     const auto ls = layers();
     for (std::size_t i = 0; i < ls.size(); ++i) {
       std::string from;
@@ -672,17 +675,18 @@ class basic_model {
     bool ok = ex.size() == input_shape::rank + 1;
     for (std::size_t i = 0; ok && i < input_shape::rank; ++i) ok = ex[i + 1] == input_shape::dims[i];
     if (!ok)
-      throw shape_error("sequential: input batch of shape " + shape_str(ex) + " does not match the model's input " +
-                        input_shape::str() + " (layer '" + names_[0] + "' takes it)");
-    if (ex[0] == 0) throw value_error("sequential: the batch is empty");
+      throw shape_error(std::string(Graph::name) + ": input batch of shape " + shape_str(ex) +
+                        " does not match the model's input " + input_shape::str() + " (layer '" + names_[0] +
+                        "' takes it)");
+    if (ex[0] == 0) throw value_error(std::string(Graph::name) + ": the batch is empty");
     each([&]<std::size_t I>() {  // layers that read the input's values as indices check them first
       if constexpr (requires { layer_type<I>::check_input(std::span<const float>{}, std::string{}); })
         for (std::size_t s : Graph::template sources<I>)
           if (s == 0) layer_type<I>::check_input(std::span<const float>(x.data(), x.size()), names_[I]);
     });
     if (y && (y->dimension() == 0 || y->shape()[0] != ex[0]))
-      throw shape_error("sequential: x has " + std::to_string(ex[0]) + " samples (shape " + shape_str(ex) +
-                        ") but y has shape " + shape_str(y->shape()));
+      throw shape_error(std::string(Graph::name) + ": x has " + std::to_string(ex[0]) + " samples (shape " +
+                        shape_str(ex) + ") but y has shape " + shape_str(y->shape()));
     return ex[0];
   }
 
@@ -789,7 +793,8 @@ class basic_model {
   static constexpr std::size_t source_size(std::size_t s) { return s == 0 ? input_shape::size : output_sizes[s - 1]; }
   tensor own_input_gradients() {
     if (!watch_inputs_)
-      throw usage_error("input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
+      throw usage_error(
+          "input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
     extents e{input_gradient_.rows};
     for (std::size_t d : input_shape::dims) e.push_back(d);
     tensor g = zeros(e);
