@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <vector>
 
 #include "dtrain/backend/backend.hpp"
 #include "dtrain/backend/cpu/activations.hpp"
@@ -218,17 +217,15 @@ struct cpu {
   void moving_average(std::size_t n, float momentum, const float* value, float* average) const {
     for (std::size_t i = 0; i < n; ++i) average[i] = average[i] * momentum + value[i] * (1.0f - momentum);
   }
-  /// Per column j: inv = 1 / sqrt(variance[j] + epsilon), xhat = (x - mean[j]) inv, y = xhat gamma[j] +
-  /// beta[j]; `xhat` and `inv_std` (inv per column) are written when not null.
+  /// Per column j: inv_std[j] = 1 / sqrt(variance[j] + epsilon), xhat = (x - mean[j]) inv_std[j] (written
+  /// when not null), y = xhat gamma[j] + beta[j].
   void batch_normalization_forward(std::size_t rows, std::size_t cols, float epsilon, const float* x,
                                    const float* mean, const float* variance, const float* gamma, const float* beta,
                                    float* y, float* xhat, float* inv_std) const {
-    std::vector<float> own(inv_std ? 0 : cols);
-    float* inv = inv_std ? inv_std : own.data();
-    for (std::size_t j = 0; j < cols; ++j) inv[j] = 1.0f / std::sqrt(variance[j] + epsilon);
+    for (std::size_t j = 0; j < cols; ++j) inv_std[j] = 1.0f / std::sqrt(variance[j] + epsilon);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < cols; ++j) {
-        const float h = (x[r * cols + j] - mean[j]) * inv[j];
+        const float h = (x[r * cols + j] - mean[j]) * inv_std[j];
         if (xhat) xhat[r * cols + j] = h;
         y[r * cols + j] = h * gamma[j] + beta[j];
       }

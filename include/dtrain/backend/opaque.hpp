@@ -250,7 +250,7 @@ class opaque {
         raw(variance, cols, "batch_normalization variance"), raw(gamma, cols, "batch_normalization gamma"),
         raw(beta, cols, "batch_normalization beta"), raw(y, e, "batch_normalization y"),
         xhat ? raw(xhat, e, "batch_normalization xhat") : nullptr,
-        inv_std ? raw(inv_std, cols, "batch_normalization inv_std") : nullptr);
+        raw(inv_std, cols, "batch_normalization inv_std"));
   }
   void batch_normalization_backward(std::size_t rows, std::size_t cols, float inv_count, pointer<const float> xhat,
                                     pointer<const float> inv_std, pointer<const float> gamma,

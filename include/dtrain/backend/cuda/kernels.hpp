@@ -355,7 +355,7 @@ DTRAIN_KERNEL void dtrain_batch_norm_forward(long long rows, long long cols, flo
     const float inv = 1.0f / sqrtf(variance[j] + epsilon);
     const float h = (x[e] - mean[j]) * inv;
     if (xhat) xhat[e] = h;
-    if (inv_std && e < cols) inv_std[j] = inv;
+    if (e < cols) inv_std[j] = inv;
     y[e] = h * gamma[j] + beta[j];
   }
 }
