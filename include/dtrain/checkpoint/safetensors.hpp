@@ -143,7 +143,7 @@ inline void save_safetensors(const std::filesystem::path& path, const std::vecto
   std::memcpy(out.data() + 8, h.data(), h.size());
   std::size_t at = 8 + h.size();
   for (const auto& b : bytes) {
-    std::memcpy(out.data() + at, b.data(), b.size());
+    if (!b.empty()) std::memcpy(out.data() + at, b.data(), b.size());
     at += b.size();
   }
   detail::write_file_atomic(path, out);
@@ -217,10 +217,10 @@ inline safetensors_file parse_safetensors(std::span<const char> b, const std::st
                      std::to_string(data_size) + " data bytes");
     if (i64) {
       nt.int64.resize(n);
-      std::memcpy(nt.int64.data(), data + b0, n * 8);
+      if (n) std::memcpy(nt.int64.data(), data + b0, n * 8);  // an empty vector's data() may be null
     } else {
       nt.data.resize(n);
-      std::memcpy(nt.data.data(), data + b0, n * 4);
+      if (n) std::memcpy(nt.data.data(), data + b0, n * 4);
     }
     order.push_back({it.key(), b0});
     out.tensors.push_back(std::move(nt));
