@@ -76,6 +76,37 @@ BOOST_AUTO_TEST_CASE(slices_batch_and_cardinality) {
   BOOST_CHECK_THROW(data::batch(0), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(lists_of_tensors_slice_batch_and_shuffle_together) {
+  // ((x1, x2), (y1, y2)): each element holds row i of every tensor; a batch stacks each on its own
+  tensor x1 = zeros({5, 2}), x2 = zeros({5, 3, 1}), y1 = zeros({5}), y2 = zeros({5, 1});
+  for (std::size_t i = 0; i < 5; ++i)
+    x1(i, 1) = float(i), x2(i, 2, 0) = 10.0f * float(i), y1(i) = 100.0f * float(i), y2(i, 0) = -float(i);
+  auto ds = data::from_tensor_slices({x1, x2}, {y1, y2}) | data::shuffle(5, 4) | data::batch(2);
+  static_assert(std::is_same_v<decltype(ds)::element_type, data::multi_example>);
+  std::size_t rows = 0;
+  auto it = ds.iterate(0);
+  while (auto b = it.next()) {
+    BOOST_REQUIRE_EQUAL(b->first.size(), 2u);
+    BOOST_REQUIRE_EQUAL(b->second.size(), 2u);
+    const std::size_t n = b->first[0].shape()[0];
+    BOOST_TEST((extents_of(b->first[1]) == extents{n, 3, 1}));
+    BOOST_TEST((extents_of(b->second[1]) == extents{n, 1}));
+    for (std::size_t r = 0; r < n; ++r) {  // the components of a row stay together through the shuffle
+      const float i = b->first[0](r, 1);
+      BOOST_TEST(b->first[1](r, 2, 0) == 10.0f * i);
+      BOOST_TEST(b->second[0](r) == 100.0f * i);
+      BOOST_TEST(b->second[1](r, 0) == -i);
+    }
+    rows += n;
+  }
+  BOOST_TEST(rows == 5u);
+  const tensor short_y = zeros({4});
+  BOOST_TEST(error_of([&] { data::from_tensor_slices({x1, x2}, {y1, short_y}); }).find(
+                 "features of shape (5, 2) and labels 1 of shape (4,) do not have the same first extent") !=
+             std::string::npos);
+  BOOST_TEST(error_of([&] { data::from_tensor_slices(std::vector<tensor>{}); }).find("no features") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(shuffle_permutes_with_seeded_reshuffles) {
   auto ds = numbered(50);
   auto s = ds | data::shuffle(16, 3);

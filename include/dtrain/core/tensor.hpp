@@ -5,6 +5,7 @@
 /// only one that includes xtensor, so the rest of dtrain is insulated from it.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -51,6 +52,27 @@ inline tensor rows_of(const tensor& t, std::size_t from, std::size_t to) {
   e[0] = to - from;
   return from_span({t.data() + from * per, (to - from) * per}, e);
 }
+
+/// Rows [from, to) of each tensor.
+inline std::vector<tensor> rows_of(std::span<const tensor> ts, std::size_t from, std::size_t to) {
+  std::vector<tensor> out;
+  out.reserve(ts.size());
+  for (const tensor& t : ts) out.push_back(rows_of(t, from, to));
+  return out;
+}
+
+/// A batch argument: one tensor, or a list of them (one per input or output of a model).
+template <class T>
+concept tensor_arg = std::same_as<T, tensor> || std::same_as<T, std::vector<tensor>>;
+/// Arguments a model's list overloads take: any mix with at least one list.
+template <class X, class Y>
+concept tensor_lists = tensor_arg<X> && tensor_arg<Y> && (std::same_as<X, std::vector<tensor>> || std::same_as<Y, std::vector<tensor>>);
+/// Arguments of the members that take tensors or lists alike.
+template <class X, class Y>
+concept tensor_args = tensor_arg<X> && tensor_arg<Y>;
+/// One tensor or a list of them, as a list.
+inline std::span<const tensor> as_tensors(const tensor& t) { return {&t, 1}; }
+inline std::span<const tensor> as_tensors(const std::vector<tensor>& ts) { return ts; }
 
 /// The tensors' rows one after the other (all of the same trailing shape); empty parts are skipped.
 inline tensor concatenate_rows(const std::vector<tensor>& parts) {

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/data/dataset.hpp"
@@ -16,6 +18,13 @@ namespace dtrain::data {
 
 /// A supervised element or batch: features and labels.
 using example = std::pair<tensor, tensor>;
+/// The element of a model of several inputs or outputs: features (one tensor per input) and labels
+/// (one per output), tf.data's nested `((x1, x2), (y1, y2))`.
+using multi_example = std::pair<std::vector<tensor>, std::vector<tensor>>;
+
+/// Whether `E` is a supervised element: (x, y) or lists of them.
+template <class E>
+inline constexpr bool is_supervised_v = std::is_same_v<E, example> || std::is_same_v<E, multi_example>;
 
 namespace detail {
 inline tensor row(const tensor& t, std::size_t i) {
@@ -26,23 +35,38 @@ inline tensor row(const tensor& t, std::size_t i) {
   std::memcpy(out.data(), t.data() + i * n, n * sizeof(float));
   return out;
 }
+inline std::vector<tensor> row(const std::vector<tensor>& ts, std::size_t i) {
+  std::vector<tensor> out;
+  out.reserve(ts.size());
+  for (const tensor& t : ts) out.push_back(row(t, i));
+  return out;
+}
 }  // namespace detail
 
-/// Slices of one tensor (element: tensor) or of features and labels together (element: example).
+/// Slices of one tensor (element: tensor), of several (element: std::vector<tensor>), or of features
+/// and labels together (element: example, or multi_example for lists).
 template <class E>
 class tensor_slices {
  public:
   using element_type = E;
 
-  explicit tensor_slices(tensor x) : x_(std::make_shared<const tensor>(std::move(x))) {
-    if (x_->dimension() == 0) throw shape_error("from_tensor_slices: a scalar has no first axis to slice");
-    n_ = x_->shape()[0];
-  }
-  tensor_slices(tensor x, tensor y) : tensor_slices(std::move(x)) {
-    if (y.dimension() == 0 || y.shape()[0] != n_)
-      throw shape_error("from_tensor_slices: features of shape " + shape_str(x_->shape()) + " and labels of shape " +
-                        shape_str(y.shape()) + " do not have the same first extent");
-    y_ = std::make_shared<const tensor>(std::move(y));
+  explicit tensor_slices(tensor x) : tensor_slices(list(std::move(x))) {}
+  tensor_slices(tensor x, tensor y) : tensor_slices(list(std::move(x)), list(std::move(y))) {}
+  explicit tensor_slices(std::vector<tensor> x, std::vector<tensor> y = {}) {
+    if (x.empty()) throw shape_error("from_tensor_slices: no features (an empty list of tensors)");
+    if (is_supervised_v<E> && y.empty()) throw shape_error("from_tensor_slices: no labels (an empty list of tensors)");
+    if (x.front().dimension() == 0) throw shape_error("from_tensor_slices: a scalar has no first axis to slice");
+    auto check = [&](const tensor& t, const char* what, std::size_t i) {
+      if (t.dimension() == 0 || t.shape()[0] != x.front().shape()[0])
+        throw shape_error("from_tensor_slices: features of shape " + shape_str(x.front().shape()) + " and " + what +
+                          (x.size() + y.size() > 2 ? " " + std::to_string(i) : std::string()) + " of shape " +
+                          shape_str(t.shape()) + " do not have the same first extent");
+    };
+    for (std::size_t i = 0; i < x.size(); ++i) check(x[i], "features", i);
+    for (std::size_t i = 0; i < y.size(); ++i) check(y[i], "labels", i);
+    n_ = x.front().shape()[0];
+    x_ = std::make_shared<const std::vector<tensor>>(std::move(x));
+    y_ = std::make_shared<const std::vector<tensor>>(std::move(y));
   }
 
   std::int64_t cardinality() const { return static_cast<std::int64_t>(n_); }
@@ -54,10 +78,11 @@ class tensor_slices {
     std::optional<E> next() {
       if (i_ >= s_.n_) return std::nullopt;
       const std::size_t i = i_++;
-      if constexpr (std::is_same_v<E, example>)
-        return example{detail::row(*s_.x_, i), detail::row(*s_.y_, i)};
-      else
-        return detail::row(*s_.x_, i);
+      const std::vector<tensor>&x = *s_.x_, &y = *s_.y_;
+      if constexpr (std::is_same_v<E, example>) return example{detail::row(x[0], i), detail::row(y[0], i)};
+      else if constexpr (std::is_same_v<E, multi_example>) return multi_example{detail::row(x, i), detail::row(y, i)};
+      else if constexpr (std::is_same_v<E, tensor>) return detail::row(x[0], i);
+      else return detail::row(x, i);
     }
     std::int64_t skip(std::int64_t n) {
       const auto k = std::min<std::int64_t>(n, static_cast<std::int64_t>(s_.n_ - i_));
@@ -72,7 +97,12 @@ class tensor_slices {
   iterator iterate(std::uint64_t) const { return iterator(this); }
 
  private:
-  std::shared_ptr<const tensor> x_, y_;
+  static std::vector<tensor> list(tensor t) {  // without the copy an initializer list makes
+    std::vector<tensor> v;
+    v.push_back(std::move(t));
+    return v;
+  }
+  std::shared_ptr<const std::vector<tensor>> x_, y_;
   std::size_t n_ = 0;
 };
 
@@ -81,6 +111,15 @@ inline tensor_slices<tensor> from_tensor_slices(tensor x) { return tensor_slices
 /// `Dataset.from_tensor_slices((x, y))`.
 inline tensor_slices<example> from_tensor_slices(tensor x, tensor y) {
   return tensor_slices<example>(std::move(x), std::move(y));
+}
+/// `Dataset.from_tensor_slices((x1, x2, ...))`: elements are lists of rows (a several-input model's x).
+inline tensor_slices<std::vector<tensor>> from_tensor_slices(std::vector<tensor> xs) {
+  return tensor_slices<std::vector<tensor>>(std::move(xs));
+}
+/// `Dataset.from_tensor_slices(((x1, x2, ...), (y1, y2, ...)))`: the elements of a model of several
+/// inputs or outputs.
+inline tensor_slices<multi_example> from_tensor_slices(std::vector<tensor> xs, std::vector<tensor> ys) {
+  return tensor_slices<multi_example>(std::move(xs), std::move(ys));
 }
 
 /// `Dataset.from_tensors(...)`: one element holding the whole value.
@@ -118,6 +157,9 @@ class single_element {
 inline single_element<tensor> from_tensors(tensor x) { return single_element<tensor>(std::move(x)); }
 inline single_element<example> from_tensors(tensor x, tensor y) {
   return single_element<example>(example{std::move(x), std::move(y)});
+}
+inline single_element<multi_example> from_tensors(std::vector<tensor> xs, std::vector<tensor> ys) {
+  return single_element<multi_example>(multi_example{std::move(xs), std::move(ys)});
 }
 
 }  // namespace dtrain::data

@@ -69,6 +69,34 @@ struct batcher<example> {
     return {stack(xs), stack(ys)};
   }
 };
+template <>
+struct batcher<std::vector<tensor>> {
+  /// Each component stacked on its own (every element lists as many tensors as the first).
+  static std::vector<tensor> make(std::vector<std::vector<tensor>>& es) {
+    const std::size_t k = es.front().size();
+    std::vector<tensor> out(k);
+    std::vector<tensor> parts(es.size());
+    for (std::size_t c = 0; c < k; ++c) {
+      for (std::size_t i = 0; i < es.size(); ++i) {
+        if (es[i].size() != k)
+          throw shape_error("batch: element " + std::to_string(i) + " lists " + std::to_string(es[i].size()) +
+                            " tensors but the first element of the batch lists " + std::to_string(k));
+        parts[i] = std::move(es[i][c]);
+      }
+      out[c] = stack(parts);
+    }
+    return out;
+  }
+};
+template <>
+struct batcher<multi_example> {
+  static multi_example make(std::vector<multi_example>& es) {
+    std::vector<std::vector<tensor>> xs, ys;
+    xs.reserve(es.size()), ys.reserve(es.size());
+    for (auto& [x, y] : es) xs.push_back(std::move(x)), ys.push_back(std::move(y));
+    return {batcher<std::vector<tensor>>::make(xs), batcher<std::vector<tensor>>::make(ys)};
+  }
+};
 
 /// Base of a stage dataset: holds the upstream, forwards cardinality and options.
 template <class D>

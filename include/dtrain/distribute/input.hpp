@@ -37,16 +37,27 @@
 namespace dtrain {
 
 namespace detail {
-/// The features of a dataset element: x of an (x, y) batch, or the batch itself.
+/// The features of a dataset element: x of an (x, y) batch, or the batch itself (a tensor, or one per
+/// input of a model).
 template <class E>
-const tensor& features(const E& e) {
-  if constexpr (std::is_same_v<E, data::example>) return e.first;
+const auto& features(const E& e) {
+  if constexpr (data::is_supervised_v<E>) return e.first;
   else return e;
 }
+/// Rows of a tensor or of a list of them (its first's; 0 for an empty element).
+inline std::size_t rows_in(const tensor& t) { return t.dimension() ? t.shape()[0] : 0; }
+inline std::size_t rows_in(const std::vector<tensor>& ts) { return ts.empty() ? 0 : rows_in(ts.front()); }
 /// Rows of a batch (0 for the empty element a worker whose pipeline ran out gets).
 template <class E>
 std::size_t batch_rows(const E& e) {
-  return features(e).dimension() ? features(e).shape()[0] : 0;
+  return rows_in(features(e));
+}
+/// The extents of a tensor, or of each of a list.
+inline std::vector<extents> shapes_of(const tensor& t) { return {extents_of(t)}; }
+inline std::vector<extents> shapes_of(const std::vector<tensor>& ts) {
+  std::vector<extents> e;
+  for (const tensor& t : ts) e.push_back(extents_of(t));
+  return e;
 }
 /// Keeps workers whose pipelines differ in length in step (see the file comment): for each element, one
 /// all-reduce of (has data, rows) over `rc`; a worker that ran out gets an empty element while any
@@ -83,22 +94,33 @@ class step_agreement {
 
  private:
   void remember(const E& e) {
-    x_shape_ = extents_of(features(e));
-    if constexpr (std::is_same_v<E, data::example>) y_shape_ = extents_of(e.second);
+    x_shape_ = shapes_of(features(e));
+    if constexpr (data::is_supervised_v<E>) y_shape_ = shapes_of(e.second);
   }
   static tensor no_rows(extents e) {
     if (e.empty()) e.push_back(0);
     e[0] = 0;
     return zeros(e);
   }
+  template <class T>
+  static T no_rows(const std::vector<extents>& es) {
+    if constexpr (std::is_same_v<T, tensor>) {
+      return no_rows(es.front());
+    } else {
+      std::vector<tensor> ts;
+      for (const extents& e : es) ts.push_back(no_rows(e));
+      return ts;
+    }
+  }
   E empty() const {
-    if constexpr (std::is_same_v<E, data::example>) return {no_rows(x_shape_), no_rows(y_shape_)};
-    else return no_rows(x_shape_);
+    if constexpr (data::is_supervised_v<E>)
+      return {no_rows<typename E::first_type>(x_shape_), no_rows<typename E::second_type>(y_shape_)};
+    else return no_rows<E>(x_shape_);
   }
   replica_context* rc_;
   bool done_ = false;
   std::size_t global_rows_ = 0;
-  extents x_shape_, y_shape_;
+  std::vector<extents> x_shape_, y_shape_;
 };
 
 /// Calls `f(stage)` on the dataset `d` and on every dataset upstream of it, outermost first.
@@ -124,8 +146,10 @@ template <data::dataset D>
 class distributed_dataset {
  public:
   using element_type = typename D::element_type;
-  static_assert(std::is_same_v<element_type, data::example> || std::is_same_v<element_type, tensor>,
-                "distribute_dataset: the dataset must yield batches: (x, y) (data::example) or x (tensor)");
+  static_assert(data::is_supervised_v<element_type> || std::is_same_v<element_type, tensor> ||
+                    std::is_same_v<element_type, std::vector<tensor>>,
+                "distribute_dataset: the dataset must yield batches: (x, y) (data::example or data::multi_example) "
+                "or x (a tensor or std::vector<tensor>)");
 
   /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
   distributed_dataset(D d, int replicas, int replica_id, replica_context* agree = nullptr)
@@ -180,14 +204,19 @@ class distributed_dataset {
    private:
     element_type slice(const element_type& b, std::size_t part) const {
       const std::size_t rows = detail::batch_rows(b), from = part * rows / p_, to = (part + 1) * rows / p_;
-      if constexpr (std::is_same_v<element_type, data::example>) {
-        if (b.second.dimension() == 0 || b.second.shape()[0] != rows)
-          throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
-                            shape_str(b.second.shape()));
-        return {detail::rows_of(b.first, from, to), detail::rows_of(b.second, from, to)};
+      if constexpr (data::is_supervised_v<element_type>) {
+        for (const extents& e : detail::shapes_of(b.second))
+          if (e.empty() || e[0] != rows)
+            throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
+                              shape_str(e));
+        return {slice_rows(b.first, from, to), slice_rows(b.second, from, to)};
       } else {
-        return detail::rows_of(b, from, to);
+        return slice_rows(b, from, to);
       }
+    }
+    static tensor slice_rows(const tensor& t, std::size_t from, std::size_t to) { return detail::rows_of(t, from, to); }
+    static std::vector<tensor> slice_rows(const std::vector<tensor>& ts, std::size_t from, std::size_t to) {
+      return detail::rows_of(std::span<const tensor>(ts), from, to);
     }
     std::size_t p_, r_;
     data::auto_shard_policy policy_;

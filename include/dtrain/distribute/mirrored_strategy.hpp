@@ -120,7 +120,8 @@ class mirrored_strategy final : public replica_context {
   [[nodiscard]] strategy_scope scope() { return strategy_scope(this); }
 
   /// `strategy.run(fn, args...)`: `fn` once per replica at once, each on its replica's thread with its
-  /// rows of every `tensor` or `data::example` argument (replica i of N: rows [i B/N, (i+1) B/N)), the
+  /// rows of every batch argument (a `tensor`, a `std::vector<tensor>` of a several-input model's batch,
+  /// a `data::example` or `data::multi_example`; replica i of N: rows [i B/N, (i+1) B/N)), the
   /// other arguments as given. Returns the replicas' results (nothing for a void `fn`).
   template <class F, class... A>
   auto run(F&& f, A&&... args) {
@@ -271,13 +272,24 @@ class mirrored_strategy final : public replica_context {
           if (auto e = up_.next()) parts.push_back(std::move(*e));
           else break;
         if (parts.empty()) return std::nullopt;
-        if constexpr (std::is_same_v<element_type, data::example>) {
-          std::vector<tensor> x, y;
+        if constexpr (data::is_supervised_v<element_type>) {
+          std::vector<typename element_type::first_type> x;
+          std::vector<typename element_type::second_type> y;
           for (auto& [a, b] : parts) x.push_back(std::move(a)), y.push_back(std::move(b));
-          return element_type{detail::concatenate_rows(x), detail::concatenate_rows(y)};
+          return element_type{concatenate(x), concatenate(y)};
         } else {
-          return detail::concatenate_rows(parts);
+          return concatenate(parts);
         }
+      }
+      static tensor concatenate(const std::vector<tensor>& parts) { return detail::concatenate_rows(parts); }
+      static std::vector<tensor> concatenate(const std::vector<std::vector<tensor>>& parts) {
+        std::vector<tensor> out(parts.front().size());
+        for (std::size_t c = 0; c < out.size(); ++c) {
+          std::vector<tensor> column;
+          for (const auto& p : parts) column.push_back(p.at(c));
+          out[c] = detail::concatenate_rows(column);
+        }
+        return out;
       }
       std::int64_t skip(std::int64_t k) {
         const std::int64_t s = up_.skip(k * std::int64_t(n_));
@@ -313,10 +325,11 @@ class mirrored_strategy final : public replica_context {
     if constexpr (std::is_same_v<U, tensor>) {
       const std::size_t b = a.dimension() ? a.shape()[0] : 0;
       return detail::rows_of(a, b * i / p, b * (i + 1) / p);
-    } else if constexpr (std::is_same_v<U, data::example>) {
-      const std::size_t b = a.first.dimension() ? a.first.shape()[0] : 0;
-      return data::example{detail::rows_of(a.first, b * i / p, b * (i + 1) / p),
-                           detail::rows_of(a.second, b * i / p, b * (i + 1) / p)};
+    } else if constexpr (std::is_same_v<U, std::vector<tensor>>) {
+      const std::size_t b = detail::rows_in(a);
+      return detail::rows_of(std::span<const tensor>(a), b * i / p, b * (i + 1) / p);
+    } else if constexpr (data::is_supervised_v<U>) {
+      return U{share_of(a.first, i, p), share_of(a.second, i, p)};
     } else {
       return std::forward<T>(a);
     }
