@@ -331,6 +331,45 @@ BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_exactly) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_two_output_model_resumes_mid_epoch_with_every_running_loss_and_metric) {
+  struct x_in;
+  struct trunk;
+  struct cls;
+  struct reg;
+  using two_heads = functional<inputs<node<x_in, input<5>>>, node<trunk, dense<7, relu>>, dropout<0.2f>,
+                               node<cls, dense<3>>, node<reg, dense<1>, trunk>, outputs<cls, reg>>;
+  auto [x, y] = problem(40);
+  tensor target = zeros({40, 1});
+  for (std::size_t i = 0; i < 40; ++i) target(i, 0) = x(i, 0) - x(i, 1);
+  const std::vector<tensor> xs{x}, ys{y, target};
+  auto compiled_heads = [](std::uint64_t seed) {
+    two_heads m(seed);
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+               .losses = {sparse_categorical_crossentropy{{.from_logits = true}}, mean_squared_error{}},
+               .loss_weights = {1.0f, 0.5f}, .output_metrics = {{accuracy{}}, {}}});
+    return m;
+  };
+  auto run = [&](two_heads& m, std::vector<callback_ref> cbs) {
+    return m.fit(data::from_tensor_slices(xs, ys) | data::shuffle(40, 3) | data::batch(8),
+                 {.epochs = 3, .callbacks = callback_list(std::move(cbs)), .verbose = 0});
+  };
+  temp_dir t;
+  two_heads straight = compiled_heads(1);
+  const history want = run(straight, {});
+  two_heads crashed = compiled_heads(1);
+  BOOST_CHECK_THROW(run(crashed, {backup_and_restore({.backup_dir = t.path, .save_freq = std::int64_t(2)}), crash_after(8)}),
+                    std::runtime_error);  // backed up after batch 6: epoch 2, batch 1 of 5
+  two_heads resumed = compiled_heads(9);
+  const history got = run(resumed, {backup_and_restore({.backup_dir = t.path, .save_freq = std::int64_t(2)})});
+  BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+  // the resumed epoch's logs count the batches before the crash: the running losses were restored
+  BOOST_REQUIRE(!got.epochs.empty());
+  BOOST_TEST(got.epochs.front() == 1);
+  for (const char* k : {"loss", "dense_1_loss", "dense_2_loss", "dense_1_accuracy"})
+    for (std::size_t j = 0; j < got.epochs.size(); ++j)
+      BOOST_TEST(got.history.at(k)[j] == want.history.at(k)[std::size_t(got.epochs[j])], k << " epoch " << got.epochs[j]);
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_backs_up_at_the_step_and_resumes_exactly) {
   temp_dir t;
   auto [x, y] = problem(40);

@@ -43,10 +43,12 @@ struct training_state {
   training_position position;
 };
 
-/// The loss tracker's and metrics' states of `m`, one after the other.
+/// The loss trackers' (the total's, then each output's of a model of several) and metrics' states of
+/// `m`, one after the other.
 template <class Model>
 std::vector<float> metric_states(Model& m) {
   std::vector<float> v(m.loss_tracker().state().values.begin(), m.loss_tracker().state().values.end());
+  for (auto& x : m.output_loss_trackers()) v.insert(v.end(), x.state().values.begin(), x.state().values.end());
   for (auto& x : m.metrics()) v.insert(v.end(), x.state().values.begin(), x.state().values.end());
   return v;
 }
@@ -55,6 +57,8 @@ template <class Model>
 void set_metric_states(Model& m, std::span<const float> v) {
   auto it = v.begin();
   for (float& x : m.loss_tracker().state().values) x = *it++;
+  for (auto& tracker : m.output_loss_trackers())
+    for (float& x : tracker.state().values) x = *it++;
   for (auto& metric : m.metrics())
     for (float& x : metric.state().values) x = *it++;
 }

@@ -28,11 +28,14 @@
 
 namespace dtrain {
 
-struct fit_options {
+/// `fit`'s options; `E` is the model's batch: `data::example`, or `data::multi_example` for a model of
+/// several inputs or outputs (`fit_options` and `multi_fit_options`).
+template <class E>
+struct basic_fit_options {
   int epochs = 1;
   std::int64_t steps_per_epoch = 0;  // 0: one full pass of the dataset per epoch
   int initial_epoch = 0;
-  data::any_dataset<data::example> validation_data{};
+  data::any_dataset<E> validation_data{};
   std::int64_t validation_steps = 0;  // 0: the whole validation dataset
   int validation_freq = 1;
   callback_list callbacks{};
@@ -43,6 +46,8 @@ struct fit_options {
   double validation_split = 0.0;  // the LAST fraction of the arrays, taken before shuffling (Keras)
   std::uint64_t seed = default_seed;  // of the per-epoch shuffle
 };
+using fit_options = basic_fit_options<data::example>;
+using multi_fit_options = basic_fit_options<data::multi_example>;
 
 struct evaluate_options {
   std::int64_t steps = 0;  // 0: the whole dataset
@@ -59,6 +64,17 @@ struct predict_options {
 };
 
 namespace detail {
+
+/// What a model's datasets yield: (x, y) tensors, or lists of them for a model of several inputs or outputs.
+template <class Model>
+using element_of = std::conditional_t<Model::num_inputs == 1 && Model::num_outputs == 1, data::example,
+                                      data::multi_example>;
+template <class Model, class E>
+constexpr void check_element() {
+  static_assert(std::is_same_v<E, element_of<Model>>, "fit/evaluate: the dataset must yield (x, y) batches: "
+                "data::example for a model of one input and one output, data::multi_example (a std::vector<tensor> "
+                "per input and per output) for any other");
+}
 
 template <class Model>
 bool replicated(const Model& m) {
@@ -165,8 +181,7 @@ distributed_dataset<D> distributed(Model& m, const D& ds) {
 
 template <class Model, data::dataset D>
 logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
-  static_assert(std::is_same_v<typename D::element_type, data::example>,
-                "evaluate: the dataset must yield (x, y) batches (data::example)");
+  check_element<Model, typename D::element_type>();
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))
       return run_evaluate(m, distributed(m, ds), o);
@@ -193,7 +208,7 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
                      static_cast<long long>(step), static_cast<long long>(o.steps));
       break;
     }
-    if (b->first.shape()[0] > 0) l = m.test_step(b->first, b->second);  // a replica's share may be empty
+    if (batch_rows(*b) > 0) l = m.test_step(b->first, b->second);  // a replica's share may be empty
     o.callbacks.on_test_batch_end(step, l);
     bar.update(++step, l);
   }
@@ -206,11 +221,12 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
 
 /// Under a strategy, the replicas' predictions in the order of the global batches: `local` holds this
 /// replica's rows of each batch (`counts[step]` of them), batch after batch; every replica gets all.
+/// `width`: values per row.
 template <class Model>
-std::vector<float> gather_predictions(Model& m, const std::vector<float>& local, const std::vector<float>& counts) {
+std::vector<float> gather_predictions(Model& m, const std::vector<float>& local, const std::vector<float>& counts,
+                                      std::size_t width) {
   replica_context* rc = m.replica();
   const std::size_t p = std::size_t(rc->num_input_pipelines()), me = std::size_t(rc->input_pipeline_id());
-  const std::size_t width = Model::output_shape::size;
   // every replica learns every replica's rows per batch: a steps x p table, one column each
   std::vector<float> rows(counts.size() * p, 0.0f);
   for (std::size_t s = 0; s < counts.size(); ++s) rows[s * p + me] = counts[s];
@@ -239,7 +255,7 @@ std::vector<float> gather_predictions(Model& m, const std::vector<float>& local,
 /// sharding whatever the dataset's options), and the shares are gathered in order, so every worker
 /// returns the predictions of the whole dataset in the dataset's order.
 template <class Model, data::dataset D>
-tensor run_predict(Model& m, const D& ds, const predict_options& o) {
+typename Model::prediction_type run_predict(Model& m, const D& ds, const predict_options& o) {
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))
       return run_predict(m, distributed(m, ds | data::with_options({.auto_shard = data::auto_shard_policy::data})), o);
@@ -252,7 +268,9 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   const auto bound = o.callbacks.bind_model(&handle);
   o.callbacks.on_predict_begin({});
   auto it = ds.iterate(0);
-  std::vector<float> out, counts;
+  constexpr std::size_t outputs = Model::num_outputs;
+  std::array<std::vector<float>, outputs> out;  // each output's rows
+  std::vector<float> counts;
   std::size_t rows = 0;
   std::int64_t step = 0;
   while (target < 0 || step < target) {
@@ -261,8 +279,9 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
     if (!b) break;
     const std::size_t n = batch_rows(*b);
     if (n > 0) {  // a replica's share may be empty
-      const tensor p = m.predict_on_batch(features(*b));
-      out.insert(out.end(), p.data(), p.data() + p.size());
+      const auto p = m.predict_on_batch(features(*b));
+      const std::span<const tensor> ps = as_tensors(p);
+      for (std::size_t k = 0; k < outputs; ++k) out[k].insert(out[k].end(), ps[k].data(), ps[k].data() + ps[k].size());
     }
     rows += n;
     counts.push_back(float(n));
@@ -271,13 +290,21 @@ tensor run_predict(Model& m, const D& ds, const predict_options& o) {
   }
   bar.update(step, {}, true);
   o.callbacks.on_predict_end({});
-  if (replicated(m)) {
-    out = gather_predictions(m, out, counts);
-    rows = out.size() / Model::output_shape::size;
+  std::vector<tensor> result(outputs);
+  for (std::size_t k = 0; k < outputs; ++k) {
+    const extents& shape = Model::output_shapes()[k];
+    std::size_t width = 1;
+    for (std::size_t d : shape) width *= d;
+    if (replicated(m)) {
+      out[k] = gather_predictions(m, out[k], counts, width);
+      rows = out[k].size() / width;
+    }
+    extents e{rows};
+    e.insert(e.end(), shape.begin(), shape.end());
+    result[k] = from_span(out[k], e);
   }
-  extents e{rows};
-  for (std::size_t i = 0; i < Model::output_shape::rank; ++i) e.push_back(Model::output_shape::dims[i]);
-  return from_span(out, e);
+  if constexpr (outputs == 1) return std::move(result.front());
+  else return result;
 }
 
 template <class D>
@@ -325,9 +352,8 @@ struct global_batch_check {
 };
 
 template <class Model, data::dataset D>
-history run_fit(Model& m, const D& ds, fit_options o) {
-  static_assert(std::is_same_v<typename D::element_type, data::example>,
-                "fit: the dataset must yield (x, y) batches (data::example)");
+history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
+  check_element<Model, typename D::element_type>();
   if constexpr (!is_distributed<D>::value)
     if (replicated(m))  // Keras distributes the dataset of a model made in a strategy's scope
       return run_fit(m, distributed(m, ds), std::move(o));
@@ -386,7 +412,7 @@ history run_fit(Model& m, const D& ds, fit_options o) {
         if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
         break;
       }
-      const auto rows = static_cast<std::int64_t>(it->global_rows() ? it->global_rows() : b->first.shape()[0]);
+      const auto rows = static_cast<std::int64_t>(it->global_rows() ? it->global_rows() : batch_rows(*b));
       same_batch(rows, workers(m));  // before the step: a refused resume changes nothing
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
@@ -419,23 +445,40 @@ history run_fit(Model& m, const D& ds, fit_options o) {
   return *hist;
 }
 
+/// The arrays (x: one per input, y: one per output) as the model's dataset: rows [from, to).
 template <class Model>
-history run_fit_arrays(Model& m, const tensor& x, const tensor& y, fit_options o) {
-  if (x.dimension() == 0 || y.dimension() == 0 || x.shape()[0] != y.shape()[0])
-    throw shape_error("fit: x of shape " + shape_str(x.shape()) + " and y of shape " + shape_str(y.shape()) +
-                      " do not hold the same number of samples");
+auto slices(std::span<const tensor> x, std::span<const tensor> y, std::size_t from, std::size_t to) {
+  if constexpr (std::is_same_v<element_of<Model>, data::example>) {
+    if (x.size() != 1 || y.size() != 1)
+      throw shape_error("fit: the model takes one input and one output but got " + std::to_string(x.size()) +
+                        " input and " + std::to_string(y.size()) + " target arrays");
+    return data::from_tensor_slices(rows_of(x[0], from, to), rows_of(y[0], from, to));
+  } else {
+    return data::from_tensor_slices(rows_of(x, from, to), rows_of(y, from, to));
+  }
+}
+
+template <class Model>
+history run_fit_arrays(Model& m, std::span<const tensor> x, std::span<const tensor> y,
+                       basic_fit_options<element_of<Model>> o) {
+  if (x.empty() || y.empty()) throw shape_error("fit: no x or no y arrays");
+  for (const auto* list : {&x, &y})
+    for (const tensor& t : *list)
+      if (t.dimension() == 0 || x[0].dimension() == 0 || t.shape()[0] != x[0].shape()[0])
+        throw shape_error("fit: x of shape " + shape_str(x[0].shape()) + " and " + (list == &x ? "x" : "y") +
+                          " of shape " + shape_str(t.shape()) + " do not hold the same number of samples");
   if (!(o.validation_split >= 0.0 && o.validation_split < 1.0))
     throw value_error("fit: validation_split must be in [0, 1)");
   if (o.batch_size == 0) throw value_error("fit: batch_size must be positive");
-  const std::size_t n = x.shape()[0];
+  const std::size_t n = x[0].shape()[0];
   const auto split = static_cast<std::size_t>(static_cast<double>(n) * (1.0 - o.validation_split));
   if (o.validation_split > 0.0) {
     if (split == n || split == 0)
       throw value_error("fit: validation_split " + std::to_string(o.validation_split) + " of " + std::to_string(n) +
                         " samples leaves an empty training or validation set");
-    o.validation_data = data::from_tensor_slices(rows_of(x, split, n), rows_of(y, split, n)) | data::batch(o.batch_size);
+    o.validation_data = slices<Model>(x, y, split, n) | data::batch(o.batch_size);
   }
-  auto train = data::from_tensor_slices(rows_of(x, 0, split), rows_of(y, 0, split));
+  auto train = slices<Model>(x, y, 0, split);
   o.validation_split = 0.0;
   if (o.shuffle) return run_fit(m, train | data::shuffle(split, o.seed) | data::batch(o.batch_size), std::move(o));
   return run_fit(m, train | data::batch(o.batch_size), std::move(o));
@@ -444,9 +487,10 @@ history run_fit_arrays(Model& m, const tensor& x, const tensor& y, fit_options o
 /// What the model's `fit`, `evaluate` and `predict` members call.
 template <class Model>
 struct trainer {
-  using fit_options = dtrain::fit_options;
+  using fit_options = basic_fit_options<element_of<Model>>;
   using evaluate_options = dtrain::evaluate_options;
   using predict_options = dtrain::predict_options;
+  using prediction_type = typename Model::prediction_type;
 
   template <data::dataset D>
   static history fit(Model& m, const D& ds, fit_options o) {
@@ -454,7 +498,7 @@ struct trainer {
       throw usage_error("fit: validation_split is only supported for in-memory arrays; pass validation_data");
     return run_fit(m, ds, std::move(o));
   }
-  static history fit(Model& m, const tensor& x, const tensor& y, fit_options o) {
+  static history fit(Model& m, std::span<const tensor> x, std::span<const tensor> y, fit_options o) {
     return run_fit_arrays(m, x, y, std::move(o));
   }
   template <data::dataset D>
@@ -462,15 +506,22 @@ struct trainer {
     if (!m.compiled()) throw usage_error("evaluate: call compile() first (the model has no loss or optimizer)");
     return run_evaluate(m, ds, o);
   }
-  static logs evaluate(Model& m, const tensor& x, const tensor& y, evaluate_options o) {
-    return evaluate(m, data::from_tensor_slices(x, y) | data::batch(o.batch_size), o);
+  static logs evaluate(Model& m, std::span<const tensor> x, std::span<const tensor> y, evaluate_options o) {
+    if (x.empty() || y.empty()) throw shape_error("evaluate: no x or no y arrays");
+    return evaluate(m, slices<Model>(x, y, 0, x[0].dimension() ? x[0].shape()[0] : 0) | data::batch(o.batch_size), o);
   }
   template <data::dataset D>
-  static tensor predict(Model& m, const D& ds, predict_options o) {
+  static prediction_type predict(Model& m, const D& ds, predict_options o) {
     return run_predict(m, ds, o);
   }
-  static tensor predict(Model& m, const tensor& x, predict_options o) {
-    return run_predict(m, data::from_tensor_slices(x) | data::batch(o.batch_size), o);
+  static prediction_type predict(Model& m, std::span<const tensor> x, predict_options o) {
+    if constexpr (Model::num_inputs == 1) {
+      if (x.size() != 1)
+        throw shape_error("predict: the model takes one input but got " + std::to_string(x.size()) + " arrays");
+      return run_predict(m, data::from_tensor_slices(x[0]) | data::batch(o.batch_size), o);
+    } else {
+      return run_predict(m, data::from_tensor_slices(std::vector<tensor>(x.begin(), x.end())) | data::batch(o.batch_size), o);
+    }
   }
 };
 

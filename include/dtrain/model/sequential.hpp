@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <map>
@@ -45,10 +46,17 @@
 namespace dtrain {
 
 /// What `compile` takes (Keras `model.compile(optimizer=, loss=, metrics=)`).
+/// A model of several outputs takes `loss` for every output or `losses`, one per output, and weighs
+/// them by `loss_weights` (default 1); `metrics` are computed on every output (tf.keras' flat list) or
+/// `output_metrics` on each its own (Keras' list of lists); its logs name them "<output layer>_<metric>"
+/// and each output's weighted loss "<output layer>_loss".
 struct compile_options {
   any_optimizer optimizer{};
   any_loss loss{};
   std::vector<any_metric> metrics{};
+  std::vector<any_loss> losses{};                     // one per output (Keras: loss=[...])
+  std::vector<float> loss_weights{};                  // one per output (Keras: loss_weights=[...])
+  std::vector<std::vector<any_metric>> output_metrics{};  // one list per output (Keras: metrics=[[...], [...]])
 };
 
 /// One variable of a model, as checkpoints name it.
@@ -89,16 +97,44 @@ class basic_model {
  public:
   using backend_type = B;
   using graph_type = Graph;
-  using input_shape = typename Graph::input_shape;
   using layer_types = typename Graph::template layers<B>;
   static constexpr std::size_t depth = Graph::depth;
-  using output_shape = typename std::tuple_element_t<depth - 1, layer_types>::output_shape;
   /// The same model on backend B2 (what `strategy.make_model<Model>()` builds).
   template <class B2>
   using rebind = basic_model<B2, Graph>;
 
   template <std::size_t I>
   using layer_type = std::tuple_element_t<I, layer_types>;
+
+  /// How many inputs and outputs the model has. A model of one of each takes and returns tensors; any
+  /// other takes a `std::vector<tensor>` for x (one per input, in order) and for y (one per output) and
+  /// returns one for its predictions (Keras' lists).
+  static constexpr std::size_t num_inputs = Graph::num_inputs, num_outputs = Graph::num_outputs;
+  template <std::size_t K>
+  using input_shape_at = std::tuple_element_t<K, typename Graph::input_shapes>;
+  template <std::size_t O>
+  using output_shape_at = typename layer_type<Graph::output_nodes[O]>::output_shape;
+  using input_shape = input_shape_at<0>;
+  using output_shape = output_shape_at<0>;
+  /// What predictions are: a tensor, or one per output.
+  using prediction_type = std::conditional_t<num_outputs == 1, tensor, std::vector<tensor>>;
+  /// What `input_gradients()` returns: a tensor, or one per input.
+  using input_gradient_type = std::conditional_t<num_inputs == 1, tensor, std::vector<tensor>>;
+
+  /// Each input's per-sample shape.
+  static const std::array<extents, num_inputs>& input_shapes() {
+    static const auto t = []<std::size_t... K>(std::index_sequence<K...>) {
+      return extents_of_shapes<input_shape_at<K>...>();
+    }(std::make_index_sequence<num_inputs>{});
+    return t;
+  }
+  /// Each output's per-sample shape.
+  static const std::array<extents, num_outputs>& output_shapes() {
+    static const auto t = []<std::size_t... O>(std::index_sequence<O...>) {
+      return extents_of_shapes<output_shape_at<O>...>();
+    }(std::make_index_sequence<num_outputs>{});
+    return t;
+  }
 
  private:
   template <std::size_t... I>
@@ -113,7 +149,16 @@ class basic_model {
   static constexpr auto state_sizes_of(std::index_sequence<I...>) {
     return std::array<std::size_t, depth>{state_count_v<layer_type<I>>...};
   }
+  template <class... S>
+  static std::array<extents, sizeof...(S)> extents_of_shapes() {
+    return {extents(S::dims.begin(), S::dims.end())...};
+  }
+  template <std::size_t... K>
+  static constexpr auto input_sizes_of(std::index_sequence<K...>) {
+    return std::array<std::size_t, num_inputs>{input_shape_at<K>::size...};
+  }
   static constexpr std::array<std::size_t, depth> param_sizes = sizes_of(std::make_index_sequence<depth>{});
+  static constexpr std::array<std::size_t, num_inputs> input_sizes = input_sizes_of(std::make_index_sequence<num_inputs>{});
   static constexpr std::array<std::size_t, depth> state_sizes = state_sizes_of(std::make_index_sequence<depth>{});
   static constexpr std::array<std::size_t, depth> output_sizes = outputs_of(std::make_index_sequence<depth>{});
   static constexpr std::array<std::size_t, depth + 1> param_offsets = [] {
@@ -128,15 +173,17 @@ class basic_model {
     for (std::size_t i = 0; i < depth; ++i) o[i + 1] = o[i] + state_sizes[i];
     return o;
   }();
-  /// Whether a trainable parameter lies at or before source s (0: the input, j + 1: node j's output):
-  /// only then does backward need d loss / d that output.
-  static constexpr std::array<bool, depth + 1> trains_upstream = [] {
-    std::array<bool, depth + 1> r{};
+  /// Sources: k < K is input k, K + j node j's output.
+  static constexpr std::size_t num_sources = num_inputs + depth;
+  /// Whether a trainable parameter lies at or before source s: only then does backward need
+  /// d loss / d that output.
+  static constexpr std::array<bool, num_sources> trains_upstream = [] {
+    std::array<bool, num_sources> r{};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((
            [&] {
-             r[I + 1] = param_sizes[I] > 0;
-             for (std::size_t s : Graph::template sources<I>) r[I + 1] = r[I + 1] || r[s];
+             r[num_inputs + I] = param_sizes[I] > 0;
+             for (std::size_t s : Graph::template sources<I>) r[num_inputs + I] = r[num_inputs + I] || r[s];
            }()),
        ...);
     }(std::make_index_sequence<depth>{});
@@ -238,6 +285,14 @@ class basic_model {
   }
 
   /// Names, shapes and parameter ranges of the layers, in order.
+  /// Keras' name of source s: an input layer ("input_layer", "input_layer_1") or a layer.
+  std::string source_name(std::size_t s) const {
+    if (s >= num_inputs) return names_[s - num_inputs];
+    return s == 0 ? "input_layer" : "input_layer_" + std::to_string(s);
+  }
+  /// The names of the layers whose outputs are the model's (what multi-output logs are prefixed with).
+  std::string output_name(std::size_t o) const { return names_[Graph::output_nodes[o]]; }
+
   std::vector<layer_info> layers() const {
     std::vector<layer_info> out;
     each([&]<std::size_t I>() {
@@ -253,7 +308,7 @@ class basic_model {
       };
       add(L::params, param_offsets[I], true);
       if constexpr (state_sizes[I] > 0) add(L::state, state_offsets[I], false);
-      for (std::size_t s : Graph::template sources<I>) li.inbound.push_back(s == 0 ? "input_layer" : names_[s - 1]);
+      for (std::size_t s : Graph::template sources<I>) li.inbound.push_back(source_name(s));
       out.push_back(std::move(li));
     });
     return out;
@@ -277,15 +332,20 @@ class basic_model {
     os << "Model: \"" << Graph::name << "\"\n" << std::string(width, '_') << '\n';
     row("Layer (type)", "Output Shape", "Param #", "Connected to");
     os << std::string(width, '=') << '\n';
-    if (functional) {
-      row("input_layer (InputLayer)", input_shape::str(), "0", "-");
-      os << std::string(width, ' ') << '\n';
-    }
+    if (functional)
+      for (std::size_t k = 0; k < num_inputs; ++k) {
+        row(source_name(k) + " (InputLayer)", input_str(k), "0", "-");
+        os << std::string(width, ' ') << '\n';
+      }
     const auto ls = layers();
     for (std::size_t i = 0; i < ls.size(); ++i) {
-      std::string from;
-      for (const auto& in : ls[i].inbound) from += (from.empty() ? "" : ", ") + in + "[0][0]";
-      row(ls[i].name + " (" + ls[i].class_name + ")", ls[i].output_shape, std::to_string(ls[i].param_count), from);
+      // Keras lists a layer's inputs one per line
+      const auto& in = ls[i].inbound;
+      for (std::size_t k = 0; k < std::max<std::size_t>(in.size(), 1); ++k) {
+        const std::string from = k < in.size() ? in[k] + "[0][0]" + (k + 1 < in.size() ? "," : "") : "";
+        if (k == 0) row(ls[i].name + " (" + ls[i].class_name + ")", ls[i].output_shape, std::to_string(ls[i].param_count), from);
+        else row("", "", "", from);
+      }
       if (i + 1 < ls.size()) os << std::string(width, ' ') << '\n';
     }
     os << std::string(width, '=') << '\n'
@@ -297,13 +357,44 @@ class basic_model {
 
   // ---- compile and steps ------------------------------------------------------------------------
 
-  /// Keras `model.compile`: optimizer, loss and metrics (the loss is required).
+  /// Keras `model.compile`: optimizer, loss (or one per output) and metrics (the loss is required).
   void compile(compile_options o) {
     if (!o.optimizer) throw usage_error("compile: an optimizer is required, e.g. .optimizer = dtrain::adam{}");
-    if (!o.loss) throw usage_error("compile: a loss is required, e.g. .loss = dtrain::sparse_categorical_crossentropy{}");
+    if (o.losses.empty()) {
+      if (!o.loss)
+        throw usage_error("compile: a loss is required, e.g. .loss = dtrain::sparse_categorical_crossentropy{}");
+      o.losses.assign(num_outputs, o.loss);
+    } else {
+      if (o.loss) throw usage_error("compile: give .loss (for every output) or .losses (one per output), not both");
+      if (o.losses.size() != num_outputs)
+        throw usage_error("compile: .losses has " + std::to_string(o.losses.size()) + " entries but the model has " +
+                          std::to_string(num_outputs) + " outputs");
+      for (std::size_t i = 0; i < o.losses.size(); ++i)
+        if (!o.losses[i]) throw usage_error("compile: .losses[" + std::to_string(i) + "] holds no loss");
+    }
+    if (o.loss_weights.empty()) o.loss_weights.assign(num_outputs, 1.0f);
+    if (o.loss_weights.size() != num_outputs)
+      throw usage_error("compile: .loss_weights has " + std::to_string(o.loss_weights.size()) +
+                        " entries but the model has " + std::to_string(num_outputs) + " outputs");
+    for (float w : o.loss_weights)
+      if (!std::isfinite(w)) throw value_error("compile: .loss_weights holds " + std::to_string(w));
+    if (!o.output_metrics.empty() && !o.metrics.empty())
+      throw usage_error("compile: give .metrics (for every output) or .output_metrics (a list per output), not both");
+    if (!o.output_metrics.empty() && o.output_metrics.size() != num_outputs)
+      throw usage_error("compile: .output_metrics has " + std::to_string(o.output_metrics.size()) +
+                        " lists but the model has " + std::to_string(num_outputs) + " outputs");
+    if (o.output_metrics.empty()) o.output_metrics.assign(num_outputs, o.metrics);
     opt_ = std::move(o.optimizer);
-    loss_ = std::move(o.loss);
-    metrics_ = std::move(o.metrics);
+    losses_ = std::move(o.losses);
+    loss_weights_ = std::move(o.loss_weights);
+    metrics_.clear(), metric_output_.clear(), output_loss_trackers_.clear();
+    for (std::size_t out = 0; out < num_outputs; ++out)
+      for (any_metric& m : o.output_metrics[out]) {
+        metric_output_.push_back(out);
+        metrics_.push_back(std::move(m));
+      }
+    if (num_outputs > 1)
+      for (std::size_t out = 0; out < num_outputs; ++out) output_loss_trackers_.emplace_back(output_name(out) + "_loss");
     compiled_ = true;
     touch();
   }
@@ -314,20 +405,27 @@ class basic_model {
     return require_compiled("optimizer"), opt_;
   }
   const any_optimizer& optimizer() const { return require_compiled("optimizer"), opt_; }
-  const any_loss& loss() const { return require_compiled("loss"), loss_; }
+  /// The loss (of the first output).
+  const any_loss& loss() const { return require_compiled("loss"), losses_.front(); }
+  /// The compiled metrics, output by output.
   std::vector<any_metric>& metrics() { return metrics_; }
   mean& loss_tracker() { return loss_tracker_; }
+  /// Each output's weighted loss, tracked as "<output layer>_loss" (none for a model of one output).
+  std::vector<mean>& output_loss_trackers() { return output_loss_trackers_; }
 
   /// Keras `model.reset_metrics()`.
   void reset_metrics() {
     loss_tracker_.reset_state();
+    for (auto& t : output_loss_trackers_) t.reset_state();
     for (auto& m : metrics_) m.reset_state();
   }
   /// The running loss and metric results (what a step returns).
   dtrain::logs metric_results() const {
     dtrain::logs l;
     l.set("loss", loss_tracker_.result());
-    for (const auto& m : metrics_) l.set(m.name(), m.result());
+    for (const auto& t : output_loss_trackers_) l.set(t.name(), t.result());
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      l.set((num_outputs == 1 ? "" : output_name(metric_output_[i]) + "_") + metrics_[i].name(), metrics_[i].result());
     return l;
   }
 
@@ -337,114 +435,70 @@ class basic_model {
   /// this batch's rows times the number of replicas): the loss is summed over the share and divided by
   /// the global rows, so replicas with unequal shares (a short last batch) still give the global mean.
   /// A replica whose share is empty (0 rows) adds no gradient but takes part in the step.
+  /// A model of several inputs or outputs takes `std::vector<tensor>`s: x one per input, y one per output.
   dtrain::logs train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
-    require_compiled("train_step");
-    if (auto* r = replica_entry()) return r->train_step(x, y, global_rows);
-    if (cross_replica()) {
-      const std::size_t b = check_batch(x, &y);
-      seed_mirrors();
-      on_replicas(x, &y, [&](basic_model& r, std::size_t, const tensor& xs, const tensor& ys) {
-        r.train_step(xs, ys, global_rows ? global_rows : b);
-      });
-      return metric_results();
-    }
-    if (empty_share(x)) {
-      zero_gradients_step();
-      apply_update();
-      return metric_results();
-    }
-    const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step(loss_, y, n);
-    forward(to_device(x, x_stage_), n, true);
-    const cptr t = to_device(y, y_stage_);
-    float scale = plan.loss_scale / static_cast<float>(replicas());
-    if (global_rows != 0 && global_rows != n * std::size_t(replicas()) && loss_.get_reduction() != reduction::sum)
-      scale = plan.loss_scale * static_cast<float>(n) / static_cast<float>(global_rows);
-    compute_loss(loss_, y, t, n, scale, true);
-    compute_metrics(plan, t, n);
-    synced_backward(n);
-    apply_update();
-    const float* s = read_scalars();
-    const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
-    track(plan, y, n, s[loss_slot] * plan.loss_scale + reg, s);
-    return metric_results();
+    return train_on(one(x), one(y), global_rows);
+  }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  dtrain::logs train_step(const X& x, const Y& y, std::size_t global_rows = 0) {
+    return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows);
   }
 
   /// Loss and metrics on a batch without training (Keras `test_on_batch` / `test_step`).
-  dtrain::logs test_step(const tensor& x, const tensor& y) {
-    require_compiled("test_step");
-    if (auto* r = replica_entry()) return r->test_step(x, y);
-    if (cross_replica()) {
-      check_batch(x, &y);
-      on_replicas(x, &y, [](basic_model& r, std::size_t, const tensor& xs, const tensor& ys) {
-        if (xs.shape()[0] > 0) r.test_step(xs, ys);
-      });
-      return metric_results();
-    }
-    const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step(loss_, y, n);
-    forward(to_device(x, x_stage_), n, false);
-    const cptr t = to_device(y, y_stage_);
-    compute_loss(loss_, y, t, n, 1.0f, false);
-    compute_metrics(plan, t, n);
-    add_penalties(ptr{}, 0.0f);
-    const float* s = read_scalars();
-    track(plan, y, n, s[loss_slot] * plan.loss_scale + s[penalty_slot], s);
-    return metric_results();
+  dtrain::logs test_step(const tensor& x, const tensor& y) { return test_on(one(x), one(y)); }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  dtrain::logs test_step(const X& x, const Y& y) {
+    return test_on(detail::as_tensors(x), detail::as_tensors(y));
   }
 
   // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
 
   /// Keras `model.fit(dataset, ...)`: trains on batches of (x, y) and returns the history.
   template <class D, class T = detail::trainer<basic_model>>
-    requires(!std::same_as<D, tensor>)
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
   auto fit(const D& ds, typename T::fit_options o = {}) {
     return T::fit(*this, ds, std::move(o));
   }
-  /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays.
-  template <class T = detail::trainer<basic_model>>
-  auto fit(const tensor& x, const tensor& y, typename T::fit_options o = {}) {
-    return T::fit(*this, x, y, std::move(o));
+  /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays (lists
+  /// of them for a model of several inputs or outputs).
+  template <class X, class Y, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, Y>
+  auto fit(const X& x, const Y& y, typename T::fit_options o = {}) {
+    return T::fit(*this, detail::as_tensors(x), detail::as_tensors(y), std::move(o));
   }
   /// Keras `model.evaluate(dataset, steps=)`: the loss and metrics over the dataset.
   template <class D, class T = detail::trainer<basic_model>>
-    requires(!std::same_as<D, tensor>)
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
   dtrain::logs evaluate(const D& ds, typename T::evaluate_options o = {}) {
     return T::evaluate(*this, ds, std::move(o));
   }
-  template <class T = detail::trainer<basic_model>>
-  dtrain::logs evaluate(const tensor& x, const tensor& y, typename T::evaluate_options o = {}) {
-    return T::evaluate(*this, x, y, std::move(o));
+  template <class X, class Y, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, Y>
+  dtrain::logs evaluate(const X& x, const Y& y, typename T::evaluate_options o = {}) {
+    return T::evaluate(*this, detail::as_tensors(x), detail::as_tensors(y), std::move(o));
   }
   /// Keras `model.predict(dataset)`: the outputs of every batch, concatenated.
   template <class D, class T = detail::trainer<basic_model>>
-    requires(!std::same_as<D, tensor>)
-  tensor predict(const D& ds, typename T::predict_options o = {}) {
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
+  prediction_type predict(const D& ds, typename T::predict_options o = {}) {
     return T::predict(*this, ds, std::move(o));
   }
-  template <class T = detail::trainer<basic_model>>
-  tensor predict(const tensor& x, typename T::predict_options o = {}) {
-    return T::predict(*this, x, std::move(o));
+  template <class X, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, X>
+  prediction_type predict(const X& x, typename T::predict_options o = {}) {
+    return T::predict(*this, detail::as_tensors(x), std::move(o));
   }
 
   /// The model's outputs for a batch, in inference mode (Keras `predict_on_batch`).
-  tensor predict_on_batch(const tensor& x) { return (*this)(x, false); }
+  prediction_type predict_on_batch(const tensor& x) { return (*this)(x, false); }
+  prediction_type predict_on_batch(const std::vector<tensor>& x) { return (*this)(x, false); }
 
   /// Keras `model(x, training=...)`.
-  tensor operator()(const tensor& x, bool training = false) {
-    if (auto* r = replica_entry()) return (*r)(x, training);
-    if (cross_replica()) {  // each replica its rows, gathered in order
-      check_batch(x, nullptr);
-      if (training) seed_mirrors();
-      std::vector<tensor> parts(mirrors_.size() + 1);
-      on_replicas(x, nullptr, [&](basic_model& r, std::size_t i, const tensor& xs, const tensor&) {
-        if (xs.shape()[0] > 0) parts[i] = r(xs, training);
-      });
-      return detail::concatenate_rows(parts);
-    }
-    const std::size_t n = check_batch(x, nullptr);
-    forward(to_device(x, x_stage_), n, training);
-    return output_tensor(n);
+  prediction_type operator()(const tensor& x, bool training = false) { return prediction(call_on(one(x), training)); }
+  prediction_type operator()(const std::vector<tensor>& x, bool training = false) {
+    return prediction(call_on(x, training));
   }
 
   /// The GradientTape step of a custom training loop: forward in training mode, per-example losses,
@@ -453,57 +507,46 @@ class basic_model {
   /// As in TF, `global_batch_size = 0` means this batch's size times the number of replicas and
   /// `num_replicas = 0` the number of replicas (of the strategy that made the model; 1 without one).
   /// No optimizer step and no metric is touched. Under a strategy an empty batch (this replica's share
-  /// of a short last batch) gives only its share of the penalty's gradient.
+  /// of a short last batch) gives only its share of the penalty's gradient. A model of several outputs
+  /// adds `loss_object`'s loss of every output.
   float value_and_gradients(const tensor& x, const tensor& y, const any_loss& loss_object,
                             std::size_t global_batch_size = 0, std::size_t num_replicas = 0) {
-    if (auto* r = replica_entry()) return r->value_and_gradients(x, y, loss_object, global_batch_size, num_replicas);
-    if (cross_replica()) {  // every replica its rows; the replicas' losses add up to the global one
-      const std::size_t b = check_batch(x, &y);
-      seed_mirrors();
-      std::vector<float> losses(mirrors_.size() + 1);
-      on_replicas(x, &y, [&](basic_model& r, std::size_t i, const tensor& xs, const tensor& ys) {
-        losses[i] = r.value_and_gradients(xs, ys, loss_object, global_batch_size ? global_batch_size : b, num_replicas);
-      });
-      float total = 0.0f;
-      for (float l : losses) total += l;
-      return total;
-    }
-    const float scale = 1.0f / static_cast<float>(num_replicas ? num_replicas : std::size_t(replicas()));
-    const float saved = std::exchange(regularization_scale_, scale);
-    if (empty_share(x)) {
-      zero_gradients_step();
-      regularization_scale_ = saved;
-      return scale * read_scalars()[penalty_slot];
-    }
-    const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step(loss_object, y, n, false);
-    forward(to_device(x, x_stage_), n, true);
-    if (global_batch_size == 0) global_batch_size = plan.rows * std::size_t(replicas());
-    compute_loss(loss_object, y, to_device(y, y_stage_), n, 1.0f / static_cast<float>(global_batch_size), true);
-    synced_backward(n);
-    regularization_scale_ = saved;
-    const float* s = read_scalars();
-    return static_cast<float>(s[loss_slot] / static_cast<double>(global_batch_size)) + scale * s[penalty_slot];
+    return gradients_on(one(x), one(y), loss_object, global_batch_size, num_replicas);
+  }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  float value_and_gradients(const X& x, const Y& y, const any_loss& loss_object, std::size_t global_batch_size = 0,
+                            std::size_t num_replicas = 0) {
+    return gradients_on(detail::as_tensors(x), detail::as_tensors(y), loss_object, global_batch_size, num_replicas);
   }
 
   /// The same with any differentiable loss: `f(predictions, d_predictions) -> loss`, where f writes
-  /// d loss / d predictions into its second argument (same shape as the first), on the host.
-  template <class F>
-    requires std::is_invocable_r_v<float, F&, const tensor&, tensor&>
-  float value_and_gradients(const tensor& x, F&& f) {
-    if (auto* r = replica_entry()) return r->value_and_gradients(x, f);
+  /// d loss / d predictions into its second argument (same shape as the first), on the host; both are
+  /// `prediction_type` (one tensor per output for a model of several).
+  template <class X, class F>
+    requires detail::tensor_args<X, X> && std::is_invocable_r_v<float, F&, const prediction_type&, prediction_type&>
+  float value_and_gradients(const X& x_arg, F&& f) {
+    const std::span<const tensor> x = detail::as_tensors(x_arg);
+    if (auto* r = replica_entry()) return r->value_and_gradients(x_arg, f);
     if (cross_replica())
       throw usage_error("value_and_gradients(x, f): this model has in-process replicas (mirrored_strategy); call it "
                         "inside strategy.run(...), where each replica calls f on its own rows");
     const std::size_t n = check_batch(x, nullptr);
-    forward(to_device(x, x_stage_), n, true);
-    const tensor pred = output_tensor(n);
-    tensor dpred = zeros(extents_of(pred));
-    const float l = f(pred, dpred);
-    if (extents_of(dpred) != extents_of(pred))
-      throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
-                        shape_str(dpred.shape()) + " (predictions are " + shape_str(pred.shape()) + ")");
-    device_.upload(dpred.size(), dpred.data(), ensure(device_, delta_a_, n * output_shape::size));
+    forward(x, n, true);
+    std::vector<tensor> preds(num_outputs), dpreds(num_outputs);
+    for (std::size_t o = 0; o < num_outputs; ++o) preds[o] = output_tensor(o, n), dpreds[o] = zeros(extents_of(preds[o]));
+    prediction_type pred = prediction(std::move(preds)), dpred = prediction(std::move(dpreds));
+    const float l = f(std::as_const(pred), dpred);
+    const std::span<const tensor> ps = detail::as_tensors(pred), ds = detail::as_tensors(dpred);
+    if (ds.size() != num_outputs)
+      throw shape_error("value_and_gradients: the loss function left " + std::to_string(ds.size()) +
+                        " d_predictions for a model of " + std::to_string(num_outputs) + " outputs");
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      if (extents_of(ds[o]) != extents_of(ps[o]))
+        throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
+                          shape_str(ds[o].shape()) + " (predictions are " + shape_str(ps[o].shape()) + ")");
+      device_.upload(ds[o].size(), ds[o].data(), ensure(device_, deltas_[o], ds[o].size()));
+    }
     synced_backward(n);
     return l + regularization_scale_ * read_scalars()[penalty_slot];
   }
@@ -514,26 +557,26 @@ class basic_model {
     return read_scalars()[penalty_slot];
   }
 
-  /// Runs backward from the loss gradient held in the delta buffer, adding the layers' penalties (and
-  /// their gradients, scaled by the regularization scale) on the way, and calling
+  /// Runs backward from the loss gradients held in the delta buffers (one per output), adding the
+  /// layers' penalties (and their gradients, scaled by the regularization scale) on the way, and calling
   /// `on_ready(I, offset, count)` as soon as layer I's gradients are final (last layer first): the hook
   /// distributed training uses to launch the all-reduce of a bucket while backward goes on.
   ///
   /// Node by node from the last, each node's output gradient is complete when it runs (every node that
-  /// takes its output comes after it): the first input gradient a source receives is written in place,
-  /// later ones (a source several nodes take) are added to it, and a relabelling layer hands its output
-  /// gradient to its source as is.
+  /// takes its output comes after it): the first input gradient a source receives is written in place
+  /// (an output's is its loss gradient), later ones (a source several nodes take) are added to it, and a
+  /// relabelling layer hands its output gradient to its source as is.
   template <class Hook>
   void backward(std::size_t n, Hook&& on_ready) {
     grad_at_.fill(ptr{});
-    grad_at_[depth] = delta_a_.data();  // the loss gradient
+    for (std::size_t o = 0; o < num_outputs; ++o) grad_at_[num_inputs + Graph::output_nodes[o]] = deltas_[o].data();
     const ptr penalty = scalar_ptr() + penalty_slot;
     device_.fill(1, 0.0f, penalty);
     layer_context<B> ctx = context(true);
     each_reversed([&]<std::size_t I>() {
       constexpr auto src = Graph::template sources<I>;
       ctx.state = state_ptr<I>();
-      const ptr dy = grad_at_[I + 1];
+      const ptr dy = grad_at_[num_inputs + I];
       auto& l = std::get<I>(layers_);
       if constexpr (detail::relabels_v<layer_type<I>>) {
         if (wants_gradient(src[0])) {
@@ -564,7 +607,8 @@ class basic_model {
       l.regularization(ctx, param_ptr<I>(), grad_ptr<I>(), regularization_scale_, penalty);
       on_ready(I, param_offsets[I], param_sizes[I]);
     });
-    input_gradient_ = {watch_inputs_ ? grad_at_[0] : ptr{}, n};
+    input_gradient_.rows = n;
+    for (std::size_t k = 0; k < num_inputs; ++k) input_gradient_.data[k] = watch_inputs_ ? grad_at_[k] : ptr{};
   }
 
   /// TF's `tape.watch(x)`: while on, every backward (`train_step`, `value_and_gradients`) also computes
@@ -576,15 +620,19 @@ class basic_model {
     for (auto& r : mirrors_) r.watch_inputs_ = on;
   }
   /// d loss / d x of the last backward made while watching inputs (TF: `tape.gradient(loss, x)`): a host
-  /// tensor shaped like that x, every replica's rows in order when called outside `strategy.run`.
-  tensor input_gradients() {
+  /// tensor shaped like that x (one per input for a model of several), every replica's rows in order
+  /// when called outside `strategy.run`.
+  input_gradient_type input_gradients() {
     if (auto* r = replica_entry()) return r->input_gradients();
-    if (cross_replica()) {
-      std::vector<tensor> parts{own_input_gradients()};
-      for (auto& r : mirrors_) parts.push_back(r.own_input_gradients());
-      return detail::concatenate_rows(parts);
-    }
-    return own_input_gradients();
+    std::vector<tensor> g = own_input_gradients();
+    if (cross_replica())
+      for (std::size_t k = 0; k < num_inputs; ++k) {
+        std::vector<tensor> parts{std::move(g[k])};
+        for (auto& r : mirrors_) parts.push_back(std::move(r.own_input_gradients()[k]));
+        g[k] = detail::concatenate_rows(parts);
+      }
+    if constexpr (num_inputs == 1) return std::move(g.front());
+    else return g;
   }
 
   /// Attaches the model to a strategy (what `strategy.make_model()` does): gradients are then summed over
@@ -613,15 +661,156 @@ class basic_model {
   }
 
  private:
-  /// The step's scalars in backend memory: the loss sum, the penalty sum, then each metric's total.
-  static constexpr std::size_t loss_slot = 0, penalty_slot = 1, metric_slot = 2;
+  using tensors = std::span<const tensor>;
+
+  /// The step's scalars in backend memory: the penalty sum, each output's loss sum, then each metric's
+  /// total.
+  static constexpr std::size_t penalty_slot = 0, loss_slot = 1, metric_slot = 1 + num_outputs;
 
   /// What a step computes for a batch of targets, decided (and the targets checked) before it runs.
   struct step_plan {
-    std::size_t rows;   // loss rows of the predictions
-    float loss_scale;   // 1 / rows, or 1 for a summed loss
+    std::array<std::size_t, num_outputs> rows;  // loss rows of each output's predictions
+    std::array<float, num_outputs> loss_scale;  // 1 / rows, or 1 for a summed loss
     std::vector<std::optional<metric_op>> metric_ops;  // per metric: its kernel, or none for a host metric
   };
+
+
+  static tensors one(const tensor& t) { return tensors(&t, 1); }
+  static prediction_type prediction(std::vector<tensor> p) {
+    if constexpr (num_outputs == 1) return std::move(p.front());
+    else return p;
+  }
+  /// Keras' spelling of input k's batched shape.
+  static std::string input_str(std::size_t k) {
+    std::string s;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      ((K == k ? void(s = input_shape_at<K>::str()) : void()), ...);
+    }(std::make_index_sequence<num_inputs>{});
+    return s;
+  }
+
+  dtrain::logs train_on(tensors x, tensors y, std::size_t global_rows) {
+    require_compiled("train_step");
+    if (auto* r = replica_entry()) return r->train_on(x, y, global_rows);
+    if (cross_replica()) {
+      const std::size_t b = check_batch(x, &y);
+      seed_mirrors();
+      on_replicas(x, &y, [&](basic_model& r, std::size_t, tensors xs, tensors ys) {
+        r.train_on(xs, ys, global_rows ? global_rows : b);
+      });
+      return metric_results();
+    }
+    if (empty_share(x)) {
+      zero_gradients_step();
+      apply_update();
+      return metric_results();
+    }
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step(losses_, y, n);
+    forward(x, n, true);
+    const auto t = targets(y);
+    const bool uneven = global_rows != 0 && global_rows != n * std::size_t(replicas());
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      float scale = plan.loss_scale[o] / static_cast<float>(replicas());
+      if (uneven && losses_[o].get_reduction() != reduction::sum)
+        scale = plan.loss_scale[o] * static_cast<float>(n) / static_cast<float>(global_rows);
+      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true);
+    }
+    compute_metrics(plan, t, n);
+    synced_backward(n);
+    apply_update();
+    const float* s = read_scalars();
+    const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
+    track(plan, y, n, reg, s);
+    return metric_results();
+  }
+
+  dtrain::logs test_on(tensors x, tensors y) {
+    require_compiled("test_step");
+    if (auto* r = replica_entry()) return r->test_on(x, y);
+    if (cross_replica()) {
+      check_batch(x, &y);
+      on_replicas(x, &y, [](basic_model& r, std::size_t, tensors xs, tensors ys) {
+        if (xs[0].shape()[0] > 0) r.test_on(xs, ys);
+      });
+      return metric_results();
+    }
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step(losses_, y, n);
+    forward(x, n, false);
+    const auto t = targets(y);
+    for (std::size_t o = 0; o < num_outputs; ++o) compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false);
+    compute_metrics(plan, t, n);
+    add_penalties(ptr{}, 0.0f);
+    const float* s = read_scalars();
+    track(plan, y, n, s[penalty_slot], s);
+    return metric_results();
+  }
+
+  /// Every output's predictions for a batch (each replica its rows, gathered in order, outside
+  /// `strategy.run` when the model has in-process replicas).
+  std::vector<tensor> call_on(tensors x, bool training) {
+    if (auto* r = replica_entry()) return r->call_on(x, training);
+    std::vector<tensor> out(num_outputs);
+    if (cross_replica()) {
+      check_batch(x, nullptr);
+      if (training) seed_mirrors();
+      std::vector<std::vector<tensor>> parts(mirrors_.size() + 1);
+      on_replicas(x, nullptr, [&](basic_model& r, std::size_t i, tensors xs, tensors) {
+        if (xs[0].shape()[0] > 0) parts[i] = r.call_on(xs, training);
+      });
+      for (std::size_t o = 0; o < num_outputs; ++o) {
+        std::vector<tensor> rows;
+        for (auto& p : parts)
+          if (!p.empty()) rows.push_back(std::move(p[o]));
+        out[o] = detail::concatenate_rows(rows);
+      }
+      return out;
+    }
+    const std::size_t n = check_batch(x, nullptr);
+    forward(x, n, training);
+    for (std::size_t o = 0; o < num_outputs; ++o) out[o] = output_tensor(o, n);
+    return out;
+  }
+
+  float gradients_on(tensors x, tensors y, const any_loss& loss_object, std::size_t global_batch_size,
+                     std::size_t num_replicas) {
+    if (auto* r = replica_entry()) return r->gradients_on(x, y, loss_object, global_batch_size, num_replicas);
+    if (cross_replica()) {  // every replica its rows; the replicas' losses add up to the global one
+      const std::size_t b = check_batch(x, &y);
+      seed_mirrors();
+      std::vector<float> losses(mirrors_.size() + 1);
+      on_replicas(x, &y, [&](basic_model& r, std::size_t i, tensors xs, tensors ys) {
+        losses[i] = r.gradients_on(xs, ys, loss_object, global_batch_size ? global_batch_size : b, num_replicas);
+      });
+      float total = 0.0f;
+      for (float l : losses) total += l;
+      return total;
+    }
+    const float scale = 1.0f / static_cast<float>(num_replicas ? num_replicas : std::size_t(replicas()));
+    const float saved = std::exchange(regularization_scale_, scale);
+    if (empty_share(x)) {
+      zero_gradients_step();
+      regularization_scale_ = saved;
+      return scale * read_scalars()[penalty_slot];
+    }
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step({&loss_object, 1}, y, n, false);
+    forward(x, n, true);
+    const auto t = targets(y);
+    std::array<std::size_t, num_outputs> global{};
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      global[o] = global_batch_size ? global_batch_size : plan.rows[o] * std::size_t(replicas());
+      compute_loss(o, loss_object, y[o], t[o], n, 1.0f / static_cast<float>(global[o]), true);
+    }
+    synced_backward(n);
+    regularization_scale_ = saved;
+    const float* s = read_scalars();
+    float total = 0.0f;
+    for (std::size_t o = 0; o < num_outputs; ++o)
+      total += static_cast<float>(s[loss_slot + o] / static_cast<double>(global[o]));
+    return total + scale * s[penalty_slot];
+  }
 
   template <class F>
   static void each(F&& f) {
@@ -670,35 +859,81 @@ class basic_model {
   }
 
   /// Validates x (and y) against the model and returns the batch size.
-  std::size_t check_batch(const tensor& x, const tensor* y) const {
-    const auto ex = extents_of(x);
-    bool ok = ex.size() == input_shape::rank + 1;
-    for (std::size_t i = 0; ok && i < input_shape::rank; ++i) ok = ex[i + 1] == input_shape::dims[i];
-    if (!ok)
-      throw shape_error(std::string(Graph::name) + ": input batch of shape " + shape_str(ex) +
-                        " does not match the model's input " + input_shape::str() + " (layer '" + names_[0] +
-                        "' takes it)");
-    if (ex[0] == 0) throw value_error(std::string(Graph::name) + ": the batch is empty");
-    each([&]<std::size_t I>() {  // layers that read the input's values as indices check them first
+  std::size_t check_batch(tensors x, const tensors* y) const {
+    const std::string model = Graph::name;
+    if (x.size() != num_inputs)
+      throw shape_error(model + ": got " + std::to_string(x.size()) + " input arrays but the model takes " +
+                        std::to_string(num_inputs) +
+                        (num_inputs > 1 ? " (pass a std::vector<tensor>: one batch per input, in order)" : ""));
+    std::size_t rows = 0;
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      const auto ex = extents_of(x[k]);
+      const extents& want = input_shapes()[k];
+      if (ex.size() != want.size() + 1 || !std::equal(want.begin(), want.end(), ex.begin() + 1))
+        throw shape_error(model + ": input batch of shape " + shape_str(ex) + " does not match the model's input " +
+                          (num_inputs > 1 ? std::to_string(k) + " " : std::string()) + input_str(k) + " (layer '" +
+                          first_taker(k) + "' takes it)");
+      if (k > 0 && ex[0] != rows)
+        throw shape_error(model + ": input 0 has " + std::to_string(rows) + " samples but input " + std::to_string(k) +
+                          " has shape " + shape_str(ex));
+      rows = ex[0];
+    }
+    if (rows == 0) throw value_error(model + ": the batch is empty");
+    each([&]<std::size_t I>() {  // layers that read an input's values as indices check them first
       if constexpr (requires { layer_type<I>::check_input(std::span<const float>{}, std::string{}); })
         for (std::size_t s : Graph::template sources<I>)
-          if (s == 0) layer_type<I>::check_input(std::span<const float>(x.data(), x.size()), names_[I]);
+          if (s < num_inputs) layer_type<I>::check_input(std::span<const float>(x[s].data(), x[s].size()), names_[I]);
     });
-    if (y && (y->dimension() == 0 || y->shape()[0] != ex[0]))
-      throw shape_error(std::string(Graph::name) + ": x has " + std::to_string(ex[0]) + " samples (shape " +
-                        shape_str(ex) + ") but y has shape " + shape_str(y->shape()));
-    return ex[0];
+    if (!y) return rows;
+    if (y->size() != num_outputs)
+      throw shape_error(model + ": got " + std::to_string(y->size()) + " target arrays but the model has " +
+                        std::to_string(num_outputs) + " outputs" +
+                        (num_outputs > 1 ? " (pass a std::vector<tensor>: one per output, in order)" : ""));
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const tensor& t = (*y)[o];
+      if (t.dimension() == 0 || t.shape()[0] != rows)
+        throw shape_error(model + ": x has " + std::to_string(rows) + " samples (shape " + shape_str(x[0].shape()) +
+                          ") but y" + (num_outputs > 1 ? "[" + std::to_string(o) + "]" : std::string()) +
+                          " has shape " + shape_str(t.shape()));
+    }
+    return rows;
+  }
+  /// The first layer that takes input k.
+  std::string first_taker(std::size_t k) const {
+    std::string name;
+    each([&]<std::size_t I>() {
+      for (std::size_t s : Graph::template sources<I>)
+        if (s == k && name.empty()) name = names_[I];
+    });
+    return name;
   }
 
-  /// Checks the targets against the loss (and the compiled metrics) before anything runs.
-  step_plan plan_step(const any_loss& loss, const tensor& y, std::size_t n, bool with_metrics = true) {
-    const auto ey = extents_of(y);
-    const batch_view tv{y.data(), ey}, pv = output_view(n, nullptr);
-    loss.validate(tv, pv);
-    step_plan p{detail::loss_rows(pv), 1.0f, {}};
-    if (loss.get_reduction() != reduction::sum) p.loss_scale = 1.0f / static_cast<float>(p.rows);
+  /// Checks the targets against the losses (one, or one per output) and the compiled metrics before
+  /// anything runs.
+  step_plan plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true) {
+    step_plan p{};
+    std::array<extents, num_outputs> ey;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      ey[o] = extents_of(y[o]);
+      const batch_view tv{y[o].data(), ey[o]}, pv = output_view(o, n, nullptr);
+      const any_loss& loss = losses[losses.size() == 1 ? 0 : o];
+      try {
+        loss.validate(tv, pv);
+      } catch (const shape_error& e) {
+        if (num_outputs == 1) throw;
+        throw shape_error("output " + std::to_string(o) + " ('" + output_name(o) + "'): " + e.what());
+      } catch (const value_error& e) {
+        if (num_outputs == 1) throw;
+        throw value_error("output " + std::to_string(o) + " ('" + output_name(o) + "'): " + e.what());
+      }
+      p.rows[o] = detail::loss_rows(pv);
+      p.loss_scale[o] = loss.get_reduction() != reduction::sum ? 1.0f / static_cast<float>(p.rows[o]) : 1.0f;
+    }
     if (with_metrics)
-      for (auto& m : metrics_) p.metric_ops.push_back(m.kernel(tv, pv));
+      for (std::size_t i = 0; i < metrics_.size(); ++i) {
+        const std::size_t o = metric_output_[i];
+        p.metric_ops.push_back(metrics_[i].kernel({y[o].data(), ey[o]}, output_view(o, n, nullptr)));
+      }
     return p;
   }
 
@@ -713,9 +948,15 @@ class basic_model {
       return p;
     }
   }
+  /// Each output's targets as the backend reads them.
+  std::array<cptr, num_outputs> targets(tensors y) {
+    std::array<cptr, num_outputs> t;
+    for (std::size_t o = 0; o < num_outputs; ++o) t[o] = to_device(y[o], y_stage_[o]);
+    return t;
+  }
 
-  void forward(cptr x, std::size_t n, bool training) {
-    input_ = x;
+  void forward(tensors x, std::size_t n, bool training) {
+    for (std::size_t k = 0; k < num_inputs; ++k) input_[k] = to_device(x[k], x_stage_[k]);
     layer_context<B> ctx = context(training);
     each([&]<std::size_t I>() {
       constexpr auto src = Graph::template sources<I>;
@@ -732,8 +973,8 @@ class basic_model {
       out_[I] = out;
     });
   }
-  /// Source s's output of the last forward (0: the model's input, j + 1: node j's).
-  cptr source_output(std::size_t s) const { return s == 0 ? input_ : out_[s - 1]; }
+  /// Source s's output of the last forward (k < K: input k, K + j: node j's).
+  cptr source_output(std::size_t s) const { return s < num_inputs ? input_[s] : out_[s - num_inputs]; }
   template <auto Src>
   std::array<cptr, Src.size()> source_outputs() const {
     std::array<cptr, Src.size()> xs;
@@ -787,19 +1028,26 @@ class basic_model {
 
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
   /// step (the short last batch, or its own data ran out before the other workers').
-  bool empty_share(const tensor& x) const { return replica_ && x.dimension() > 0 && x.shape()[0] == 0; }
-  /// Whether backward computes d loss / d source s's output (0: the input, j + 1: node j's output).
+  bool empty_share(tensors x) const {
+    return replica_ && !x.empty() && x[0].dimension() > 0 && x[0].shape()[0] == 0;
+  }
+  /// Whether backward computes d loss / d source s's output.
   bool wants_gradient(std::size_t s) const { return trains_upstream[s] || watch_inputs_; }
-  static constexpr std::size_t source_size(std::size_t s) { return s == 0 ? input_shape::size : output_sizes[s - 1]; }
-  tensor own_input_gradients() {
+  static constexpr std::size_t source_size(std::size_t s) {
+    return s < num_inputs ? input_sizes[s] : output_sizes[s - num_inputs];
+  }
+  std::vector<tensor> own_input_gradients() {
     if (!watch_inputs_)
       throw usage_error(
           "input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
-    extents e{input_gradient_.rows};
-    for (std::size_t d : input_shape::dims) e.push_back(d);
-    tensor g = zeros(e);
-    if (input_gradient_.rows > 0 && input_gradient_.data)
-      device_.download(g.size(), cptr(input_gradient_.data), g.data());
+    std::vector<tensor> g(num_inputs);
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      extents e{input_gradient_.rows};
+      e.insert(e.end(), input_shapes()[k].begin(), input_shapes()[k].end());
+      g[k] = zeros(e);
+      if (input_gradient_.rows > 0 && input_gradient_.data[k])
+        device_.download(g[k].size(), cptr(input_gradient_.data[k]), g[k].data());
+    }
     return g;
   }
 
@@ -852,63 +1100,81 @@ class basic_model {
     });
   }
 
-  /// Extents of the last forward's predictions (batch first) with `data`.
-  batch_view output_view(std::size_t n, const float* data) {
-    out_extents_[0] = n;
-    for (std::size_t i = 0; i < output_shape::rank; ++i) out_extents_[i + 1] = output_shape::dims[i];
-    return {data, out_extents_};
+  /// Extents of the last forward's predictions of output o (batch first) with `data`.
+  batch_view output_view(std::size_t o, std::size_t n, const float* data) {
+    extents& e = out_extents_[o];
+    if (e.empty()) {
+      e.push_back(0);
+      e.insert(e.end(), output_shapes()[o].begin(), output_shapes()[o].end());
+    }
+    e[0] = n;
+    return {data, e};
   }
-  /// A host copy of the last forward's predictions.
-  batch_view host_predictions(std::size_t n) {
-    host_pred_.resize(n * output_shape::size);
-    device_.download(host_pred_.size(), out_[depth - 1], host_pred_.data());
-    return output_view(n, host_pred_.data());
+  /// Where output o's predictions of the last forward are.
+  cptr output_ptr(std::size_t o) const { return out_[Graph::output_nodes[o]]; }
+  /// A host copy of the last forward's predictions of output o.
+  batch_view host_predictions(std::size_t o, std::size_t n) {
+    const batch_view v = output_view(o, n, nullptr);
+    host_pred_.resize(v.size());
+    device_.download(host_pred_.size(), output_ptr(o), host_pred_.data());
+    return output_view(o, n, host_pred_.data());
   }
-  tensor output_tensor(std::size_t n) {
-    const batch_view v = host_predictions(n);
-    return from_span({v.data, v.size()}, extents(out_extents_.begin(), out_extents_.end()));
+  tensor output_tensor(std::size_t o, std::size_t n) {
+    const batch_view v = host_predictions(o, n);
+    return from_span({v.data, v.size()}, extents(v.extents.begin(), v.extents.end()));
   }
 
-  /// The loss of the last forward on this replica's rows, summed into the loss slot; with `grad`, `scale`
-  /// times its gradient into the delta buffer.
-  void compute_loss(const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad) {
-    const batch_view pv = output_view(n, nullptr);
+  /// The loss of output o of the last forward on this replica's rows, summed into its loss slot; with
+  /// `grad`, `scale` times its gradient into the output's delta buffer.
+  void compute_loss(std::size_t o, const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad) {
+    const batch_view pv = output_view(o, n, nullptr);
     const std::size_t rows = detail::loss_rows(pv);
     const ptr per = ensure(device_, per_example_, rows);
-    const ptr d = grad ? ensure(device_, delta_a_, n * output_shape::size) : ptr{};
+    const ptr d = grad ? ensure(device_, deltas_[o], pv.size()) : ptr{};
     if (const auto k = loss.kernel()) {
-      std::visit([&](const auto& o) { device_.loss(o, rows, pv.last(), scale, t, out_[depth - 1], per, d); }, *k);
+      std::visit([&](const auto& op) { device_.loss(op, rows, pv.last(), scale, t, output_ptr(o), per, d); }, *k);
     } else {  // a host loss: on host copies of the predictions
       const auto ey = extents_of(y);
-      const batch_view hp = host_predictions(n);
+      const batch_view hp = host_predictions(o, n);
       std::vector<float> hl(rows), hd(grad ? hp.size() : 0);
       loss.per_example({y.data(), ey}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
       device_.upload(rows, hl.data(), per);
       if (grad) device_.upload(hd.size(), hd.data(), d);
     }
-    device_.sum(rows, per, scalar_ptr() + loss_slot);
+    device_.sum(rows, per, scalar_ptr() + loss_slot + o);
   }
 
   /// Each kernel metric's batch total into its slot (host metrics are updated in `track`).
-  void compute_metrics(const step_plan& plan, cptr t, std::size_t n) {
-    const batch_view pv = output_view(n, nullptr);
+  void compute_metrics(const step_plan& plan, const std::array<cptr, num_outputs>& t, std::size_t n) {
     for (std::size_t i = 0; i < plan.metric_ops.size(); ++i)
-      if (plan.metric_ops[i])
-        std::visit([&](const auto& o) {
-          device_.metric(o, plan.rows, pv.last(), t, out_[depth - 1], scalar_ptr() + metric_slot + i);
+      if (plan.metric_ops[i]) {
+        const std::size_t o = metric_output_[i];
+        const batch_view pv = output_view(o, n, nullptr);
+        std::visit([&](const auto& op) {
+          device_.metric(op, plan.rows[o], pv.last(), t[o], output_ptr(o), scalar_ptr() + metric_slot + i);
         }, *plan.metric_ops[i]);
+      }
   }
 
-  void track(const step_plan& plan, const tensor& y, std::size_t n, float loss, const float* s) {
+  /// Adds a step's losses (each output's weighted, plus `penalty`) and metrics to the running ones.
+  void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s) {
+    float loss = penalty;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const float lo = loss_weights_[o] * (s[loss_slot + o] * plan.loss_scale[o]);
+      loss += lo;
+      if constexpr (num_outputs > 1) output_loss_trackers_[o].update_state(lo, static_cast<double>(n));
+    }
     loss_tracker_.update_state(loss, static_cast<double>(n));
-    std::optional<batch_view> hp;
-    const auto ey = extents_of(y);
+    std::optional<batch_view> hp;  // the host copy of output hp_of's predictions
+    std::size_t hp_of = num_outputs;
     for (std::size_t i = 0; i < plan.metric_ops.size(); ++i) {
+      const std::size_t o = metric_output_[i];
       if (plan.metric_ops[i]) {
-        metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows)});
+        metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows[o])});
       } else {
-        if (!hp) hp = host_predictions(n);
-        metrics_[i].update_state({y.data(), ey}, *hp);
+        if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
+        const auto ey = extents_of(y[o]);
+        metrics_[i].update_state({y[o].data(), ey}, *hp);
       }
     }
   }
@@ -961,8 +1227,11 @@ class basic_model {
       r.set_weights(w);
       r.opt_ = opt_;
       if (opt_) r.opt_.set_state(opt_.state());
-      r.loss_ = loss_;
+      r.losses_ = losses_;
+      r.loss_weights_ = loss_weights_;
       r.metrics_ = metrics_;
+      r.metric_output_ = metric_output_;
+      r.output_loss_trackers_ = output_loss_trackers_;
       r.compiled_ = compiled_;
       r.reset_metrics();
     }
@@ -977,18 +1246,20 @@ class basic_model {
   /// Runs `step(replica, i, x rows, y rows)` for every replica i at once (each on its thread, replica 0
   /// being this model), then adds the replicas' metric states into this model's.
   template <class Step>
-  void on_replicas(const tensor& x, const tensor* y, Step&& step) {
+  void on_replicas(tensors x, const tensors* y, Step&& step) {
     sync_mirrors();
-    const std::size_t b = x.shape()[0], p = mirrors_.size() + 1;
+    const std::size_t b = x[0].shape()[0], p = mirrors_.size() + 1;
     replica_->for_each_local_replica([&](int index) {
       const std::size_t i = std::size_t(index), lo = b * i / p, hi = b * (i + 1) / p;
       basic_model& r = i == 0 ? *this : mirrors_[i - 1];
-      step(r, i, detail::rows_of(x, lo, hi), y ? detail::rows_of(*y, lo, hi) : tensor{});
+      const std::vector<tensor> xs = detail::rows_of(x, lo, hi), ys = y ? detail::rows_of(*y, lo, hi) : std::vector<tensor>{};
+      step(r, i, tensors(xs), tensors(ys));
     });
+    auto add = [](auto& to, const auto& from) { to.state().add({from.state().values[0], from.state().values[1]}); };
     for (auto& r : mirrors_) {
-      loss_tracker_.state().add({r.loss_tracker_.state().values[0], r.loss_tracker_.state().values[1]});
-      for (std::size_t k = 0; k < metrics_.size(); ++k)
-        metrics_[k].state().add({r.metrics_[k].state().values[0], r.metrics_[k].state().values[1]});
+      add(loss_tracker_, r.loss_tracker_);
+      for (std::size_t k = 0; k < output_loss_trackers_.size(); ++k) add(output_loss_trackers_[k], r.output_loss_trackers_[k]);
+      for (std::size_t k = 0; k < metrics_.size(); ++k) add(metrics_[k], r.metrics_[k]);
       r.reset_metrics();
     }
   }
@@ -999,19 +1270,24 @@ class basic_model {
   buffer_t<B, float> params_, grads_;
   std::array<buffer_t<B, float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
   std::array<cptr, depth> out_{};                  // where each layer's output of the last forward is
-  buffer_t<B, float> delta_a_, per_example_, scalars_, x_stage_, y_stage_;
-  std::array<buffer_t<B, float>, depth + 1> source_grads_;  // d loss / d each source's output (backward)
-  std::array<ptr, depth + 1> grad_at_{};                    // where each source's gradient is (backward)
+  buffer_t<B, float> per_example_, scalars_;
+  std::array<buffer_t<B, float>, num_inputs> x_stage_;              // inputs, for a non-host backend
+  std::array<buffer_t<B, float>, num_outputs> y_stage_, deltas_;    // targets; d loss / d each output
+  std::array<buffer_t<B, float>, num_sources> source_grads_;  // d loss / d each source's output (backward)
+  std::array<ptr, num_sources> grad_at_{};                    // where each source's gradient is (backward)
   std::vector<buffer_t<B, float>> scratch_grads_;           // input gradients to add to a source's
   std::vector<float> scalar_values_, host_pred_;
   detail::host_staging_t<B> host_grads_;  // a non-host model's gradients on their way to a host communicator
-  std::array<std::size_t, output_shape::rank + 1> out_extents_{};
-  cptr input_{};
+  std::array<extents, num_outputs> out_extents_{};
+  std::array<cptr, num_inputs> input_{};
   rng rng_;
   any_optimizer opt_;
-  any_loss loss_;
-  std::vector<any_metric> metrics_;
+  std::vector<any_loss> losses_;  // one per output
+  std::vector<float> loss_weights_;
+  std::vector<any_metric> metrics_;        // every output's, output by output
+  std::vector<std::size_t> metric_output_;  // the output each metric is computed on
   mean loss_tracker_{"loss"};
+  std::vector<mean> output_loss_trackers_;
   float regularization_scale_ = 1.0f;
   replica_context* replica_ = nullptr;
   bool compiled_ = false;
@@ -1019,7 +1295,7 @@ class basic_model {
   bool mirrors_stale_ = false;             // they miss a change made here outside a step
   bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
   struct {
-    ptr data{};
+    std::array<ptr, num_inputs> data{};
     std::size_t rows = 0;
   } input_gradient_;  // where the last backward left d loss / d inputs
 };
