@@ -47,9 +47,10 @@ namespace dtrain {
 
 /// What `compile` takes (Keras `model.compile(optimizer=, loss=, metrics=)`).
 /// A model of several outputs takes `loss` for every output or `losses`, one per output, and weighs
-/// them by `loss_weights` (default 1); `metrics` are computed on every output (tf.keras' flat list) or
-/// `output_metrics` on each its own (Keras' list of lists); its logs name them "<output layer>_<metric>"
-/// and each output's weighted loss "<output layer>_loss".
+/// them by `loss_weights` (default 1); `metrics` are computed on every output (as tf.keras 2 does with a
+/// flat list; Keras 3 refuses one for several outputs) or `output_metrics` on each its own (Keras' list
+/// of lists). Its logs name them "<output layer>_<metric>", each output's loss (unweighted, as Keras 3
+/// logs it) "<output layer>_loss", and the weighted sum "loss".
 struct compile_options {
   any_optimizer optimizer{};
   any_loss loss{};
@@ -410,7 +411,8 @@ class basic_model {
   /// The compiled metrics, output by output.
   std::vector<any_metric>& metrics() { return metrics_; }
   mean& loss_tracker() { return loss_tracker_; }
-  /// Each output's weighted loss, tracked as "<output layer>_loss" (none for a model of one output).
+  /// Each output's loss (before its weight, as Keras 3 logs it), tracked as "<output layer>_loss" (none
+  /// for a model of one output).
   std::vector<mean>& output_loss_trackers() { return output_loss_trackers_; }
 
   /// Keras `model.reset_metrics()`.
@@ -1156,12 +1158,13 @@ class basic_model {
       }
   }
 
-  /// Adds a step's losses (each output's weighted, plus `penalty`) and metrics to the running ones.
+  /// Adds a step's losses (the total: each output's weighted, plus `penalty`; each output's as it is,
+  /// as Keras 3 logs them) and metrics to the running ones.
   void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s) {
     float loss = penalty;
     for (std::size_t o = 0; o < num_outputs; ++o) {
-      const float lo = loss_weights_[o] * (s[loss_slot + o] * plan.loss_scale[o]);
-      loss += lo;
+      const float lo = s[loss_slot + o] * plan.loss_scale[o];
+      loss += loss_weights_[o] * lo;
       if constexpr (num_outputs > 1) output_loss_trackers_[o].update_state(lo, static_cast<double>(n));
     }
     loss_tracker_.update_state(loss, static_cast<double>(n));
