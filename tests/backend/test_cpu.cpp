@@ -106,7 +106,12 @@ BOOST_AUTO_TEST_CASE(direct_gemm_matches_naive_loops_on_every_instruction_set_an
                                {transpose::yes, transpose::no, 300, 120, 37, 0.0f},
                                {transpose::yes, transpose::no, 7, 128, 530, 1.0f},
                                {transpose::no, transpose::yes, 30, 333, 50, 0.0f},
-                               {transpose::no, transpose::yes, 64, 64, 300, 0.0f}};
+                               {transpose::no, transpose::yes, 64, 64, 300, 0.0f},
+                               // a convolution's few filters: AVX-512's tiles of 1 and 2 vectors, whole and partial
+                               {transpose::no, transpose::no, 301, 16, 144, 0.0f},
+                               {transpose::no, transpose::no, 77, 13, 300, 1.0f},
+                               {transpose::no, transpose::no, 250, 32, 288, 1.0f},
+                               {transpose::yes, transpose::no, 144, 27, 600, 0.0f}};
   std::vector<detail::direct_isa> isas;
   if (detail::direct_gemm_isa() != detail::direct_isa::none) isas.push_back(detail::direct_isa::avx2);
   if (detail::direct_gemm_isa() == detail::direct_isa::avx512) isas.push_back(detail::direct_isa::avx512);

@@ -195,17 +195,22 @@ inline bool direct_gemm(direct_isa isa, transpose ta, transpose tb, std::size_t 
     return false;
   const bool wide = isa == direct_isa::avx512;
   const std::size_t lanes = wide ? avx512::lanes : avx2::lanes;
-  const std::size_t tile_cols = wide ? avx512::cols_per_tile : avx2::cols_per_tile;
-  const std::size_t tile_rows = wide ? avx512::mr : avx2::mr;
   if (tb == transpose::no) {
-    if (std::min(m, k) > 512 || !direct::fits(n, tile_cols)) return false;
+    // the widest tile C's columns fill; AVX-512 narrows to 2 or 1 vectors for 32 or 16 columns
+    int nv = wide ? avx512::nv : avx2::nv;
+    while (nv > 1 && wide && !direct::fits(n, std::size_t(nv) * lanes)) nv /= 2;
+    if (std::min(m, k) > 512 || !direct::fits(n, std::size_t(nv) * lanes)) return false;
+    const std::size_t tile_rows = !wide ? avx2::mr : nv == 4 ? avx512::mr_of<4> : nv == 2 ? avx512::mr_of<2> : avx512::mr_of<1>;
     const direct_gemm_problem q{m,     n, k,   a, ta == transpose::no ? lda : 1, ta == transpose::no ? 1 : lda, b,
                                 ldb,   c, ldc, beta == 1.0f};
     // the longer side is split: each thread then reads the other operand's smaller part whole
-    direct::split(m >= n, m, n, k, tile_rows, tile_cols, [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
-      if (wide) avx512::block(q, r0, r1, s0, s1);
-      else avx2::block(q, r0, r1, s0, s1);
-    });
+    direct::split(m >= n, m, n, k, tile_rows, std::size_t(nv) * lanes,
+                  [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
+                    if (!wide) avx2::block(q, r0, r1, s0, s1);
+                    else if (nv == 4) avx512::block<4>(q, r0, r1, s0, s1);
+                    else if (nv == 2) avx512::block<2>(q, r0, r1, s0, s1);
+                    else avx512::block<1>(q, r0, r1, s0, s1);
+                  });
     return true;
   }
   if (ta == transpose::no && beta == 0.0f && m * k <= 65536 && direct::fits(m, lanes)) {
