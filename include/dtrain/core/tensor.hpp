@@ -60,6 +60,9 @@ inline std::vector<tensor> rows_of(std::span<const tensor> ts, std::size_t from,
   for (const tensor& t : ts) out.push_back(rows_of(t, from, to));
   return out;
 }
+inline std::vector<tensor> rows_of(const std::vector<tensor>& ts, std::size_t from, std::size_t to) {
+  return rows_of(std::span<const tensor>(ts), from, to);
+}
 
 /// A batch argument: one tensor, or a list of them (one per input or output of a model).
 template <class T>

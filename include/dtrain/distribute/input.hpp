@@ -209,14 +209,10 @@ class distributed_dataset {
           if (e.empty() || e[0] != rows)
             throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
                               shape_str(e));
-        return {slice_rows(b.first, from, to), slice_rows(b.second, from, to)};
+        return {detail::rows_of(b.first, from, to), detail::rows_of(b.second, from, to)};
       } else {
-        return slice_rows(b, from, to);
+        return detail::rows_of(b, from, to);
       }
-    }
-    static tensor slice_rows(const tensor& t, std::size_t from, std::size_t to) { return detail::rows_of(t, from, to); }
-    static std::vector<tensor> slice_rows(const std::vector<tensor>& ts, std::size_t from, std::size_t to) {
-      return detail::rows_of(std::span<const tensor>(ts), from, to);
     }
     std::size_t p_, r_;
     data::auto_shard_policy policy_;

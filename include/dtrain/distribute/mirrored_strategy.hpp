@@ -322,12 +322,9 @@ class mirrored_strategy final : public replica_context {
   template <class T>
   static decltype(auto) share_of(T&& a, std::size_t i, std::size_t p) {
     using U = std::remove_cvref_t<T>;
-    if constexpr (std::is_same_v<U, tensor>) {
-      const std::size_t b = a.dimension() ? a.shape()[0] : 0;
-      return detail::rows_of(a, b * i / p, b * (i + 1) / p);
-    } else if constexpr (std::is_same_v<U, std::vector<tensor>>) {
+    if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, std::vector<tensor>>) {
       const std::size_t b = detail::rows_in(a);
-      return detail::rows_of(std::span<const tensor>(a), b * i / p, b * (i + 1) / p);
+      return detail::rows_of(a, b * i / p, b * (i + 1) / p);
     } else if constexpr (data::is_supervised_v<U>) {
       return U{share_of(a.first, i, p), share_of(a.second, i, p)};
     } else {

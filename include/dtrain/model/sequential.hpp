@@ -1104,13 +1104,8 @@ class basic_model {
 
   /// Extents of the last forward's predictions of output o (batch first) with `data`.
   batch_view output_view(std::size_t o, std::size_t n, const float* data) {
-    extents& e = out_extents_[o];
-    if (e.empty()) {
-      e.push_back(0);
-      e.insert(e.end(), output_shapes()[o].begin(), output_shapes()[o].end());
-    }
-    e[0] = n;
-    return {data, e};
+    out_extents_[o][0] = n;
+    return {data, out_extents_[o]};
   }
   /// Where output o's predictions of the last forward are.
   cptr output_ptr(std::size_t o) const { return out_[Graph::output_nodes[o]]; }
@@ -1281,7 +1276,14 @@ class basic_model {
   std::vector<buffer_t<B, float>> scratch_grads_;           // input gradients to add to a source's
   std::vector<float> scalar_values_, host_pred_;
   detail::host_staging_t<B> host_grads_;  // a non-host model's gradients on their way to a host communicator
-  std::array<extents, num_outputs> out_extents_{};
+  std::array<extents, num_outputs> out_extents_ = [] {  // each output's, batch first (set per step)
+    std::array<extents, num_outputs> e;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      e[o] = {0};
+      e[o].insert(e[o].end(), output_shapes()[o].begin(), output_shapes()[o].end());
+    }
+    return e;
+  }();
   std::array<cptr, num_inputs> input_{};
   rng rng_;
   any_optimizer opt_;
