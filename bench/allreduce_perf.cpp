@@ -1,7 +1,8 @@
 // allreduce_perf: dtrain's ring all-reduce over TCP, measured the way nccl-tests measures
 // (all_reduce_perf): ranks are processes on loopback, rank 0 prints one row per size.
 //   allreduce_perf -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -p 2 [-o sum|mean|max|min] [-t 0|1]
-// -t 1: with a job token and TLS 1.3 on the data plane (docs/security.md).
+// -t 1: with a job token and TLS 1.3 on the data plane (docs/security.md). -s 1: through shared memory
+// (every rank is on this host), as training on one host runs; the default, -s 0, is the TCP ring.
 // Built with DTRAIN_BENCH_MPI (mpi_comm_perf), the same table for comm::mpi, run under mpirun (the ranks
 // are MPI's; -p is ignored); -k 0 skips its collective agreement check.
 // algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
@@ -30,6 +31,7 @@ namespace {
 struct args : allreduce_table::sweep {
   int check = 1;
   int tls = 0;
+  int shm = 0;  // ranks on one host: all-reduce through shared memory (off: the TCP ring on loopback)
   int agree = 1;  // comm::mpi: compare each collective across the ranks first
   int rank = -1;  // -r with -a: this process is that rank of a cluster on other hosts
   std::vector<std::string> addresses;
@@ -40,9 +42,10 @@ struct args : allreduce_table::sweep {
 
 constexpr const char* usage_text =
     "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] "
-    "[-C frame bytes] [-t 0|1] [-k 0|1] [-r rank -a addresses]\n"
+    "[-C frame bytes] [-t 0|1] [-s 0|1] [-k 0|1] [-r rank -a addresses]\n"
     "All-reduce bus bandwidth of dtrain's TCP ring among -p ranks on loopback, nccl-tests style: sizes from -b to -e\n"
-    "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS.\n"
+    "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS;\n"
+    "-s 1 through shared memory instead of TCP (what ranks on one host use in training).\n"
     "Built as mpi_comm_perf: comm::mpi under mpirun instead (-k 0: without its collective agreement check).\n"
     "-r rank -a host:port,host:port,...: be that rank of a ring on those addresses (one process per host).\n";
 
@@ -69,6 +72,7 @@ args parse(int argc, char** argv) {
     if (allreduce_table::parse_flag(a, k, v)) continue;
     if (k == "-c") a.check = zero_or_one(k, v);
     else if (k == "-t") a.tls = zero_or_one(k, v);
+    else if (k == "-s") a.shm = zero_or_one(k, v);
     else if (k == "-k") a.agree = zero_or_one(k, v);
     else if (k == "-r") a.rank = std::atoi(v);
     else if (k == "-a") {
@@ -192,8 +196,14 @@ int run_ring_rank(const args& a, int rank, const std::vector<std::string>& addrs
                                .chunk_bytes = a.chunk,
                                .job_token = a.tls ? "allreduce-perf-job-token" : "",
                                .tls = a.tls != 0,
-                               .log = [](const std::string&) {}});
-  return run_rank(a, comm, a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3" : "dtrain ring_tcp all_reduce");
+                               .log = [](const std::string&) {},
+                               .shared_memory = a.shm != 0});
+  if (a.shm && comm.transport() != "shared memory") {
+    std::fprintf(stderr, "allreduce_perf: -s 1, but the ranks could not share memory (not on one host?)\n");
+    return 1;
+  }
+  return run_rank(a, comm, a.shm ? "dtrain ring_tcp all_reduce, shared memory" : a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3"
+                                                                              : "dtrain ring_tcp all_reduce, TCP");
 }
 
 int main(int argc, char** argv) {

@@ -1,5 +1,6 @@
 // Peer for allreduce_perf: Open MPI's MPI_Allreduce (in place, floats), run over TCP:
-//   mpirun --mca btl tcp,self -np 2 mpi_allreduce -b 4K -e 64M -f 4 -n 20 -w 5
+//   mpirun --mca btl tcp,self -np 2 mpi_allreduce -b 4K -e 64M -f 4 -n 20 -w 5      (TCP)
+//   mpirun --mca btl vader,self -np 2 mpi_allreduce -b 4K -e 64M -f 4 -n 20 -w 5    (shared memory)
 #include <mpi.h>
 
 #include "../allreduce_table.hpp"
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   allreduce_table::check(sw, "mpi_allreduce");
   const int iters = sw.iters, warmup = sw.warmup;
   std::vector<float> buf(sw.max_bytes / 4, 0.0f);
-  if (rank == 0) allreduce_table::print_header("Open MPI MPI_Allreduce (btl tcp,self)", p, sw);
+  if (rank == 0) allreduce_table::print_header("Open MPI MPI_Allreduce (over the btl mpirun was given)", p, sw);
   for (std::size_t bytes = sw.min_bytes; bytes <= sw.max_bytes; bytes *= sw.factor) {
     const int n = int(bytes / 4);
     for (int i = 0; i < warmup; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

@@ -1,6 +1,11 @@
 // The ring all-reduce over real loopback sockets: every world size from 1 to 8 as threads of this
 // process (each rank with its own sockets), sizes that exercise empty and uneven segments and 64 MiB,
-// and the failure paths: a dead peer, a hung peer, strangers, garbage frames, latched errors.
+// and the failure paths: a dead peer, a hung peer, strangers, garbage frames, latched errors. The
+// correctness tests run twice: over TCP, and through shared memory (shm.hpp: every rank here is on one
+// host); the shared memory's own failure paths come last, with a rank in another process that crashes.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -45,8 +50,12 @@ comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& 
                            .operation_timeout = 20s, .connect_timeout = 20s, .chunk_bytes = 4096};
   o.log = log ? log->fn() : [](const std::string&) {};
   o.job_token = "";  // not from the environment: the tests that want one set it
+  o.shared_memory = false;  // the TCP ring's tests; those of shared memory turn it on
   return o;
 }
+
+/// What ring_tcp::transport() says for each setting of shared_memory (every rank here is on one host).
+const char* transport_name(bool shm) { return shm ? "shared memory" : "tcp"; }
 
 /// Runs f(rank, communicator) on p threads; returns each rank's exception (or null).
 template <class F>
@@ -88,12 +97,15 @@ float value(int rank, std::size_t i) { return float(int((i * 7 + std::size_t(ran
 BOOST_AUTO_TEST_SUITE(ring)
 
 BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
+  for (bool shm : {false, true})
   for (int p = 1; p <= 8; ++p) {
     // 4096 floats (16 KiB) is the largest all-gathered whole, 4099 goes around the ring in segments
     const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4096, 4099};
     std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(p));  // [rank][case]
+    const auto addrs = free_addresses(p);
     const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
       expect(c.size() == p, "size");
+      expect(p == 1 || c.transport() == transport_name(shm), "transport " + c.transport());
       for (auto n : counts)
         for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min}) {
           std::vector<float> v(n);
@@ -101,6 +113,10 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
           c.all_reduce(v, op);
           results[std::size_t(r)].push_back(std::move(v));
         }
+    }, [&](int r) {
+      auto o = options(r, p, addrs);
+      o.shared_memory = shm;
+      return o;
     });
     require_ok(errs);
     std::size_t k = 0;
@@ -116,7 +132,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
           expect[i] = op == reduce_op::mean ? acc * (1.0f / float(p)) : acc;
         }
         for (int r = 0; r < p; ++r)
-          BOOST_TEST_CONTEXT("p=" << p << " n=" << n << " op=" << int(op) << " rank " << r) {
+          BOOST_TEST_CONTEXT(transport_name(shm) << " p=" << p << " n=" << n << " op=" << int(op) << " rank " << r) {
             BOOST_TEST(results[std::size_t(r)][k] == expect, boost::test_tools::per_element());
           }
         ++k;
@@ -126,6 +142,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
 
 BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
   const std::size_t n = std::size_t{16} << 20;  // 64 MiB of floats
+  for (bool shm : {false, true})
   for (int p : {2, 3, 5, 8}) {
     std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
     const auto addrs = free_addresses(p);
@@ -141,6 +158,7 @@ BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
         [&](int r) {
           auto o = options(r, p, addrs);
           o.chunk_bytes = std::size_t{4} << 20;
+          o.shared_memory = shm;
           return o;
         });
     require_ok(errs);
@@ -159,7 +177,9 @@ BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
 }
 
 BOOST_AUTO_TEST_CASE(broadcast_all_gather_barrier_async) {
+  for (bool shm : {false, true})
   for (int p : {1, 2, 3, 4, 7}) {
+    const auto addrs = free_addresses(p);
     const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
       for (int root = 0; root < p; ++root) {
         std::vector<float> v(5000, float(r));
@@ -187,6 +207,10 @@ BOOST_AUTO_TEST_CASE(broadcast_all_gather_barrier_async) {
         threw = true;
       }
       expect(threw, "a root outside the world is refused");
+    }, [&](int r) {
+      auto o = options(r, p, addrs);
+      o.shared_memory = shm;
+      return o;
     });
     require_ok(errs);
   }
@@ -759,6 +783,149 @@ BOOST_AUTO_TEST_CASE(bad_options_and_unreachable_cluster) {
     BOOST_FAIL("expected comm_error");
   } catch (const comm_error& e) {
     BOOST_TEST(std::string(e.what()).find("could not reach rank 0") != std::string::npos, e.what());
+  }
+}
+
+// ---- shared memory: every rank on one host ---------------------------------------------------------------
+
+comm::ring_tcp_options shm_options(int r, int p, const std::vector<std::string>& addrs) {
+  auto o = options(r, p, addrs);
+  o.shared_memory = true;
+  return o;
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_only_when_every_rank_wants_it) {
+  // rank 1 turned it off (as DTRAIN_SHM=0 does): the whole ring stays on TCP and the sums are right
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  require_ok(run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        expect(c.transport() == "tcp", "rank " + std::to_string(r) + " uses " + c.transport());
+        std::vector<float> v(50000, float(r + 1));
+        c.all_reduce(v, reduce_op::sum);
+        expect(v.front() == 6.0f && v.back() == 6.0f, "sum over TCP");
+      },
+      [&](int r) {
+        auto o = shm_options(r, p, addrs);
+        o.shared_memory = r != 1;
+        return o;
+      }));
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_a_rank_that_leaves_is_named_by_every_other_rank) {
+  const int p = 4;
+  const auto addrs = free_addresses(p);
+  std::atomic<int> started{0};
+  const auto errs = run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        expect(c.transport() == "shared memory", "transport " + c.transport());
+        std::vector<float> v(100000, 1.0f);
+        c.all_reduce(v, reduce_op::sum);
+        ++started;
+        if (r == 2) return;  // rank 2 stops: its communicator leaves the segment and closes its sockets
+        while (started < p) std::this_thread::yield();
+        c.all_reduce(v, reduce_op::sum);
+      },
+      [&](int r) { return shm_options(r, p, addrs); });
+  BOOST_TEST(!errs[2]);
+  for (int r : {0, 1, 3}) {
+    const std::string m = message(errs[std::size_t(r)]);
+    BOOST_TEST_CONTEXT("rank " << r << ": " << m) { BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_a_crashed_process_is_named_by_every_other_rank) {
+  // rank 2 runs in a child process killed by SIGKILL after the first all-reduce: nothing of its own
+  // runs, only the kernel closes its sockets. Its neighbours (1 and 3) see that and publish it in the
+  // segment; rank 0, which is not its neighbour, learns it there.
+  const int p = 4;
+  const auto addrs = free_addresses(p);
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      ring_tcp c(shm_options(2, p, addrs));
+      std::vector<float> v(100000, 1.0f);
+      c.all_reduce(v, reduce_op::sum);
+      if (c.transport() != "shared memory") ::_exit(3);
+      ::raise(SIGKILL);  // with `c` alive: no destructor runs
+    } catch (...) {
+    }
+    ::_exit(2);
+  }
+  std::vector<std::exception_ptr> errs(p);
+  std::vector<std::thread> ts;
+  for (int r : {0, 1, 3})
+    ts.emplace_back([&, r] {
+      try {
+        ring_tcp c(shm_options(r, p, addrs));
+        std::vector<float> v(100000, 1.0f);
+        c.all_reduce(v, reduce_op::sum);
+        c.all_reduce(v, reduce_op::sum);  // rank 2 never comes
+      } catch (...) {
+        errs[std::size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL), "child status " << status);
+  for (int r : {0, 1, 3}) {
+    const std::string m = message(errs[std::size_t(r)]);
+    BOOST_TEST_CONTEXT("rank " << r << ": " << m) {
+      BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos);
+      BOOST_CHECK_THROW(std::rethrow_exception(errs[std::size_t(r)]), comm_error);
+    }
+  }
+  // rank 0 has no connection to rank 2: only a neighbour's report through the segment can name it
+  BOOST_TEST(message(errs[0]).find("reported through shared memory by rank ") != std::string::npos, message(errs[0]));
+}
+
+BOOST_AUTO_TEST_CASE(shared_memory_hung_peer_times_out_naming_it_and_the_error_latches) {
+  const int p = 3;
+  const auto addrs = free_addresses(p);
+  std::atomic<int> finished{0};
+  struct count_on_exit {
+    std::atomic<int>& n;
+    ~count_on_exit() { ++n; }
+  };
+  std::vector<std::string> second(p);
+  const auto errs = run_ranks(
+      p,
+      [&](int r, ring_tcp& c) {
+        std::vector<float> v(100, 1.0f);
+        if (r == 1) {  // hangs: never joins the collective, keeps its sockets and the segment
+          while (finished < 2) std::this_thread::sleep_for(10ms);
+          return;
+        }
+        count_on_exit done{finished};
+        try {
+          c.all_reduce(v, reduce_op::sum);
+        } catch (const comm_error& first) {
+          try {
+            c.all_reduce(v, reduce_op::sum);  // latched: fails at once, same story
+          } catch (const comm_error& again) {
+            second[std::size_t(r)] = again.what();
+          }
+          throw;
+        }
+      },
+      [&](int r) {
+        auto o = shm_options(r, p, addrs);
+        o.operation_timeout = 1s;
+        return o;
+      });
+  BOOST_TEST(!errs[1]);
+  for (int r : {0, 2}) {
+    const std::string m = message(errs[std::size_t(r)]);
+    BOOST_TEST_CONTEXT("rank " << r << ": " << m) {
+      // the first to time out names rank 1; the other may hear it from that one first
+      BOOST_TEST((m.find("waiting for rank 1 (127.0.0.1:") != std::string::npos ||
+                  (m.find("rank 1 (127.0.0.1:") != std::string::npos && m.find("reported through shared memory") != std::string::npos)));
+      BOOST_TEST(second[std::size_t(r)] == m);
+    }
   }
 }
 

@@ -51,7 +51,8 @@ def job(h, name, extra, watch=None):
     cluster = [f"{a}:{PORT}" for a in h.address]
     procs, logs = [], []
     for i in range(N):
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DTRAIN_JOB_TOKEN": "t" * 64,
+        # DTRAIN_SHM=0: the namespaces share this machine's /dev/shm, which separate hosts do not
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DTRAIN_JOB_TOKEN": "t" * 64, "DTRAIN_SHM": "0",
                "TF_CONFIG": json.dumps({"cluster": {"worker": cluster}, "task": {"type": "worker", "index": i}})}
         log = os.path.join(tmp, f"{name}.{i}.log")
         logs.append(log)

@@ -61,6 +61,9 @@ struct communication_options {
   bool require_job_token = false;
   /// Encrypt the data plane with TLS 1.3 keyed by the job token (also DTRAIN_TLS=1): docs/security.md.
   bool tls = false;
+  /// When every worker is on this host, all-reduce through shared memory instead of loopback TCP (also
+  /// DTRAIN_SHM=0 turns it off): docs/distributed.md.
+  bool shared_memory = true;
 };
 
 template <class H>

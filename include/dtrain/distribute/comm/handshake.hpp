@@ -2,7 +2,7 @@
 /// \file
 /// The handshake that opens every connection between workers, and the job token that authenticates it.
 ///
-/// Wire (protocol version 2, host byte order): the connecting side sends a `hello`; the accepting side
+/// Wire (protocol version 3, host byte order): the connecting side sends a `hello`; the accepting side
 /// answers with its own `hello` whose `accepted` says whether it took the connection. With a job token
 /// both sides then prove they hold it, each with an HMAC-SHA256 keyed by the token over a label and both
 /// hellos (so over both nonces, both ranks, the world size and the cluster fingerprint): first the
@@ -36,7 +36,7 @@ namespace dtrain::comm {
 namespace detail {
 
 inline constexpr std::uint32_t hello_magic = 0x48525444;  // "DTRH"
-inline constexpr std::uint16_t protocol_version = 2;
+inline constexpr std::uint16_t protocol_version = 3;  // 3: the shared-memory offer after the rendezvous
 
 enum class hello_kind : std::uint8_t { join = 1, ring = 2 };
 

@@ -69,6 +69,9 @@ struct ring_tcp_options {
   /// (p - 1 steps instead of 2 (p - 1): latency, not bandwidth, is what small ones pay for). The same on
   /// every rank.
   std::size_t small_bytes = 16384;
+  /// When every rank turns out to be on this host, all-reduce through shared memory (shm.hpp) instead
+  /// of loopback TCP; also DTRAIN_SHM=0 turns it off. A rank with it off keeps the whole ring on TCP.
+  bool shared_memory = true;
 };
 
 namespace detail {

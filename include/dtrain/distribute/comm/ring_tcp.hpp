@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "dtrain/distribute/comm/ring_engine.hpp"
+#include "dtrain/distribute/comm/shm.hpp"
 
 namespace dtrain::comm {
 
@@ -45,11 +46,18 @@ class ring_tcp {
   static ring_tcp_options options_for(const cluster_info& c, const communication_options& o) {
     return {.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(), .fingerprint = c.fingerprint(),
             .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout, .chunk_bytes = o.chunk_bytes,
-            .job_token = o.job_token, .require_job_token = o.require_job_token, .tls = o.tls};
+            .job_token = o.job_token, .require_job_token = o.require_job_token, .tls = o.tls,
+            .shared_memory = o.shared_memory};
   }
   /// Connects the ring (blocks until every rank is there, or the connect deadline passes).
   explicit ring_tcp(ring_tcp_options o) : o_(normalized(std::move(o))), rv_(o_), engine_(rv_, o_) {
-    if (size() > 1) worker_ = std::thread([this] { serve(); });
+    if (size() > 1) {
+      shm_ = shm_transport::join(
+          rv_, o_, [this](std::span<std::byte> b) { ring_broadcast(b, 0); },
+          [this](std::span<float> f) { ring_all_reduce(f, reduce_op::min); });
+      if (shm_ && rank() == 0) o_.log("all " + std::to_string(size()) + " ranks are on this host: all-reduce through shared memory");
+      worker_ = std::thread([this] { serve(); });
+    }
   }
   ring_tcp(const ring_tcp&) = delete;
   ring_tcp& operator=(const ring_tcp&) = delete;
@@ -69,6 +77,8 @@ class ring_tcp {
   void set_operation_timeout(std::chrono::milliseconds t) { o_.operation_timeout = t; }
   /// "host:port" of a rank (after the rendezvous, for every rank).
   const std::string& address_of(int r) const { return rv_.address_of(r); }
+  /// How all-reduce moves data: "shared memory" when every rank is on this host (shm.hpp), else "tcp".
+  std::string transport() const { return shm_ ? "shared memory" : "tcp"; }
 
   /// Completion of an asynchronous collective.
   class handle {
@@ -192,6 +202,7 @@ class ring_tcp {
   }
 
   void ring_all_reduce(std::span<float> data, reduce_op op) {
+    if (shm_) return shm_->all_reduce(data, op);
     if (data.size_bytes() <= o_.small_bytes) return gather_and_reduce(data, op);
     engine_.begin_collective();
     const std::size_t p = std::size_t(size()), n = data.size(), r = std::size_t(rank());
@@ -258,6 +269,7 @@ class ring_tcp {
   /// The options as the rank runs with them: DTRAIN_TLS, the smallest chunk, the default log.
   static ring_tcp_options normalized(ring_tcp_options o) {
     if (const char* v = std::getenv("DTRAIN_TLS"); v && std::string(v) == "1") o.tls = true;
+    if (const char* v = std::getenv("DTRAIN_SHM"); v && std::string(v) == "0") o.shared_memory = false;
     if (o.chunk_bytes < 4096) o.chunk_bytes = 4096;
     if (!o.log) o.log = [](const std::string& s) { std::fprintf(stderr, "dtrain ring_tcp: %s\n", s.c_str()); };
     return o;
@@ -266,6 +278,7 @@ class ring_tcp {
   ring_tcp_options o_;
   tcp_rendezvous rv_;
   ring_engine engine_;
+  std::unique_ptr<shm_transport> shm_;  // after rv_: it leaves the segment before the sockets close
   std::vector<std::size_t> offsets_;
   std::vector<ring_engine::ring_step> steps_;
   std::vector<float> gathered_;  // a small all-reduce's buffers, every rank's
