@@ -8,6 +8,7 @@
 // algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -236,6 +237,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank 0: %s\n", e.what());
     code = 1;
+    for (pid_t k : kids) ::kill(k, SIGTERM);  // e.g. its port was taken: the others would wait to connect
   }
   for (pid_t k : kids) {
     int st = 0;

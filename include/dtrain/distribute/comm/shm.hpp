@@ -17,8 +17,10 @@
 /// buffer and publishes it; barrier; each copies the others' parts out. Every part is reduced by one
 /// rank only, so every rank gets the same bits.
 ///
-/// The barrier is a counter per rank. A waiting rank spins briefly (not at all when there are more ranks
-/// than cores), then yields, then sleeps on a futex that the arriving rank wakes. While it waits it
+/// The barrier is a counter per rank. A waiting rank spins briefly, then sleeps on a futex that the
+/// arriving rank wakes. When ranks outnumber cores it yields instead of spinning, so that the core goes
+/// to a rank that has yet to arrive; otherwise it does not yield: in training the thread it would yield
+/// to is its own worker's math thread, which keeps the core for a whole time slice while the others wait. While it waits it
 /// watches for failures: a rank that left (its destructor says so in the segment), a closed connection
 /// to either ring neighbour (what a crashed process leaves), an abort another rank published, and the
 /// deadline (`operation_timeout`): the rank that has not arrived is named, as the TCP ring names it.
@@ -174,7 +176,8 @@ class shm_transport {
   shm_transport(void* base, std::size_t bytes, tcp_rendezvous& rv, const ring_tcp_options& o, std::size_t slot,
                 std::size_t small)
       : base_(base), bytes_(bytes), rv_(rv), o_(o), rank_(rv.rank()), size_(rv.size()), slot_bytes_(slot),
-        small_bytes_(small), spin_(std::thread::hardware_concurrency() >= unsigned(size_) ? 2000 : 0) {}
+        small_bytes_(small), spin_(std::thread::hardware_concurrency() >= unsigned(size_) ? 2000 : 0),
+        yields_(spin_ ? 0 : 256) {}
 
   header& head() { return *static_cast<header*>(base_); }
   rank_words& rank_state(int q) {
@@ -220,13 +223,13 @@ class shm_transport {
       if (reached(q, target)) return;
       cpu_relax();
     }
+    for (unsigned i = 0; i < yields_; ++i) {  // more ranks than cores: the core goes to a rank that has to arrive
+      if (reached(q, target)) return;
+      if ((i & 15) == 15) check(q, target, deadline);
+      std::this_thread::yield();
+    }
     rank_words& w = rank_state(q);
-    for (unsigned i = 0; !reached(q, target); ++i) {
-      if (i < 256) {
-        if ((i & 15) == 15) check(q, target, deadline);
-        std::this_thread::yield();
-        continue;
-      }
+    while (!reached(q, target)) {
       w.sleepers.fetch_add(1);
       const std::uint32_t seen = w.arrived.load();
       if (std::int32_t(seen - target) < 0) {
@@ -298,7 +301,8 @@ class shm_transport {
   const ring_tcp_options& o_;
   int rank_, size_;
   std::size_t slot_bytes_, small_bytes_;
-  unsigned spin_;  // pause loops before yielding; 0 when ranks outnumber cores
+  unsigned spin_;    // pause loops (about 50 us) before sleeping; 0 when ranks outnumber cores
+  unsigned yields_;  // sched_yield()s before sleeping when they do
   std::size_t small_count_ = 0;
   std::uint32_t collective_ = 0;
 };
