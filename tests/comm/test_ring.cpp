@@ -57,6 +57,17 @@ comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& 
 /// What ring_tcp::transport() says for each setting of shared_memory (every rank here is on one host).
 const char* transport_name(bool shm) { return shm ? "shared memory" : "tcp"; }
 
+/// Shared-memory segments that rank 0 of a ring in this process left in /dev/shm (it unlinks the name
+/// as soon as every rank has mapped it).
+int leftover_segments() {
+  const std::string prefix = "dtrain-" + std::to_string(::getpid()) + "-";
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  return n;
+}
+
 /// Runs f(rank, communicator) on p threads; returns each rank's exception (or null).
 template <class F>
 std::vector<std::exception_ptr> run_ranks(int p, F f, std::function<comm::ring_tcp_options(int)> make = {}) {
@@ -113,6 +124,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
           c.all_reduce(v, op);
           results[std::size_t(r)].push_back(std::move(v));
         }
+      expect(leftover_segments() == 0, "rank 0 unlinked the segment's name");
     }, [&](int r) {
       auto o = options(r, p, addrs);
       o.shared_memory = shm;

@@ -67,6 +67,13 @@ class shm_transport {
     const std::size_t bytes = layout_bytes(p, slot, small);
     invitation inv;
     std::unique_ptr<shm_transport> t;
+    struct unlink_at_exit {  // the name goes once every rank has it mapped, or the ring failed
+      const char* name;
+      bool created = false;
+      ~unlink_at_exit() {
+        if (created) ::shm_unlink(name);
+      }
+    } name_guard{inv.name, false};
     if (rv.rank() == 0 && o.shared_memory) {
       std::random_device rd;
       const std::uint64_t id = (std::uint64_t(rd()) << 32) ^ rd();
@@ -75,6 +82,7 @@ class shm_transport {
       std::snprintf(inv.name, sizeof inv.name, "/dtrain-%d-%016llx", int(::getpid()), static_cast<unsigned long long>(id));
       const int fd = ::shm_open(inv.name, O_RDWR | O_CREAT | O_EXCL, 0600);
       if (fd >= 0) {
+        name_guard.created = true;
         if (::ftruncate(fd, off_t(bytes)) == 0) t = map(fd, bytes, rv, o, slot, small, inv.nonce, true);
         ::close(fd);
       }
@@ -91,7 +99,6 @@ class shm_transport {
     }
     float ok = t ? 1.0f : 0.0f;
     all_reduce_min(std::span<float>(&ok, 1));  // every rank has mapped it (or given up) after this
-    if (rv.rank() == 0 && inv.nonce != 0) ::shm_unlink(inv.name);
     if (ok < 1.0f) t.reset();
     return t;
   }
@@ -104,8 +111,8 @@ class shm_transport {
     ::munmap(base_, bytes_);
   }
 
-  /// Sums (or ...) `data` over the ranks; every rank gets the same bits. Throws `comm_error` naming the
-  /// rank that failed.
+  /// Reduces `data` over the ranks with `op`; every rank gets the same bits. Throws `comm_error` naming
+  /// the rank that failed.
   void all_reduce(std::span<float> data, reduce_op op) {
     ++collective_;
     const std::size_t n = data.size();
