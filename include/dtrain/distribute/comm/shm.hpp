@@ -83,7 +83,9 @@ class shm_transport {
       const int fd = ::shm_open(inv.name, O_RDWR | O_CREAT | O_EXCL, 0600);
       if (fd >= 0) {
         name_guard.created = true;
-        if (::ftruncate(fd, off_t(bytes)) == 0) t = map(fd, bytes, rv, o, slot, small, inv.nonce, true);
+        // allocated now, not on first touch: a /dev/shm without room (a container's 64 MiB) fails here,
+        // and the ring stays on TCP, instead of a SIGBUS in the middle of an all-reduce
+        if (::posix_fallocate(fd, 0, off_t(bytes)) == 0) t = map(fd, bytes, rv, o, slot, small, inv.nonce, true);
         ::close(fd);
       }
       if (!t) inv.nonce = 0;  // tells the others not to try
