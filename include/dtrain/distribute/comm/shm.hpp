@@ -20,15 +20,14 @@
 /// The barrier is a counter per rank. A waiting rank spins briefly, then sleeps on a futex that the
 /// arriving rank wakes. When ranks outnumber cores it yields instead of spinning, so that the core goes
 /// to a rank that has yet to arrive; otherwise it does not yield: in training the thread it would yield
-/// to is its own worker's math thread, which keeps the core for a whole time slice while the others wait. While it waits it
-/// watches for failures: a rank that left (its destructor says so in the segment), a closed connection
+/// to is its own worker's math thread, which keeps the core for a whole time slice while the others
+/// wait. While it waits it watches for failures: a rank that left (its destructor says so in the segment), a closed connection
 /// to either ring neighbour (what a crashed process leaves), an abort another rank published, and the
 /// deadline (`operation_timeout`): the rank that has not arrived is named, as the TCP ring names it.
 
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -36,7 +35,7 @@
 
 #include <atomic>
 #include <climits>
-#include <cstring>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <span>
@@ -289,8 +288,8 @@ class shm_transport {
     // a shared (not FUTEX_PRIVATE) futex: the word is in memory other processes map
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
   }
-  /// Copies n floats in 64-byte blocks. glibc's memcpy takes `rep movsb` for these sizes, which runs at
-  /// a third of this speed when the lines were last written on another core (measured: bench/README.md).
+  /// Copies n floats in 64-byte blocks: faster here than glibc's memcpy (its `rep movsb` path for these
+  /// sizes) on lines another core just wrote: 2 ranks, 1 MiB, 16 against 13.6 GB/s of busbw.
   static void copy(float* dst, const float* src, std::size_t n) {
     std::size_t i = 0;
     for (; i + 16 <= n; i += 16) __builtin_memcpy(dst + i, src + i, 64);
