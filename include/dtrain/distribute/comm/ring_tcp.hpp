@@ -10,7 +10,8 @@
 /// in chunks of `chunk_bytes` (1 MiB by default: on loopback it beat 4 MiB, since a smaller chunk is
 /// reduced while the next one arrives), reducing each chunk as it lands. One of at most `small_bytes`
 /// (16 KiB) is all-gathered instead and reduced by every rank in rank order: p - 1 latency steps instead
-/// of 2 (p - 1), where latency is all a small one pays for. Asynchronous collectives run in
+/// of 2 (p - 1), where latency is all a small one pays for. When every rank is on this host, all-reduce
+/// goes through shared memory instead (shm.hpp; the rest stays on TCP). Asynchronous collectives run in
 /// order on one communication thread, so `all_reduce_async` overlaps with the caller's work (the model's
 /// backward pass); a blocking one with nothing queued runs on the caller's thread, saving two thread
 /// hand-offs.
