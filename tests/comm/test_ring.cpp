@@ -100,6 +100,12 @@ std::thread real_rank0(comm::ring_tcp_options o, std::exception_ptr& err) {
   });
 }
 
+/// Counts a rank's thread out when it ends, however it ends (the hung-peer tests' hung rank waits for it).
+struct count_on_exit {
+  std::atomic<int>& n;
+  ~count_on_exit() { ++n; }
+};
+
 /// Small integers, so every summation order gives the same float.
 float value(int rank, std::size_t i) { return float(int((i * 7 + std::size_t(rank) * 13) % 17) - 8); }
 
@@ -246,21 +252,35 @@ BOOST_AUTO_TEST_CASE(master_address_only_like_torchrun) {
 }
 
 BOOST_AUTO_TEST_CASE(dead_peer_is_named_by_every_other_rank) {
+  // rank 2 stops: its communicator closes its sockets (and, through shared memory, leaves the segment)
   const int p = 4;
-  std::atomic<int> started{0};
-  const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
-    std::vector<float> v(10000, 1.0f);
-    c.all_reduce(v, reduce_op::sum);
-    ++started;
-    if (r == 2) return;  // rank 2 "dies": its communicator closes its sockets
-    while (started < p) std::this_thread::yield();
-    std::this_thread::sleep_for(50ms);
-    c.all_reduce(v, reduce_op::sum);
-  });
-  BOOST_TEST(!errs[2]);
-  for (int r : {0, 1, 3}) {
-    const std::string m = message(errs[std::size_t(r)]);
-    BOOST_TEST_CONTEXT("rank " << r << ": " << m) { BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos); }
+  for (bool shm : {false, true}) {
+    const auto addrs = free_addresses(p);
+    std::atomic<int> started{0};
+    const auto errs = run_ranks(
+        p,
+        [&](int r, ring_tcp& c) {
+          expect(c.transport() == transport_name(shm), "transport " + c.transport());
+          std::vector<float> v(shm ? 100000 : 10000, 1.0f);
+          c.all_reduce(v, reduce_op::sum);
+          ++started;
+          if (r == 2) return;
+          while (started < p) std::this_thread::yield();
+          std::this_thread::sleep_for(50ms);
+          c.all_reduce(v, reduce_op::sum);
+        },
+        [&](int r) {
+          auto o = options(r, p, addrs);
+          o.shared_memory = shm;
+          return o;
+        });
+    BOOST_TEST(!errs[2]);
+    for (int r : {0, 1, 3}) {
+      const std::string m = message(errs[std::size_t(r)]);
+      BOOST_TEST_CONTEXT(transport_name(shm) << " rank " << r << ": " << m) {
+        BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos);
+      }
+    }
   }
 }
 
@@ -270,10 +290,6 @@ BOOST_AUTO_TEST_CASE(hung_peer_times_out_and_the_error_latches) {
   // the hung rank holds its sockets open until BOTH other ranks are done, however slowly the machine
   // runs them: released earlier, its closing sockets would be reported instead of the timeout
   std::atomic<int> finished{0};
-  struct count_on_exit {
-    std::atomic<int>& n;
-    ~count_on_exit() { ++n; }
-  };
   const auto errs = run_ranks(
       p,
       [&](int r, ring_tcp& c) {
@@ -828,29 +844,6 @@ BOOST_AUTO_TEST_CASE(shared_memory_only_when_every_rank_wants_it) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(shared_memory_a_rank_that_leaves_is_named_by_every_other_rank) {
-  const int p = 4;
-  const auto addrs = free_addresses(p);
-  std::atomic<int> started{0};
-  const auto errs = run_ranks(
-      p,
-      [&](int r, ring_tcp& c) {
-        expect(c.transport() == "shared memory", "transport " + c.transport());
-        std::vector<float> v(100000, 1.0f);
-        c.all_reduce(v, reduce_op::sum);
-        ++started;
-        if (r == 2) return;  // rank 2 stops: its communicator leaves the segment and closes its sockets
-        while (started < p) std::this_thread::yield();
-        c.all_reduce(v, reduce_op::sum);
-      },
-      [&](int r) { return shm_options(r, p, addrs); });
-  BOOST_TEST(!errs[2]);
-  for (int r : {0, 1, 3}) {
-    const std::string m = message(errs[std::size_t(r)]);
-    BOOST_TEST_CONTEXT("rank " << r << ": " << m) { BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos); }
-  }
-}
-
 BOOST_AUTO_TEST_CASE(shared_memory_a_crashed_process_is_named_by_every_other_rank) {
   // rank 2 runs in a child process killed by SIGKILL after the first all-reduce: nothing of its own
   // runs, only the kernel closes its sockets. Its neighbours (1 and 3) see that and publish it in the
@@ -902,10 +895,6 @@ BOOST_AUTO_TEST_CASE(shared_memory_hung_peer_times_out_naming_it_and_the_error_l
   const int p = 3;
   const auto addrs = free_addresses(p);
   std::atomic<int> finished{0};
-  struct count_on_exit {
-    std::atomic<int>& n;
-    ~count_on_exit() { ++n; }
-  };
   std::vector<std::string> second(p);
   const auto errs = run_ranks(
       p,
