@@ -10,7 +10,9 @@
 #      and one multi_worker_mnist --device gpu worker over NCCL;
 #   5. train_throughput --device cuda against PyTorch on the same GPU.
 # Everything printed is also written to $OUT/gpu.log when OUT is set (the device tool's folder).
-#   tools/gpu/run.sh [--quick]     # --quick: 1 epoch and --quick timings, to check the wiring
+#   tools/gpu/run.sh [--quick] [--no-compile]
+#     --quick: 1 epoch and --quick timings, to check the wiring; --no-compile: no torch.compile column (its
+#     compiles take minutes of a short lease). Every step stops after DTRAIN_GPU_STEP_TIMEOUT s (300).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 here=$PWD/.gpu
@@ -18,7 +20,14 @@ here=$PWD/.gpu
 log=${OUT:-/tmp}/gpu.log
 exec > >(tee "$log") 2>&1
 epochs=3 quick=()
-[ "${1:-}" = "--quick" ] && epochs=1 quick=(--quick --no-compile)
+for a in "$@"; do
+  case $a in
+    --quick) epochs=1 quick+=(--quick --no-compile) ;;
+    --no-compile) quick+=(--no-compile) ;;
+    *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+limit=${DTRAIN_GPU_STEP_TIMEOUT:-300}
 
 # CUDA's libraries: the toolkit's, else the pip packages' beside PyTorch
 libs=$here/lib
@@ -33,15 +42,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 
 status=0
 step() {  # exit 77: skipped (no device), as CTest reads it
-  echo; echo "=== $*"; "$@"; local rc=$?
-  if [ $rc = 77 ]; then echo "=== SKIPPED: $*"; elif [ $rc != 0 ]; then echo "=== FAILED ($rc): $*"; status=1; fi
+  echo; echo "=== $*"; local t0=$SECONDS; timeout "$limit" "$@"; local rc=$?
+  echo "=== ($((SECONDS - t0)) s)"
+  if [ $rc = 77 ]; then echo "=== SKIPPED: $*"; elif [ $rc = 124 ]; then echo "=== TIMED OUT after $limit s: $*"; status=1
+  elif [ $rc != 0 ]; then echo "=== FAILED ($rc): $*"; status=1; fi
 }
 step "$here/bin/test_nvrtc_kernels"
 step "$here/bin/test_gpu" --report_level=short
 step "$here/bin/single_worker_mnist" --device gpu --model cnn --optimizer adam --epochs 2 --steps-per-epoch 3 --verbose 2
 echo; echo "=== single_worker_mnist --device gpu, CNN, Adam, $epochs full epochs"
 start=$(date +%s.%N)
-"$here/bin/single_worker_mnist" --device gpu --model cnn --optimizer adam --epochs "$epochs" --steps-per-epoch 0 \
+timeout "$limit" "$here/bin/single_worker_mnist" --device gpu --model cnn --optimizer adam --epochs "$epochs" --steps-per-epoch 0 \
   --verbose 2 | tee /tmp/mnist.txt || status=1
 echo "wall: $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 acc=$(sed -n 's/^test_accuracy: //p' /tmp/mnist.txt)
