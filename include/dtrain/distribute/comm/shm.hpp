@@ -41,6 +41,7 @@
 #include <span>
 #include <thread>
 
+#include "dtrain/core/threads.hpp"
 #include "dtrain/distribute/comm/rendezvous.hpp"
 
 namespace dtrain::comm {
@@ -229,7 +230,7 @@ class shm_transport {
   void wait_for(int q, std::uint32_t target, clock::time_point deadline) {
     for (unsigned i = 0; i < spin_; ++i) {
       if (reached(q, target)) return;
-      cpu_relax();
+      dtrain::detail::cpu_pause();
     }
     for (unsigned i = 0; i < yields_; ++i) {  // more ranks than cores: the core goes to a rank that has to arrive
       if (reached(q, target)) return;
@@ -294,13 +295,6 @@ class shm_transport {
     std::size_t i = 0;
     for (; i + 16 <= n; i += 16) __builtin_memcpy(dst + i, src + i, 64);
     for (; i < n; ++i) dst[i] = src[i];
-  }
-  static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
   }
 
   void* base_;
