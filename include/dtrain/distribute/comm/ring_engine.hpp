@@ -59,125 +59,65 @@ class ring_engine {
   /// (operation_timeout) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
   template <class OnFrame>
   void run_steps(const std::vector<ring_step>& steps, OnFrame&& on_frame) {
-    const std::size_t ns = steps.size(), chunk = o_.chunk_bytes & ~std::size_t{63};
-    if (ns == 0) return;
-    std::vector<std::size_t>& done = done_;  // bytes received and processed, per step
-    done.assign(ns, 0);
-    std::size_t scratch = 0;
-    for (const auto& st : steps)
-      if (!st.recv) scratch = std::max(scratch, std::min(chunk, st.recv_bytes));
-    if (scratch_.size() * 4 < scratch) scratch_.resize((scratch + 3) / 4);
-    const int in_fd = rv_.prev().native_handle(), out_fd = rv_.next().native_handle();
-    constexpr std::size_t head = sizeof(detail::frame_header);
-    std::size_t ss = 0, sent = 0, out_n = 0, out_at = 0;      // send: step, its bytes sent; frame payload, bytes written
-    std::size_t rs = 0, received = 0, in_n = 0, in_at = 0;  // receive: the same
-    bool out_busy = false;
-    std::byte* in_dst = nullptr;
-    detail::frame_header out_h, in_h;
+    run_both_ways(steps, {}, on_frame);
+  }
+
+  /// Runs `forward` as run_steps does and, at the same time, `backward` the other way round the ring:
+  /// sending to the previous rank and receiving from the next one, over the same two connections (each
+  /// carries data both ways then). An all-gather this way takes ceil((p - 1) / 2) latency steps instead
+  /// of p - 1. on_frame numbers backward's steps after forward's. Abort frames still go forward only.
+  template <class OnFrame>
+  void run_both_ways(const std::vector<ring_step>& forward, const std::vector<ring_step>& backward, OnFrame&& on_frame) {
+    lane lanes[2] = {lane(forward, to_next(), from_prev(), 0, true), lane(backward, to_prev(), from_next(), forward.size(), false)};
+    if (forward.empty() && backward.empty()) return;
+    const std::size_t chunk = o_.chunk_bytes & ~std::size_t{63};
+    for (int i = 0; i < 2; ++i) lanes[i].prepare(done_[i], scratch_[i], chunk);
     std::error_code failure;
     int failed_peer = -1, reported = -1;
     bool timed_out = false, send_stalled = false;
-    auto fail = [&](std::error_code ec, int peer) { failure = ec, failed_peer = peer; };
+    // a failure: what went wrong, on whose connection, and the rank an abort frame named (or -1)
+    auto fail = [&](std::error_code ec, int peer, int named) { failure = ec, failed_peer = peer, reported = named; };
     protocol_error_.clear();
     auto deadline = clock::now() + o_.operation_timeout;
     clock::time_point idle_since{};  // since when nothing moved (spin_while_idle)
     for (;;) {
-      bool progress = false, want_out = false, want_in = false;
-      short in_events = POLLIN, out_events = POLLOUT;  // TLS may need the other direction
-      for (;;) {  // send until the socket is full or the next frame has not arrived yet
-        if (!out_busy) {
-          while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
-          if (ss == ns) break;
-          const ring_step& st = steps[ss];
-          const std::size_t n = std::min(chunk, st.send_bytes - sent);
-          if (st.gate >= 0 && done[std::size_t(st.gate)] < sent + n) break;
-          out_h = detail::frame_header{};
-          out_h.seq = seq_, out_h.step = std::uint32_t(ss), out_h.length = std::uint32_t(n), out_h.offset = sent;
-          out_n = n, out_at = 0, out_busy = true;
-        }
-        iovec iov[2];
-        int k = 0;
-        if (out_at < head) iov[k++] = {reinterpret_cast<char*>(&out_h) + out_at, head - out_at};
-        const std::size_t pay = out_at < head ? 0 : out_at - head;
-        iov[k++] = {const_cast<std::byte*>(steps[ss].send + sent + pay), out_n - pay};
-        std::error_code ec;
-        const long w = send_some(iov, k, out_events, ec);
-        if (w <= 0) {
-          if (w == 0) want_out = true;
-          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), next_rank());
-          break;
-        }
-        progress = true;
-        out_at += std::size_t(w);
-        if (out_at == head + out_n) sent += out_n, out_busy = false;
-      }
-      while (!failure) {  // receive until the socket is empty or a frame is complete (it may unblock a send)
-        if (in_at == 0) {
-          while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
-          if (rs == ns) break;
-        }
-        const bool header = in_at < head;
-        std::byte* p = header ? reinterpret_cast<std::byte*>(&in_h) + in_at : in_dst + (in_at - head);
-        std::error_code ec;
-        const long got = receive_some(p, header ? head - in_at : head + in_n - in_at, in_events, ec);
-        if (got <= 0) {
-          if (got == 0) want_in = true;
-          else fail(ec ? ec : std::error_code(asio::error::invalid_argument), prev_rank());
-          break;
-        }
-        progress = true;
-        in_at += std::size_t(got);
-        if (header) {
-          if (in_at < head) continue;
-          const std::size_t want = std::min(chunk, steps[rs].recv_bytes - received);
-          const auto v = detail::check_frame(in_h, seq_, std::uint32_t(rs), received, std::uint32_t(want), size());
-          if (v.kind == detail::frame_verdict::abort) {
-            reported = v.failed_rank;
-            fail(asio::error::connection_aborted, prev_rank());
-            break;
-          }
-          if (v.kind == detail::frame_verdict::bad) {
-            protocol_error_ = "unexpected frame from " + peer_name(prev_rank()) + " (" + v.why + ")";
-            fail(asio::error::invalid_argument, prev_rank());
-            break;
-          }
-          in_n = want;
-          in_dst = steps[rs].recv ? steps[rs].recv + received : reinterpret_cast<std::byte*>(scratch_.data());
-          continue;
-        }
-        if (in_at < head + in_n) continue;
-        on_frame(rs, received, static_cast<const std::byte*>(in_dst), in_n);
-        received += in_n, done[rs] = received, in_at = 0;
-        break;
+      bool progress = false;
+      for (lane& l : lanes) {
+        progress |= pump_out(l, chunk, fail);
+        if (!failure) progress |= pump_in(l, chunk, fail, on_frame);
+        if (failure) break;
       }
       if (failure) break;
-      if (!out_busy)
-        while (ss < ns && sent >= steps[ss].send_bytes) ++ss, sent = 0;
-      if (in_at == 0)
-        while (rs < ns && received >= steps[rs].recv_bytes) ++rs, received = 0;
-      if (ss == ns && rs == ns) return;
+      if (lanes[0].finished() && lanes[1].finished()) return;
       if (progress) {
         deadline = clock::now() + o_.operation_timeout;
         idle_since = {};
         continue;
       }
       if (spin_while_idle(idle_since)) continue;
-      pollfd fds[2];
+      pollfd fds[4];
       nfds_t nfds = 0;
-      if (want_in) fds[nfds++] = {in_fd, in_events, 0};
-      if (want_out) fds[nfds++] = {out_fd, out_events, 0};
+      for (const lane& l : lanes) {
+        if (l.want_in) fds[nfds++] = {l.from.fd, l.in_events, 0};
+        if (l.want_out) fds[nfds++] = {l.to.fd, l.out_events, 0};
+      }
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0) {
         timed_out = true;
-        send_stalled = want_out;  // the next rank stopped taking data: the stronger evidence
+        send_stalled = lanes[0].want_out;  // the next rank stopped taking data: the stronger evidence
         break;
       }
       if (::poll(fds, nfds, int(std::min<long long>(left, 1 << 30))) < 0 && errno != EINTR)
-        fail(std::error_code(errno, std::system_category()), rs < ns ? prev_rank() : next_rank());
+        fail(std::error_code(errno, std::system_category()), lanes[0].receiving() ? prev_rank() : next_rank(), -1);
     }
-    if (!timed_out && reported < 0 && failed_peer == next_rank())
-      reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, std::chrono::milliseconds(300));
-    const bool receiving = rs < ns && !send_stalled;
+    lane& f = lanes[0];
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    // A closed connection may be a neighbour leaving after a failure further on: its abort frame, sent
+    // before it closed, may still wait on the previous rank's connection (a collective that runs both
+    // ways may see the previous rank's close on the connection's other direction first).
+    if (!timed_out && reported < 0 && protocol_error_.empty() && (failed_peer == next_rank() || lanes[1].steps.size() > 0))
+      reported = await_abort(f.in_h, f.in_at, f.in_at >= head ? head + f.in_n : head, std::chrono::milliseconds(300));
+    const bool receiving = f.receiving() && !send_stalled;
     bool unreachable = false;
     if (timed_out && receiving) {
       // Everyone waits for its previous rank, so the wait alone does not say who failed. A host that is
@@ -185,25 +125,157 @@ class ring_engine {
       // previous rank is waiting too, and the rank after the failed one tells the others shortly.
       const auto window = std::min<std::chrono::milliseconds>(std::chrono::seconds(1), o_.operation_timeout / 4);
       unreachable = !acknowledges_probe(rv_.prev().native_handle(), window);
-      if (!unreachable) reported = await_abort(in_h, in_at, in_at >= head ? head + in_n : head, 2 * window);
+      if (!unreachable) reported = await_abort(f.in_h, f.in_at, f.in_at >= head ? head + f.in_n : head, 2 * window);
     }
-    collective_failed(timed_out, reported, failed_peer, failure, receiving, unreachable);
+    const bool from_next = !receiving && !send_stalled && lanes[1].receiving();  // waiting for the next rank's data
+    collective_failed(timed_out, reported, failed_peer, failure, receiving, unreachable, from_next);
   }
 
  private:
-  /// Non-blocking send to the next rank (through TLS when on; TLS takes iov[0] only): bytes sent (> 0),
+  /// One side of a ring connection as this rank uses it: the socket, its TLS link (or null), the peer.
+  struct end {
+    int fd;
+    detail::tls_link* tls;
+    int rank;
+  };
+  end to_next() { return {rv_.next().native_handle(), rv_.next_tls(), next_rank()}; }
+  end from_prev() { return {rv_.prev().native_handle(), rv_.prev_tls(), prev_rank()}; }
+  end to_prev() { return {rv_.prev().native_handle(), rv_.prev_tls(), prev_rank()}; }
+  end from_next() { return {rv_.next().native_handle(), rv_.next_tls(), next_rank()}; }
+
+  /// One direction of a collective: its steps, where they go and come from, and how far each has got.
+  struct lane {
+    lane(const std::vector<ring_step>& s, end t, end f, std::size_t first, bool fwd)
+        : steps(s), to(t), from(f), first_step(first), forward(fwd) {}
+    const std::vector<ring_step>& steps;
+    end to, from;
+    std::size_t first_step;  // on_frame's number of steps[0]
+    bool forward;            // to the next rank (abort frames come this way only)
+    std::vector<std::size_t>* done = nullptr;              // bytes received and processed, per step
+    std::byte* scratch = nullptr;                           // where frames of a step without recv land
+    std::size_t ss = 0, sent = 0, out_n = 0, out_at = 0;    // send: step, its bytes sent; frame payload, bytes written
+    std::size_t rs = 0, received = 0, in_n = 0, in_at = 0;  // receive: the same
+    bool out_busy = false, want_out = false, want_in = false;
+    short out_events = POLLOUT, in_events = POLLIN;  // TLS may need the other direction
+    std::byte* in_dst = nullptr;
+    detail::frame_header out_h, in_h;
+
+    void prepare(std::vector<std::size_t>& d, std::vector<float>& buffer, std::size_t chunk) {
+      d.assign(steps.size(), 0), done = &d;
+      std::size_t need = 0;
+      for (const auto& st : steps)
+        if (!st.recv) need = std::max(need, std::min(chunk, st.recv_bytes));
+      if (buffer.size() * 4 < need) buffer.resize((need + 3) / 4);
+      scratch = reinterpret_cast<std::byte*>(buffer.data());
+    }
+    bool receiving() const { return rs < steps.size(); }
+    bool finished() const { return ss == steps.size() && rs == steps.size(); }
+  };
+
+  /// Sends `l`'s frames until its socket is full or the next frame has not arrived yet. Whether any
+  /// byte moved.
+  template <class Fail>
+  bool pump_out(lane& l, std::size_t chunk, Fail&& fail) {
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    const std::size_t ns = l.steps.size();
+    bool progress = false;
+    l.want_out = false, l.out_events = POLLOUT;
+    for (;;) {
+      if (!l.out_busy) {
+        while (l.ss < ns && l.sent >= l.steps[l.ss].send_bytes) ++l.ss, l.sent = 0;
+        if (l.ss == ns) break;
+        const ring_step& st = l.steps[l.ss];
+        const std::size_t n = std::min(chunk, st.send_bytes - l.sent);
+        if (st.gate >= 0 && (*l.done)[std::size_t(st.gate)] < l.sent + n) break;
+        l.out_h = detail::frame_header{};
+        l.out_h.seq = seq_, l.out_h.step = std::uint32_t(l.ss), l.out_h.length = std::uint32_t(n), l.out_h.offset = l.sent;
+        l.out_n = n, l.out_at = 0, l.out_busy = true;
+      }
+      iovec iov[2];
+      int k = 0;
+      if (l.out_at < head) iov[k++] = {reinterpret_cast<char*>(&l.out_h) + l.out_at, head - l.out_at};
+      const std::size_t pay = l.out_at < head ? 0 : l.out_at - head;
+      iov[k++] = {const_cast<std::byte*>(l.steps[l.ss].send + l.sent + pay), l.out_n - pay};
+      std::error_code ec;
+      const long w = send_some(l.to, iov, k, l.out_events, ec);
+      if (w <= 0) {
+        if (w == 0) l.want_out = true;
+        else fail(ec ? ec : std::error_code(asio::error::invalid_argument), l.to.rank, -1);
+        break;
+      }
+      progress = true;
+      l.out_at += std::size_t(w);
+      if (l.out_at == head + l.out_n) l.sent += l.out_n, l.out_busy = false;
+    }
+    if (!l.out_busy)
+      while (l.ss < ns && l.sent >= l.steps[l.ss].send_bytes) ++l.ss, l.sent = 0;
+    return progress;
+  }
+
+  /// Receives `l`'s frames until its socket is empty or a frame is complete (which may unblock a
+  /// send), checking each header and handing each payload to on_frame. Whether any byte moved.
+  template <class Fail, class OnFrame>
+  bool pump_in(lane& l, std::size_t chunk, Fail&& fail, OnFrame& on_frame) {
+    constexpr std::size_t head = sizeof(detail::frame_header);
+    const std::size_t ns = l.steps.size();
+    bool progress = false;
+    l.want_in = false, l.in_events = POLLIN;
+    for (;;) {
+      if (l.in_at == 0) {
+        while (l.rs < ns && l.received >= l.steps[l.rs].recv_bytes) ++l.rs, l.received = 0;
+        if (l.rs == ns) break;
+      }
+      const bool header = l.in_at < head;
+      std::byte* p = header ? reinterpret_cast<std::byte*>(&l.in_h) + l.in_at : l.in_dst + (l.in_at - head);
+      std::error_code ec;
+      const long got = receive_some(l.from, p, header ? head - l.in_at : head + l.in_n - l.in_at, l.in_events, ec);
+      if (got <= 0) {
+        if (got == 0) l.want_in = true;
+        else fail(ec ? ec : std::error_code(asio::error::invalid_argument), l.from.rank, -1);
+        return progress;
+      }
+      progress = true;
+      l.in_at += std::size_t(got);
+      if (header) {
+        if (l.in_at < head) continue;
+        const std::size_t want = std::min(chunk, l.steps[l.rs].recv_bytes - l.received);
+        const auto v = detail::check_frame(l.in_h, seq_, std::uint32_t(l.rs), l.received, std::uint32_t(want), size());
+        if (v.kind == detail::frame_verdict::abort) {
+          fail(asio::error::connection_aborted, l.from.rank, l.forward ? v.failed_rank : -1);
+          return progress;
+        }
+        if (v.kind == detail::frame_verdict::bad) {
+          protocol_error_ = "unexpected frame from " + peer_name(l.from.rank) + " (" + v.why + ")";
+          fail(asio::error::invalid_argument, l.from.rank, -1);
+          return progress;
+        }
+        l.in_n = want;
+        l.in_dst = l.steps[l.rs].recv ? l.steps[l.rs].recv + l.received : l.scratch;
+        continue;
+      }
+      if (l.in_at < head + l.in_n) continue;
+      on_frame(l.first_step + l.rs, l.received, static_cast<const std::byte*>(l.in_dst), l.in_n);
+      l.received += l.in_n, (*l.done)[l.rs] = l.received, l.in_at = 0;
+      break;
+    }
+    if (l.in_at == 0)
+      while (l.rs < ns && l.received >= l.steps[l.rs].recv_bytes) ++l.rs, l.received = 0;
+    return progress;
+  }
+
+  /// Non-blocking send to `to` (through TLS when on; TLS takes iov[0] only): bytes sent (> 0),
   /// 0 when it would block (`events`: what to poll its socket for), -1 on failure (`ec`, or for a TLS
   /// failure an empty `ec` and protocol_error_ set).
-  long send_some(iovec* iov, int k, short& events, std::error_code& ec) {
-    if (rv_.next_tls()) {
-      const long w = rv_.next_tls()->write(iov[0].iov_base, iov[0].iov_len, events, ec);
-      if (w < 0 && !ec) protocol_error_ = "TLS with " + peer_name(next_rank()) + " failed: " + rv_.next_tls()->describe(ec);
+  long send_some(end to, iovec* iov, int k, short& events, std::error_code& ec) {
+    if (to.tls) {
+      const long w = to.tls->write(iov[0].iov_base, iov[0].iov_len, events, ec);
+      if (w < 0 && !ec) protocol_error_ = "TLS with " + peer_name(to.rank) + " failed: " + to.tls->describe(ec);
       return w;
     }
     msghdr msg{};
     msg.msg_iov = iov, msg.msg_iovlen = std::size_t(k);
     for (;;) {
-      const ssize_t w = ::sendmsg(rv_.next().native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t w = ::sendmsg(to.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (w >= 0) return long(w);
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return events = POLLOUT, 0;
@@ -211,15 +283,15 @@ class ring_engine {
       return -1;
     }
   }
-  /// Non-blocking receive from the previous rank, as send_some (eof when it closed).
-  long receive_some(void* p, std::size_t n, short& events, std::error_code& ec) {
-    if (rv_.prev_tls()) {
-      const long got = rv_.prev_tls()->read(p, n, events, ec);
-      if (got < 0 && !ec) protocol_error_ = peer_name(prev_rank()) + " sent data that failed TLS: " + rv_.prev_tls()->describe(ec);
+  /// Non-blocking receive from `from`, as send_some (eof when it closed).
+  long receive_some(end from, void* p, std::size_t n, short& events, std::error_code& ec) {
+    if (from.tls) {
+      const long got = from.tls->read(p, n, events, ec);
+      if (got < 0 && !ec) protocol_error_ = peer_name(from.rank) + " sent data that failed TLS: " + from.tls->describe(ec);
       return got;
     }
     for (;;) {
-      const ssize_t got = ::recv(rv_.prev().native_handle(), p, n, MSG_DONTWAIT);
+      const ssize_t got = ::recv(from.fd, p, n, MSG_DONTWAIT);
       if (got > 0) return long(got);
       if (got == 0) return ec = asio::error::eof, -1;
       if (errno == EINTR) continue;
@@ -259,7 +331,7 @@ class ring_engine {
         const std::size_t want = p ? n : std::min(n, sink.size());
         short events = POLLIN;
         std::error_code ec;
-        const long got = receive_some(p ? p : sink.data(), want, events, ec);
+        const long got = receive_some(from_prev(), p ? p : sink.data(), want, events, ec);
         if (got > 0) {
           n -= std::size_t(got);
           if (p) p += got;
@@ -287,9 +359,10 @@ class ring_engine {
 
   /// After a failed or timed-out collective: names the rank that failed, tells the next rank (which
   /// tells its next...), closes the ring and throws. A timeout blames the previous rank when this one
-  /// was `receiving` from it, else the next rank (which stopped taking this one's data).
+  /// was `receiving` from it, else the next rank: it stopped taking this one's data, or sending its own
+  /// (`from_next`: a collective that runs both ways).
   [[noreturn]] void collective_failed(bool timed_out, int reported, int failed_peer, std::error_code failure,
-                                      bool receiving, bool unreachable) {
+                                      bool receiving, bool unreachable, bool from_next) {
     // Name the rank that failed, tell the next rank (which tells its next...), and close the ring.
     const int culprit = reported >= 0 ? reported : timed_out ? (receiving ? prev_rank() : next_rank()) : failed_peer;
     if (culprit != next_rank()) {
@@ -298,7 +371,7 @@ class ring_engine {
       iovec iov{&a, sizeof a};
       short events = 0;
       std::error_code ig;
-      send_some(&iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
+      send_some(to_next(), &iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
     }
     rv_.close();
     std::string what;
@@ -308,6 +381,9 @@ class ring_engine {
              ", whose host does not acknowledge (down or cut off)";
     else if (reported >= 0)
       what = peer_name(reported) + " failed (reported around the ring by " + peer_name(prev_rank()) + ")";
+    else if (timed_out && culprit == next_rank() && from_next)
+      what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
+             std::to_string(seq_) + " waiting for " + peer_name(culprit) + " (it died, hung or is unreachable)";
     else if (timed_out && culprit == next_rank())
       what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
              std::to_string(seq_) + ": " + peer_name(culprit) + " stopped taking data (it died, hung or is unreachable)";
@@ -365,8 +441,8 @@ class ring_engine {
   tcp_rendezvous& rv_;
   const ring_tcp_options& o_;
   std::uint32_t seq_ = 0;
-  std::vector<float> scratch_;
-  std::vector<std::size_t> done_;  // run_steps: bytes received per step
+  std::vector<float> scratch_[2];           // per lane: where frames of a step without a recv buffer land
+  std::vector<std::size_t> done_[2];        // per lane: bytes received per step
   std::string protocol_error_;
   bool yield_;  // spin_while_idle yields (ranks outnumber this host's cores) instead of pausing
 };
