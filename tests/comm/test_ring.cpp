@@ -117,8 +117,9 @@ BOOST_AUTO_TEST_SUITE(ring)
 BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
   for (bool shm : {false, true})
   for (int p = 1; p <= 8; ++p) {
-    // 4096 floats (16 KiB) is the largest all-gathered whole, 4099 goes around the ring in segments
-    const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4096, 4099};
+    // 4096 floats (16 KiB) is the largest all-gathered whole, 4099 is reduce-scattered both ways round the
+    // ring (3 or more ranks), 262,147 (over 1 MiB) around it
+    const std::vector<std::size_t> counts{0, 1, std::size_t(p > 1 ? p - 1 : 0), std::size_t(p + 1), 4096, 4099, 262147};
     std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(p));  // [rank][case]
     const auto addrs = free_addresses(p);
     const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
@@ -254,8 +255,9 @@ BOOST_AUTO_TEST_CASE(master_address_only_like_torchrun) {
 
 BOOST_AUTO_TEST_CASE(dead_peer_is_named_by_every_other_rank) {
   // rank 2 stops: its communicator closes its sockets (and, through shared memory, leaves the segment);
-  // over TCP once in a large all-reduce (around the ring) and once in a small one (both ways round it)
-  for (const auto& [p, shm, n] : {std::tuple{4, false, 10000}, std::tuple{5, false, 100}, std::tuple{4, true, 100000}}) {
+  // over TCP in a large all-reduce (around the ring), a mid-sized and a small one (both ways round it)
+  for (const auto& [p, shm, n] : {std::tuple{4, false, 300000}, std::tuple{4, false, 10000}, std::tuple{5, false, 100},
+                                  std::tuple{4, true, 100000}}) {
     const auto addrs = free_addresses(p);
     std::atomic<int> started{0};
     const auto errs = run_ranks(
