@@ -113,9 +113,10 @@ class ring_engine {
     lane& f = lanes[0];
     constexpr std::size_t head = sizeof(detail::frame_header);
     // A closed connection may be a neighbour leaving after a failure further on: its abort frame, sent
-    // before it closed, may still wait on the previous rank's connection (a collective that runs both
-    // ways may see the previous rank's close on the connection's other direction first).
-    if (!timed_out && reported < 0 && (failed_peer == next_rank() || (!lanes[1].steps.empty() && protocol_error_.empty())))
+    // before it closed, may still wait on the previous rank's connection (which ends at once where the
+    // previous rank itself closed; a collective that runs both ways may see that close on the other
+    // direction first).
+    if (!timed_out && reported < 0 && (failed_peer == next_rank() || protocol_error_.empty()))
       reported = await_abort(f.in_h, f.in_at, f.in_at >= head ? head + f.in_n : head, std::chrono::milliseconds(300));
     const bool receiving = f.receiving() && !send_stalled;
     bool unreachable = false;

@@ -278,15 +278,8 @@ class ring_tcp {
     if (b > 0) dtrain::detail::reduce_into(d + own_at, last.data(), own_n, op);
     if (op == reduce_op::mean)
       for (std::size_t i = 0; i < own_n; ++i) d[own_at + i] *= 1.0f / float(p);
-    forward.clear(), backward.clear();
-    for (std::size_t s = 0; s < f; ++s)  // all-gather: segments r, r - 1, ... forward, r, r + 1, ... backward
-      forward.push_back({bytes(seg(r + p - s).first), seg(r + p - s).second * 4, bytes(seg(r + p - s - 1).first),
-                         seg(r + p - s - 1).second * 4, int(s) - 1});
-    for (std::size_t s = 0; s < b; ++s)
-      backward.push_back({bytes(seg(r + s).first), seg(r + s).second * 4, bytes(seg(r + s + 1).first),
-                          seg(r + s + 1).second * 4, int(s) - 1});
     engine_.begin_collective();
-    engine_.run_both_ways(forward, backward, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
+    both_ways_gather([&](std::size_t i) { return std::pair{bytes(seg(i).first), seg(i).second * 4}; });
   }
 
   /// A small all-reduce: every rank's buffer goes around the ring (an all-gather), then each rank
@@ -301,20 +294,29 @@ class ring_tcp {
       for (float& x : data) x *= 1.0f / float(p);
   }
 
-  /// Both ways round the ring at once: rank r's block goes forward to r + 1, ..., r + floor(p / 2) and
-  /// backward to r - 1, ..., r - floor((p - 1) / 2), so the last block lands after ceil((p - 1) / 2) steps
-  /// instead of p - 1 (4 ranks: 2 instead of 3), which is most of a small all-reduce's time.
   void ring_all_gather(std::span<const float> in, std::span<float> out) {
     engine_.begin_collective();
-    const std::size_t p = std::size_t(size()), k = in.size(), r = std::size_t(rank());
-    std::copy_n(in.data(), k, out.data() + r * k);  // (not memcpy: both may be empty and null)
-    auto block = [&](std::size_t i) { return reinterpret_cast<std::byte*>(out.data() + (i % p) * k); };
-    std::vector<ring_engine::ring_step>& forward = steps_;
-    std::vector<ring_engine::ring_step>& backward = back_steps_;
-    forward.clear(), backward.clear();
-    for (std::size_t s = 0; s < p / 2; ++s) forward.push_back({block(r + p - s), k * 4, block(r + p - s - 1), k * 4, int(s) - 1});
-    for (std::size_t s = 0; s < (p - 1) / 2; ++s) backward.push_back({block(r + s), k * 4, block(r + s + 1), k * 4, int(s) - 1});
-    engine_.run_both_ways(forward, backward, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
+    const std::size_t p = std::size_t(size()), k = in.size();
+    std::copy_n(in.data(), k, out.data() + std::size_t(rank()) * k);  // (not memcpy: both may be empty and null)
+    both_ways_gather([&](std::size_t i) { return std::pair{reinterpret_cast<std::byte*>(out.data() + (i % p) * k), k * 4}; });
+  }
+
+  /// An all-gather both ways round the ring at once of the blocks `block(i)` = (where, bytes), each rank's
+  /// own already in place: rank r's block goes forward to r + 1, ..., r + floor(p / 2) and backward to
+  /// r - 1, ..., r - floor((p - 1) / 2), so the last block lands after ceil((p - 1) / 2) steps instead of
+  /// p - 1 (4 ranks: 2 instead of 3), which is most of a small all-reduce's time.
+  template <class Block>
+  void both_ways_gather(Block&& block) {
+    const std::size_t p = std::size_t(size()), r = std::size_t(rank());
+    auto step = [&](std::size_t send, std::size_t receive, std::size_t s) {
+      const auto [out, out_bytes] = block(send);
+      const auto [in, in_bytes] = block(receive);
+      return ring_engine::ring_step{out, out_bytes, in, in_bytes, int(s) - 1};
+    };
+    steps_.clear(), back_steps_.clear();
+    for (std::size_t s = 0; s < p / 2; ++s) steps_.push_back(step(r + p - s, r + p - s - 1, s));
+    for (std::size_t s = 0; s < (p - 1) / 2; ++s) back_steps_.push_back(step(r + s, r + s + 1, s));
+    engine_.run_both_ways(steps_, back_steps_, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
   }
 
   void ring_broadcast(std::span<std::byte> data, int root) {

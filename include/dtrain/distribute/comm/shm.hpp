@@ -185,8 +185,7 @@ class shm_transport {
   shm_transport(void* base, std::size_t bytes, tcp_rendezvous& rv, const ring_tcp_options& o, std::size_t slot,
                 std::size_t small)
       : base_(base), bytes_(bytes), rv_(rv), o_(o), rank_(rv.rank()), size_(rv.size()), slot_bytes_(slot),
-        small_bytes_(small), spin_(std::thread::hardware_concurrency() >= unsigned(size_) ? 2000 : 0),
-        yields_(spin_ ? 0 : 256) {}
+        small_bytes_(small), yield_(std::thread::hardware_concurrency() < unsigned(size_)) {}
 
   header& head() { return *static_cast<header*>(base_); }
   rank_words& rank_state(int q) {
@@ -228,11 +227,8 @@ class shm_transport {
     return std::int32_t(rank_state(q).arrived.load(std::memory_order_acquire) - target) >= 0;
   }
   void wait_for(int q, std::uint32_t target, clock::time_point deadline) {
-    for (unsigned i = 0; i < spin_; ++i) {
-      if (reached(q, target)) return;
-      dtrain::detail::cpu_pause();
-    }
-    for (unsigned i = 0; i < yields_; ++i) {  // more ranks than cores: the core goes to a rank that has to arrive
+    if (!yield_ && dtrain::detail::spin_until([&] { return reached(q, target); }, std::chrono::microseconds(50))) return;
+    for (unsigned i = 0; yield_ && i < 256; ++i) {  // more ranks than cores: the core goes to a rank that has to arrive
       if (reached(q, target)) return;
       if ((i & 15) == 15) check(q, target, deadline);
       std::this_thread::yield();
@@ -303,8 +299,7 @@ class shm_transport {
   const ring_tcp_options& o_;
   int rank_, size_;
   std::size_t slot_bytes_, small_bytes_;
-  unsigned spin_;    // pause loops (about 50 us) before sleeping; 0 when ranks outnumber cores
-  unsigned yields_;  // sched_yield()s before sleeping when they do
+  bool yield_;  // ranks outnumber cores: yield 256 times before sleeping instead of spinning 50 us
   std::size_t small_count_ = 0;
   std::uint32_t collective_ = 0;
 };
