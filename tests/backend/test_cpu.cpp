@@ -112,9 +112,9 @@ BOOST_AUTO_TEST_CASE(direct_gemm_matches_naive_loops_on_every_instruction_set_an
                                {transpose::no, transpose::no, 77, 13, 300, 1.0f},
                                {transpose::no, transpose::no, 250, 32, 288, 1.0f},
                                {transpose::yes, transpose::no, 144, 27, 600, 0.0f}};
-  std::vector<detail::direct_isa> isas;
-  if (detail::direct_gemm_isa() != detail::direct_isa::none) isas.push_back(detail::direct_isa::avx2);
-  if (detail::direct_gemm_isa() == detail::direct_isa::avx512) isas.push_back(detail::direct_isa::avx512);
+  std::vector<detail::cpu_isa> isas;
+  if (detail::best_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
+  if (detail::best_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
   if (isas.empty()) BOOST_TEST_MESSAGE("this CPU has neither AVX2 with FMA nor AVX-512: no direct GEMM to test");
   const int before = num_threads();
   rng r(17);
@@ -169,9 +169,9 @@ BOOST_AUTO_TEST_CASE(direct_gemm_keeps_a_long_sum_accurate) {
   std::vector<float> a(m * k), b(k * n);
   for (auto& v : a) v = r.uniform();
   for (auto& v : b) v = r.uniform();
-  std::vector<detail::direct_isa> isas;
-  if (detail::direct_gemm_isa() != detail::direct_isa::none) isas.push_back(detail::direct_isa::avx2);
-  if (detail::direct_gemm_isa() == detail::direct_isa::avx512) isas.push_back(detail::direct_isa::avx512);
+  std::vector<detail::cpu_isa> isas;
+  if (detail::best_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
+  if (detail::best_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
   for (auto isa : isas) {
     std::vector<float> c(m * n, 1.0f);
     BOOST_TEST(detail::direct_gemm(isa, transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f,
@@ -190,8 +190,8 @@ BOOST_AUTO_TEST_CASE(direct_gemm_keeps_a_long_sum_accurate) {
 // What the direct GEMM leaves to BLAS, it leaves untouched: alpha other than 1, beta other than 0 or 1,
 // a transposed B into an accumulated C, a big square product, a C too narrow for whole vectors.
 BOOST_AUTO_TEST_CASE(direct_gemm_declines_the_shapes_it_is_not_for) {
-  const auto isa = detail::direct_gemm_isa();
-  if (isa == detail::direct_isa::none) {
+  const auto isa = detail::best_cpu_isa();
+  if (isa == detail::cpu_isa::baseline) {
     BOOST_TEST_MESSAGE("no direct GEMM on this CPU");
     return;
   }

@@ -1,8 +1,9 @@
-// The optimizers' updates run in blocks of four (core/simd.hpp) and split over the thread budget
-// (core/threads.hpp): on a buffer large enough for several threads, with a length that leaves a scalar
-// tail, every element must match a plain scalar loop of the Keras formula, and every thread count must
-// give the same bits.
+// The optimizers' updates run on the widest vectors the CPU has (backend/cpu/updates_isa.hpp) and split
+// over the thread budget (core/threads.hpp): on a buffer large enough for several threads, with a length
+// that leaves a scalar tail, every element must match a plain scalar loop of the Keras formula, and every
+// thread count must give the same bits (every instruction set too: optimizers/bits/every_isa.cpp).
 #include "support/gradcheck.hpp"
+#include "optimizers/update_inputs.hpp"
 
 #include <cmath>
 
@@ -11,14 +12,8 @@ namespace tt = boost::test_tools;
 
 namespace {
 
-constexpr std::size_t n = 2 * detail::update_grain + 4 * 16 + 3;  // several chunks and a tail of 3
-
-std::vector<float> values(std::uint64_t seed, float lo, float hi) {
-  rng r(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = r.uniform(lo, hi);
-  return v;
-}
+constexpr std::size_t n = dtrain_test::update_n;
+const auto values = dtrain_test::update_values;
 
 /// Three steps of `o` with `threads` threads; returns the parameters and the slots.
 template <class O>
@@ -127,6 +122,27 @@ BOOST_AUTO_TEST_CASE(sgd_plain_momentum_nesterov) {
   check_threads_agree(sgd{{.learning_rate = 0.1f}}, reference(0.0f, false));
   check_threads_agree(sgd{{.learning_rate = 0.1f, .momentum = 0.9f}}, reference(0.9f, false));
   check_threads_agree(sgd{{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true}}, reference(0.9f, true));
+}
+
+// A moment that decays where the gradient stays zero reaches the subnormal range, where every
+// operation on it is a slow microcode assist: the update treats subnormals as zero, as TensorFlow's CPU
+// threads do, and gives the caller's thread back its own floating-point settings.
+BOOST_AUTO_TEST_CASE(subnormal_moments_flush_to_zero_and_the_caller_keeps_its_settings) {
+  if (!detail::simd::enabled) {
+    BOOST_TEST_MESSAGE("no x86-64 SSE2 or AArch64 NEON: subnormals are left as they are here");
+    return;
+  }
+  const float tiny = 1e-40f;  // subnormal
+  BOOST_REQUIRE(std::fpclassify(tiny) == FP_SUBNORMAL);
+  for (auto isa : {detail::cpu_isa::baseline, detail::best_cpu_isa()}) {
+    std::vector<float> g(37, 0.0f), p(37, 1.0f), s(2 * 37, 1e-3f);
+    for (std::size_t i = 0; i < 37; ++i) s[i] = tiny;  // m subnormal, v normal
+    detail::update_kernel(op::adam{0.01f, 0.1f, 0.001f, 1e-7f, 1.0f, false}, 37, g.data(), s.data(), p.data(), isa);
+    BOOST_TEST(std::count(s.begin(), s.begin() + 37, 0.0f) == 37, "isa " << int(isa));
+    BOOST_TEST(std::count(p.begin(), p.end(), 1.0f) == 37, "isa " << int(isa));
+  }
+  volatile float a = 1e-30f, b = 1e-10f;  // the caller's own arithmetic still makes subnormals
+  BOOST_TEST(std::fpclassify(a * b) == FP_SUBNORMAL);
 }
 
 BOOST_AUTO_TEST_CASE(parallel_for_covers_every_index_once) {

@@ -18,14 +18,8 @@
 #include <vector>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu/isa.hpp"
 #include "dtrain/core/threads.hpp"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define DTRAIN_DIRECT_GEMM 1
-#else
-#define DTRAIN_DIRECT_GEMM 0
-#endif
 
 namespace dtrain::detail {
 
@@ -44,9 +38,6 @@ struct direct_gemm_problem {
 /// Steps of k per pass over C: a block of B (256 x up to a few hundred floats) stays in L2.
 inline constexpr std::size_t direct_gemm_depth = 256;
 
-/// The instruction sets the direct GEMM has kernels for.
-enum class direct_isa { none, avx2, avx512 };
-
 namespace direct {
 /// Of `cols` valid columns, how many lie at or after column `first` (a partial tile's vector `first / lanes`).
 inline std::size_t lanes_left(std::size_t cols, std::size_t first) { return cols > first ? cols - first : 0; }
@@ -54,109 +45,20 @@ inline std::size_t lanes_left(std::size_t cols, std::size_t first) { return cols
 
 }  // namespace dtrain::detail
 
-#if DTRAIN_DIRECT_GEMM
-#define DTRAIN_DIRECT_GEMM_OP __attribute__((always_inline)) inline
-
-namespace dtrain::detail::avx512 {
-#define DTRAIN_DIRECT_GEMM_TARGET __attribute__((target("avx512f")))
-using vec = __m512;
-inline constexpr int lanes = 16;
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec zero() { return _mm512_setzero_ps(); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec load(const float* p) { return _mm512_loadu_ps(p); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store(float* p, vec v) { _mm512_storeu_ps(p, v); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP __mmask16 first(std::size_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-}
-/// The first `n` lanes from p (none read beyond), the rest zero.
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec load_part(const float* p, std::size_t n) {
-  return _mm512_maskz_loadu_ps(first(n), p);
-}
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store_part(float* p, vec v, std::size_t n) {
-  _mm512_mask_storeu_ps(p, first(n), v);
-}
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-/// 16 x 16 in place: 4 x 4 blocks within each 128-bit lane (unpack, shuffle), then the lanes. (The
-/// zero-masking forms with every lane selected are the plain instructions; GCC 12's plain intrinsics
-/// start from `_mm512_undefined_ps()`, which -Wmaybe-uninitialized reports.)
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void transpose(vec (&r)[16]) {
-  constexpr __mmask16 all = 0xffff;
-  vec t[16], u[16];
-  for (int i = 0; i < 16; i += 2)
-    t[i] = _mm512_maskz_unpacklo_ps(all, r[i], r[i + 1]), t[i + 1] = _mm512_maskz_unpackhi_ps(all, r[i], r[i + 1]);
-  for (int i = 0; i < 16; i += 4) {
-    u[i] = _mm512_maskz_shuffle_ps(all, t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm512_maskz_shuffle_ps(all, t[i], t[i + 2], 0xee);
-    u[i + 2] = _mm512_maskz_shuffle_ps(all, t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm512_maskz_shuffle_ps(all, t[i + 1], t[i + 3], 0xee);
-  }
-  for (int j = 0; j < 4; ++j) {  // u[4g + j], lane l: column 4l + j of rows 4g..4g+3
-    const vec w0 = _mm512_maskz_shuffle_f32x4(all, u[j], u[4 + j], 0x88);
-    const vec w1 = _mm512_maskz_shuffle_f32x4(all, u[j], u[4 + j], 0xdd);
-    const vec w2 = _mm512_maskz_shuffle_f32x4(all, u[8 + j], u[12 + j], 0x88);
-    const vec w3 = _mm512_maskz_shuffle_f32x4(all, u[8 + j], u[12 + j], 0xdd);
-    r[j] = _mm512_maskz_shuffle_f32x4(all, w0, w2, 0x88), r[8 + j] = _mm512_maskz_shuffle_f32x4(all, w0, w2, 0xdd);
-    r[4 + j] = _mm512_maskz_shuffle_f32x4(all, w1, w3, 0x88), r[12 + j] = _mm512_maskz_shuffle_f32x4(all, w1, w3, 0xdd);
-  }
-}
-}  // namespace dtrain::detail::avx512
-#define DTRAIN_DIRECT_GEMM_ISA avx512
+#if DTRAIN_CPU_AVX
+#define DTRAIN_ISA avx512
+#define DTRAIN_ISA_TARGET DTRAIN_AVX512
 #include "dtrain/backend/cpu/direct_gemm_isa.hpp"
-#undef DTRAIN_DIRECT_GEMM_ISA
-#undef DTRAIN_DIRECT_GEMM_TARGET
-
-namespace dtrain::detail::avx2 {
-#define DTRAIN_DIRECT_GEMM_TARGET __attribute__((target("avx2,fma")))
-using vec = __m256;
-inline constexpr int lanes = 8;
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec zero() { return _mm256_setzero_ps(); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec load(const float* p) { return _mm256_loadu_ps(p); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store(float* p, vec v) { _mm256_storeu_ps(p, v); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP __m256i first(std::size_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::min<std::size_t>(n, 8))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec load_part(const float* p, std::size_t n) {
-  return _mm256_maskload_ps(p, first(n));
-}
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void store_part(float* p, vec v, std::size_t n) {
-  _mm256_maskstore_ps(p, first(n), v);
-}
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-/// 8 x 8 in place: 4 x 4 blocks within each 128-bit lane, then the two lanes.
-DTRAIN_DIRECT_GEMM_TARGET DTRAIN_DIRECT_GEMM_OP void transpose(vec (&r)[8]) {
-  vec t[8], u[8];
-  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-  }
-  for (int j = 0; j < 4; ++j)
-    r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20), r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-}
-}  // namespace dtrain::detail::avx2
-#define DTRAIN_DIRECT_GEMM_ISA avx2
+#undef DTRAIN_ISA
+#undef DTRAIN_ISA_TARGET
+#define DTRAIN_ISA avx2
+#define DTRAIN_ISA_TARGET DTRAIN_AVX2
 #include "dtrain/backend/cpu/direct_gemm_isa.hpp"
-#undef DTRAIN_DIRECT_GEMM_ISA
-#undef DTRAIN_DIRECT_GEMM_TARGET
-#undef DTRAIN_DIRECT_GEMM_OP
+#undef DTRAIN_ISA
+#undef DTRAIN_ISA_TARGET
 #endif
 
 namespace dtrain::detail {
-
-/// The best instruction set this CPU has kernels for (asked once).
-inline direct_isa direct_gemm_isa() {
-#if DTRAIN_DIRECT_GEMM
-  static const direct_isa isa = __builtin_cpu_supports("avx512f")                                   ? direct_isa::avx512
-                                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? direct_isa::avx2
-                                                                                                   : direct_isa::none;
-  return isa;
-#else
-  return direct_isa::none;
-#endif
-}
 
 namespace direct {
 
@@ -187,13 +89,13 @@ inline bool fits(std::size_t n, std::size_t unit) { return n >= unit / 2 && ((n 
 /// are for (see the file comment): alpha 1, beta 0 or 1, op(B) not transposed and m or k at most 512; or
 /// op(A) not transposed, op(B) transposed, beta 0 and op(A) at most 64 Ki floats (it is transposed into a
 /// scratch buffer). Returns false, having done nothing, otherwise.
-inline bool direct_gemm(direct_isa isa, transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
+inline bool direct_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
                         float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
                         float* c, std::size_t ldc) {
-#if DTRAIN_DIRECT_GEMM
-  if (isa == direct_isa::none || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || m == 0 || n == 0 || k == 0)
+#if DTRAIN_CPU_AVX
+  if (isa == cpu_isa::baseline || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || m == 0 || n == 0 || k == 0)
     return false;
-  const bool wide = isa == direct_isa::avx512;
+  const bool wide = isa == cpu_isa::avx512;
   const std::size_t lanes = wide ? avx512::lanes : avx2::lanes;
   if (tb == transpose::no) {
     // the widest tile C's columns fill; AVX-512 narrows to 2 or 1 vectors for 32 or 16 columns

@@ -1,12 +1,11 @@
 /// \file
 /// The body of the direct GEMM (backend/cpu/direct_gemm.hpp), written once for every instruction set:
-/// direct_gemm.hpp includes this file once per set, with `DTRAIN_DIRECT_GEMM_ISA` naming the namespace
-/// that holds the set's vector operations (`vec`, `lanes`, `zero`, `load`, `load_part`, `store`,
-/// `store_part`, `broadcast`, `add`, `fma`, `transpose`) and `DTRAIN_DIRECT_GEMM_TARGET` the functions' target
+/// direct_gemm.hpp includes this file once per AVX set, with `DTRAIN_ISA` naming the namespace that
+/// holds the set's vector operations (backend/cpu/isa.hpp) and `DTRAIN_ISA_TARGET` the functions' target
 /// attribute. On its own (without those macros) it defines nothing. No include guard, by design.
-#if defined(DTRAIN_DIRECT_GEMM_ISA) && defined(DTRAIN_DIRECT_GEMM_TARGET)
+#if defined(DTRAIN_ISA) && defined(DTRAIN_ISA_TARGET)
 
-namespace dtrain::detail::DTRAIN_DIRECT_GEMM_ISA {
+namespace dtrain::detail::DTRAIN_ISA {
 
 /// Vectors per row of a tile (the widest; AVX-512 also has tiles of 2 and 1 vectors for C of 32 or 16
 /// columns, a convolution's few filters) and rows of a tile of NV vectors (each a broadcast of one A
@@ -23,9 +22,9 @@ inline constexpr int mr = mr_of<nv>;
 /// error grows with the block length plus the block count, not with k (k = 21,632 in the CNN's dense
 /// layer: one running sum from C was 8x further from a float64 reference than Keras).
 template <int NV, int MR, bool Partial>
-DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::size_t ars, std::size_t aps,
-                                           const float* b, std::size_t ldb, float* c, std::size_t ldc,
-                                           bool accumulate, std::size_t cols) {
+DTRAIN_ISA_TARGET inline void tile(std::size_t k, const float* a, std::size_t ars, std::size_t aps,
+                                   const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                                   bool accumulate, std::size_t cols) {
   vec acc[MR][NV];
   for (auto& row : acc)
     for (auto& x : row) x = zero();
@@ -40,7 +39,9 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::s
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(ar, bv[v], acc[r][v]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
       float* to = c + r * ldc + v * lanes;
@@ -53,9 +54,9 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile(std::size_t k, const float* a, std::s
 /// A tile of `rows` (1 to mr_of<NV>) rows: a last, shorter one in tiles of 8, 4, 2 and 1 rows (fewer
 /// instances of `tile` to compile in every program than one per row count).
 template <int NV, bool Partial>
-DTRAIN_DIRECT_GEMM_TARGET inline void tile_rows(std::size_t rows, std::size_t k, const float* a, std::size_t ars,
-                                                std::size_t aps, const float* b, std::size_t ldb, float* c,
-                                                std::size_t ldc, bool accumulate, std::size_t cols) {
+DTRAIN_ISA_TARGET inline void tile_rows(std::size_t rows, std::size_t k, const float* a, std::size_t ars,
+                                        std::size_t aps, const float* b, std::size_t ldb, float* c,
+                                        std::size_t ldc, bool accumulate, std::size_t cols) {
   constexpr int full = mr_of<NV>;
   if (rows == std::size_t(full)) return tile<NV, full, Partial>(k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
   std::size_t done = 0;
@@ -71,8 +72,8 @@ DTRAIN_DIRECT_GEMM_TARGET inline void tile_rows(std::size_t rows, std::size_t k,
 /// tiles of NV vectors: k in blocks of `direct_gemm_depth` (a block of B stays in the L2 cache while
 /// every row tile passes over it), then rows in tiles of `mr_of<NV>`, then columns in tiles of NV vectors.
 template <int NV = nv>
-DTRAIN_DIRECT_GEMM_TARGET inline void block(const direct_gemm_problem& q, std::size_t r0, std::size_t r1,
-                                            std::size_t s0, std::size_t s1) {
+DTRAIN_ISA_TARGET inline void block(const direct_gemm_problem& q, std::size_t r0, std::size_t r1,
+                                    std::size_t s0, std::size_t s1) {
   constexpr std::size_t rows_per_tile = mr_of<NV>, cols_per_tile = std::size_t(NV) * lanes;
   for (std::size_t p0 = 0; p0 < q.k; p0 += direct_gemm_depth) {
     const std::size_t kc = std::min(direct_gemm_depth, q.k - p0);
@@ -95,7 +96,7 @@ DTRAIN_DIRECT_GEMM_TARGET inline void block(const direct_gemm_problem& q, std::s
 /// of B (C's rows), in tiles of `lanes` x `lanes` transposed in registers. C = A B, never accumulated.
 /// (Transposing each tile of A's rows first, so that a step's broadcasts come from one cache line, was
 /// measured no faster.)
-DTRAIN_DIRECT_GEMM_TARGET inline void block_transposed(const direct_gemm_problem& q, std::size_t r0, std::size_t r1) {
+DTRAIN_ISA_TARGET inline void block_transposed(const direct_gemm_problem& q, std::size_t r0, std::size_t r1) {
   for (std::size_t r = r0; r < r1; r += lanes) {
     const std::size_t rows = std::min<std::size_t>(lanes, r1 - r);
     const float* arow[lanes];  // rows past the end repeat the first (their results are dropped)
@@ -123,6 +124,6 @@ DTRAIN_DIRECT_GEMM_TARGET inline void block_transposed(const direct_gemm_problem
   }
 }
 
-}  // namespace dtrain::detail::DTRAIN_DIRECT_GEMM_ISA
+}  // namespace dtrain::detail::DTRAIN_ISA
 
 #endif

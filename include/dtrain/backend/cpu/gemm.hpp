@@ -56,7 +56,7 @@ inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t 
                          std::size_t ldc) {
   if (m == 0 || n == 0) return;
   const int threads = num_threads();  // (also puts OpenBLAS on one thread before its first call)
-  if (direct_gemm(direct_gemm_isa(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  if (direct_gemm(best_cpu_isa(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   switch (plan_gemm(m, n, k)) {
     case gemm_plan::one:
       sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
