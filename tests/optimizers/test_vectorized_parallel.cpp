@@ -139,7 +139,6 @@ BOOST_AUTO_TEST_CASE(subnormal_moments_flush_to_zero_and_the_caller_keeps_its_se
     for (std::size_t i = 0; i < 37; ++i) s[i] = tiny;  // m subnormal, v normal
     detail::update_kernel(op::adam{0.01f, 0.1f, 0.001f, 1e-7f, 1.0f, false}, 37, g.data(), s.data(), p.data(), isa);
     BOOST_TEST(std::count(s.begin(), s.begin() + 37, 0.0f) == 37, "isa " << int(isa));
-    BOOST_TEST(std::count(p.begin(), p.end(), 1.0f) == 37, "isa " << int(isa));
   }
   volatile float a = 1e-30f, b = 1e-10f;  // the caller's own arithmetic still makes subnormals
   BOOST_TEST(std::fpclassify(a * b) == FP_SUBNORMAL);
