@@ -68,7 +68,7 @@ class ring_engine {
   /// of p - 1. on_frame numbers backward's steps after forward's. Abort frames still go forward only.
   template <class OnFrame>
   void run_both_ways(const std::vector<ring_step>& forward, const std::vector<ring_step>& backward, OnFrame&& on_frame) {
-    lane lanes[2] = {lane(forward, to_next(), from_prev(), 0, true), lane(backward, to_prev(), from_next(), forward.size(), false)};
+    lane lanes[2] = {lane(forward, next_end(), prev_end(), 0, true), lane(backward, prev_end(), next_end(), forward.size(), false)};
     if (forward.empty() && backward.empty()) return;
     const std::size_t chunk = o_.chunk_bytes & ~std::size_t{63};
     for (int i = 0; i < 2; ++i) lanes[i].prepare(done_[i], scratch_[i], chunk);
@@ -133,16 +133,15 @@ class ring_engine {
   }
 
  private:
-  /// One side of a ring connection as this rank uses it: the socket, its TLS link (or null), the peer.
+  /// This rank's connection to a neighbour (it carries data both ways): the socket, its TLS link (or null),
+  /// the peer.
   struct end {
     int fd;
     detail::tls_link* tls;
     int rank;
   };
-  end to_next() { return {rv_.next().native_handle(), rv_.next_tls(), next_rank()}; }
-  end from_prev() { return {rv_.prev().native_handle(), rv_.prev_tls(), prev_rank()}; }
-  end to_prev() { return {rv_.prev().native_handle(), rv_.prev_tls(), prev_rank()}; }
-  end from_next() { return {rv_.next().native_handle(), rv_.next_tls(), next_rank()}; }
+  end next_end() { return {rv_.next().native_handle(), rv_.next_tls(), next_rank()}; }
+  end prev_end() { return {rv_.prev().native_handle(), rv_.prev_tls(), prev_rank()}; }
 
   /// One direction of a collective: its steps, where they go and come from, and how far each has got.
   struct lane {
@@ -332,7 +331,7 @@ class ring_engine {
         const std::size_t want = p ? n : std::min(n, sink.size());
         short events = POLLIN;
         std::error_code ec;
-        const long got = receive_some(from_prev(), p ? p : sink.data(), want, events, ec);
+        const long got = receive_some(prev_end(), p ? p : sink.data(), want, events, ec);
         if (got > 0) {
           n -= std::size_t(got);
           if (p) p += got;
@@ -372,7 +371,7 @@ class ring_engine {
       iovec iov{&a, sizeof a};
       short events = 0;
       std::error_code ig;
-      send_some(to_next(), &iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
+      send_some(next_end(), &iov, 1, events, ig);  // best effort: a full socket means the next rank is gone too
     }
     rv_.close();
     std::string what;
