@@ -1,5 +1,6 @@
 // The cpu backend's own choices: GEMM plans by shape, and results that do not depend on the thread count.
 #include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
 
 using namespace dtrain;
 
@@ -113,8 +114,8 @@ BOOST_AUTO_TEST_CASE(direct_gemm_matches_naive_loops_on_every_instruction_set_an
                                {transpose::no, transpose::no, 250, 32, 288, 1.0f},
                                {transpose::yes, transpose::no, 144, 27, 600, 0.0f}};
   std::vector<detail::cpu_isa> isas;
-  if (detail::best_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
-  if (detail::best_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
+  if (detail::detected_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
+  if (detail::detected_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
   if (isas.empty()) BOOST_TEST_MESSAGE("this CPU has neither AVX2 with FMA nor AVX-512: no direct GEMM to test");
   const int before = num_threads();
   rng r(17);
@@ -170,8 +171,8 @@ BOOST_AUTO_TEST_CASE(direct_gemm_keeps_a_long_sum_accurate) {
   for (auto& v : a) v = r.uniform();
   for (auto& v : b) v = r.uniform();
   std::vector<detail::cpu_isa> isas;
-  if (detail::best_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
-  if (detail::best_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
+  if (detail::detected_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
+  if (detail::detected_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
   for (auto isa : isas) {
     std::vector<float> c(m * n, 1.0f);
     BOOST_TEST(detail::direct_gemm(isa, transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f,
@@ -190,7 +191,7 @@ BOOST_AUTO_TEST_CASE(direct_gemm_keeps_a_long_sum_accurate) {
 // What the direct GEMM leaves to BLAS, it leaves untouched: alpha other than 1, beta other than 0 or 1,
 // a transposed B into an accumulated C, a big square product, a C too narrow for whole vectors.
 BOOST_AUTO_TEST_CASE(direct_gemm_declines_the_shapes_it_is_not_for) {
-  const auto isa = detail::best_cpu_isa();
+  const auto isa = detail::detected_cpu_isa();
   if (isa == detail::cpu_isa::baseline) {
     BOOST_TEST_MESSAGE("no direct GEMM on this CPU");
     return;
@@ -207,6 +208,22 @@ BOOST_AUTO_TEST_CASE(direct_gemm_declines_the_shapes_it_is_not_for) {
   BOOST_TEST(std::all_of(c.begin(), c.end(), [](float v) { return v == 3.0f; }));
   BOOST_TEST(call(transpose::no, transpose::no, 64, 128, 300, 1.0f, 0.0f));  // and takes the one it is for
   BOOST_TEST(c[0] == 300.0f);
+}
+
+// DTRAIN_CPU_ISA picks the kernels' set: any set up to the CPU's; one above it, or a misspelt one, is named.
+BOOST_AUTO_TEST_CASE(cpu_isa_from_the_environment_is_checked_against_the_cpu) {
+  using detail::cpu_isa;
+  BOOST_TEST(int(detail::cpu_isa_from_env(nullptr, cpu_isa::avx2)) == int(cpu_isa::avx2));
+  BOOST_TEST(int(detail::cpu_isa_from_env("", cpu_isa::avx512)) == int(cpu_isa::avx512));
+  BOOST_TEST(int(detail::cpu_isa_from_env("baseline", cpu_isa::avx512)) == int(cpu_isa::baseline));
+  BOOST_TEST(int(detail::cpu_isa_from_env("avx2", cpu_isa::avx512)) == int(cpu_isa::avx2));
+  BOOST_TEST(int(detail::cpu_isa_from_env("avx512", cpu_isa::avx512)) == int(cpu_isa::avx512));
+  auto message = [](const char* v, cpu_isa detected) {
+    return dtrain_test::error_of([&] { detail::cpu_isa_from_env(v, detected); });
+  };
+  BOOST_TEST(message("avx512", cpu_isa::avx2) == "DTRAIN_CPU_ISA=avx512: this CPU has only avx2");
+  BOOST_TEST(message("AVX2", cpu_isa::avx512) == "DTRAIN_CPU_ISA=\"AVX2\": expected baseline, avx2 or avx512");
+  BOOST_TEST(int(detail::best_cpu_isa()) <= int(detail::detected_cpu_isa()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,10 +1,12 @@
 #pragma once
 // Small helpers shared by the tests: a scratch folder, the message of an expected dtrain error or of a
-// thread's exception,
-// whether Debian's numpy is there, and free loopback ports.
+// thread's exception, the difference of two results at their scale, whether Debian's numpy is there.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <iterator>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -50,6 +52,21 @@ inline std::string message(const std::exception_ptr& e) {
     return x.what();
   }
   return "";
+}
+
+/// The largest |a - b| over the largest |b|: how far two computations of one tensor (or list of floats)
+/// differ, at the tensor's own scale. Products of other shapes (a batch split, another instruction set or
+/// BLAS kernel) round differently relative to the magnitudes summed, not to each result, so an element
+/// near zero may differ from itself by far more than its own epsilon: compare with this, not per element.
+template <class A, class B>
+double scaled_difference(const A& a, const B& b) {
+  double diff = 0, scale = 0;
+  auto i = std::begin(a);
+  for (auto j = std::begin(b); j != std::end(b); ++i, ++j) {
+    diff = std::max(diff, std::abs(double(*i) - double(*j)));
+    scale = std::max(scale, std::abs(double(*j)));
+  }
+  return scale == 0 ? diff : diff / scale;
 }
 
 /// Whether Debian's python3-numpy is installed (interop checks skip cleanly without it).

@@ -2,7 +2,7 @@
 /// \file
 /// The instruction sets the cpu backend has kernels for, and each one's vector operations. Users build
 /// dtrain without -march=native, so the wide kernels are compiled under a target attribute and chosen at
-/// run time (`best_cpu_isa()`). A kernel body is written once in a file that a header includes once per
+/// run time (`best_cpu_isa()`; `DTRAIN_CPU_ISA` picks a lower one). A kernel body is written once in a file that a header includes once per
 /// set, with `DTRAIN_ISA` naming the set's namespace here and `DTRAIN_ISA_TARGET` its attribute
 /// (cpu/direct_gemm_isa.hpp, cpu/updates_isa.hpp). Every namespace has `vec`, `lanes`, `load`, `store`,
 /// `sqrt` (correctly rounded), `max` (`a < b ? b : a`) and `exact`; the AVX ones also the GEMM's
@@ -13,7 +13,10 @@
 /// out with the same bits whichever set computed it (workers on different CPUs hold identical weights).
 
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
+#include "dtrain/core/error.hpp"
 #include "dtrain/core/simd.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -32,7 +35,7 @@ namespace dtrain::detail {
 enum class cpu_isa { baseline, avx2, avx512 };
 
 /// The best set this CPU has (asked once): AVX-512F, else AVX2 with FMA, else the baseline.
-inline cpu_isa best_cpu_isa() {
+inline cpu_isa detected_cpu_isa() {
 #if DTRAIN_CPU_AVX
   static const cpu_isa isa = __builtin_cpu_supports("avx512f")                                   ? cpu_isa::avx512
                              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? cpu_isa::avx2
@@ -41,6 +44,31 @@ inline cpu_isa best_cpu_isa() {
 #else
   return cpu_isa::baseline;
 #endif
+}
+
+inline const char* name_of(cpu_isa isa) {
+  return isa == cpu_isa::avx512 ? "avx512" : isa == cpu_isa::avx2 ? "avx2" : "baseline";
+}
+
+/// The set `DTRAIN_CPU_ISA` (baseline, avx2, avx512) names; unset or empty: the detected one. A set above
+/// the CPU's, or another word, is a `config_error`. For comparing kernels, and for testing every set's
+/// kernels on one machine.
+inline cpu_isa cpu_isa_from_env(const char* value, cpu_isa detected) {
+  if (!value || !*value) return detected;
+  const std::string v(value);
+  for (cpu_isa isa : {cpu_isa::baseline, cpu_isa::avx2, cpu_isa::avx512})
+    if (v == name_of(isa)) {
+      if (int(isa) > int(detected))
+        throw config_error("DTRAIN_CPU_ISA=" + v + ": this CPU has only " + name_of(detected));
+      return isa;
+    }
+  throw config_error("DTRAIN_CPU_ISA=\"" + v + "\": expected baseline, avx2 or avx512");
+}
+
+/// The set the cpu backend's kernels run (asked once): the detected one, or `DTRAIN_CPU_ISA`'s.
+inline cpu_isa best_cpu_isa() {
+  static const cpu_isa isa = cpu_isa_from_env(std::getenv("DTRAIN_CPU_ISA"), detected_cpu_isa());
+  return isa;
 }
 
 namespace baseline {
