@@ -7,8 +7,25 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
+
+#include <xtensor/xstorage.hpp>
+#include <xtensor/xutils.hpp>
+
+// xtensor before 0.25 (Debian 12 ships 0.24) has two partial specializations of `rebind_container` for
+// its small vector, `svector<T, N>`, which clang 19's relaxed template template arguments (P0522, on by
+// default) both match: a third, more specialized than both, for the svector every shape and stride uses,
+// lets a plain `clang++ -std=c++20` compile dtrain (GCC and older rules pick it too, with the same type).
+#if XTENSOR_VERSION_MAJOR == 0 && XTENSOR_VERSION_MINOR < 25
+namespace xt {
+template <class X, class T, std::size_t N>
+struct rebind_container<X, svector<T, N, std::allocator<T>, true>> {
+  using type = svector<X, N, std::allocator<X>, true>;
+};
+}  // namespace xt
+#endif
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
