@@ -10,6 +10,8 @@
 // only its own workers can join the job (docs/security.md).
 // Each line of a worker's stdout and stderr goes to the launcher's stdout and stderr, whole and prefixed
 // with the rank ("[1] "); a last line without a newline is flushed when the worker closes the stream.
+// When the launcher's stdout is a terminal, workers get DTRAIN_PROGRESS=live and their progress bars
+// are redrawn in place as they run.
 // SIGINT and SIGTERM are forwarded to every worker's process group (a second SIGINT kills them).
 // When a worker fails, the others are left to notice the dead peer by themselves (they exit with
 // code 138); --kill-on-failure instead stops them (SIGTERM, SIGKILL 10 s later), and --max-restarts K
@@ -193,19 +195,36 @@ struct worker {
 
 bool failed(const worker& w) { return !(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0); }
 
+bool g_terminal = false;     // the launcher's stdout is a terminal: workers' progress bars are drawn live
+bool g_live_shown = false;   // a bar is drawn on the terminal's last line, without its newline
+
 /// Writes the whole lines of `buf` to `to`, each prefixed with the rank; with `at_eof` also the rest.
+/// A '\r' ends a progress bar's redraw, which only the next one replaces: on a terminal the newest is
+/// drawn in place (on stdout's last line, until a whole line comes), elsewhere only the bar's last line,
+/// ended by '\n', is written.
 void emit(const worker& w, std::string& buf, FILE* to, bool at_eof) {
-  std::size_t start = 0, nl;
-  while ((nl = buf.find('\n', start)) != std::string::npos) {
-    std::fprintf(to, "[%d] %.*s\n", w.rank, int(nl - start), buf.data() + start);
-    start = nl + 1;
+  auto clear_live = [] {
+    if (g_live_shown) std::fputs("\r\033[K", stdout), std::fflush(stdout);
+    g_live_shown = false;
+  };
+  std::size_t start = 0, end;
+  bool redraw = false;  // the rest of buf follows a '\r'
+  while ((end = buf.find_first_of("\r\n", start)) != std::string::npos) {
+    redraw = buf[end] == '\r';
+    if (!redraw) clear_live(), std::fprintf(to, "[%d] %.*s\n", w.rank, int(end - start), buf.data() + start);
+    start = end + 1;
   }
   buf.erase(0, start);
   if (!buf.empty() && (at_eof || buf.size() >= max_line)) {
+    clear_live();
     std::fprintf(to, "[%d] %s\n", w.rank, buf.c_str());
     buf.clear();
+  } else if (!buf.empty() && redraw && g_terminal) {
+    std::fprintf(stdout, "\r\033[K[%d] %s", w.rank, buf.c_str());
+    g_live_shown = true;
   }
   std::fflush(to);
+  if (g_live_shown) std::fflush(stdout);
 }
 
 /// A job token for the workers: 32 bytes from the kernel's CSPRNG, as hex.
@@ -253,6 +272,7 @@ int spawn(worker& w, const options& o, const std::string& tf_config, int restart
     ::setenv("DTRAIN_LAUNCH_WORLD_SIZE", size.c_str(), 1);
     ::setenv("DTRAIN_RESTART_COUNT", count.c_str(), 1);
     ::setenv("DTRAIN_NUM_THREADS", threads.c_str(), 0);
+    if (g_terminal) ::setenv("DTRAIN_PROGRESS", "live", 0);  // their bars reach a terminal through us
     ::execvp(argv[0], argv.data());
     const int e = errno;
     (void)!::write(report[1], &e, sizeof e);
@@ -365,6 +385,7 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   const options o = parse(argc, argv);
+  g_terminal = ::isatty(1) != 0;
   auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
   if (!set("DTRAIN_JOB_TOKEN") && !set("DTRAIN_JOB_TOKEN_FILE"))  // inherited by every worker, kept over restarts
     ::setenv("DTRAIN_JOB_TOKEN", make_job_token().c_str(), 1);

@@ -3,7 +3,8 @@
 /// Keras `callbacks.ProgbarLogger` in tf.keras 2's format. On a terminal (verbose 1) a live bar:
 ///     `  23/70 [=========>....................] - ETA: 1s - loss: 0.5012 - accuracy: 0.8361`
 /// ending with `70/70 [==============================] - 1s 9ms/step - loss: ... - accuracy: ...`.
-/// When the output is not a terminal, verbose 1 prints only that final line per epoch; verbose 2
+/// When the output is not a terminal, verbose 1 prints only that final line per epoch (unless
+/// `DTRAIN_PROGRESS=live`: a launcher that forwards the lines to a terminal sets it); verbose 2
 /// prints `70/70 - 1s - loss: ... - 1s/epoch - 9ms/step`; verbose 0 prints nothing.
 
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -40,13 +42,20 @@ inline std::string duration_text(double seconds) {
     std::snprintf(b, sizeof b, "%.0fus", seconds * 1e6);
   return b;
 }
+
+/// Whether a bar on `out` redraws itself: a terminal, or a pipe to one (`DTRAIN_PROGRESS=live`).
+inline bool live_output(std::FILE* out) {
+  if (isatty(fileno(out))) return true;
+  const char* p = std::getenv("DTRAIN_PROGRESS");
+  return p && std::string(p) == "live";
+}
 }  // namespace detail
 
 /// A Keras progress bar over `target` steps (-1 when unknown), printing to `out`.
 class progbar {
  public:
   progbar(std::int64_t target, int verbose, std::FILE* out = stdout)
-      : target_(target), verbose_(verbose), out_(out), dynamic_(isatty(fileno(out)) != 0),
+      : target_(target), verbose_(verbose), out_(out), dynamic_(detail::live_output(out)),
         start_(clock::now()) {}
 
   /// Step `current` is done; `l` holds the running results. `final` forces the closing line.

@@ -85,6 +85,18 @@ lines)  # lines written in pieces come out whole, never mixed with another worke
     has "^\[$i\] err-no-newline$" "$dir/err"
   done
   ;;
+progress)  # a progress bar ('\r' redraws) is drawn live on a terminal (the workers are told); in a file only its last line
+  bar='[ "$DTRAIN_LAUNCH_RANK" = 0 ] || exit 0; echo "progress=${DTRAIN_PROGRESS:-unset}"; i=1
+       while [ $i -le 3 ]; do printf "\r$i/3 bar"; sleep 0.2; i=$((i + 1)); done; printf " - loss\nafter\n"'
+  "$L" -n 2 -- sh -c "$bar" > "$dir/out" 2> "$dir/err" || fail "bar workers failed (not a terminal)"
+  [ "$(cat "$dir/out")" = "$(printf '[0] progress=unset\n[0] 3/3 bar - loss\n[0] after')" ] || fail "not a terminal: $(cat -A "$dir/out")"
+  command -v script > /dev/null || { echo "PASS ($case_name): (no script(1): the terminal half skipped)"; exit 0; }
+  script -qec "'$L' -n 2 -- sh -c '$bar'" /dev/null > "$dir/out" 2> "$dir/err" || fail "bar workers failed (a terminal)"
+  tr -d '\r' < "$dir/out" | sed 's/\x1b\[K/<clear>/g' > "$dir/screen"
+  has '^\[0\] progress=live$' "$dir/screen"
+  has '^<clear>\[0\] 1/3 bar<clear>\[0\] 2/3 bar<clear>\[0\] 3/3 bar<clear>\[0\] 3/3 bar - loss$' "$dir/screen"
+  has '^\[0\] after$' "$dir/screen"
+  ;;
 exit_code)  # a worker exiting 138: non-zero exit with its code, one summary line naming worker and code
   "$L" -n 3 -- sh -c '[ "$DTRAIN_LAUNCH_RANK" = 1 ] && exit 138; [ "$DTRAIN_LAUNCH_RANK" = 2 ] && exit 3; exit 0' \
     2> "$dir/err"
