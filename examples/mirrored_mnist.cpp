@@ -87,7 +87,6 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < replicas; ++i) devices.push_back("/cpu:" + std::to_string(i));
   dtrain::mirrored_strategy<> strategy(devices);
   return train(strategy, epochs, steps_per_epoch);
-} catch (const dtrain::error& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return 1;
+} catch (...) {
+  return mnist_setup::exit_code_of_current_exception();
 }

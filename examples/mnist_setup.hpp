@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
 
@@ -135,7 +136,7 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
   return a;
 }
 
-/// The fit callbacks the command line asks for: backup_and_restore (the seeds' fault tolerance).
+/// The fit callbacks the command line asks for: backup_and_restore (the tutorial's fault tolerance).
 inline dtrain::callback_list callbacks(const arguments& a) {
   dtrain::callback_list c;
   if (!a.backup_dir.empty()) {
@@ -146,14 +147,14 @@ inline dtrain::callback_list callbacks(const arguments& a) {
   return c;
 }
 
-/// --save-weights: the chief writes the final weights; the other workers write nothing (the seeds'
-/// "only the chief saves").
+/// --save-weights: the chief writes the final weights; the other workers write nothing (the
+/// tutorial's "only the chief saves").
 template <class Net>
 void save_weights(const Net& model, const arguments& a, bool chief) {
   if (!a.save_weights.empty() && chief) dtrain::checkpoint::save_weights(model, a.save_weights);
 }
 
-/// --dir, else the seeds' folder under the temporary directory (/tmp/keras-model, /tmp/ckpt, ...). Every
+/// --dir, else the tutorial's folder under the temporary directory (/tmp/keras-model, /tmp/ckpt, ...). Every
 /// worker of a local cluster gets the same folder, as the tutorial's workers share /tmp.
 inline std::filesystem::path work_dir(const arguments& a, const char* seed_name) {
   return a.dir.empty() ? std::filesystem::temp_directory_path() / seed_name : std::filesystem::path(a.dir);
@@ -189,8 +190,30 @@ void report_test(Net& model) {
   std::printf("test_loss: %.4f\ntest_accuracy: %.4f\n", logs["loss"], logs["accuracy"]);
 }
 
+/// For a `catch (...)` in main: the message of the exception being handled on stderr, and the exit code
+/// docs/troubleshooting.md lists. 138 (retryable) when a peer failed or the job was preempted; 1 for
+/// anything else, dtrain's errors and every other exception (std::bad_alloc, a file system error), which
+/// a restart would meet again. Uncaught, an exception would end the process with SIGABRT (134), which
+/// orchestrators take for retryable.
+inline int exit_code_of_current_exception() {
+  try {
+    throw;
+  } catch (const dtrain::comm_error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return dtrain::peer_failure_exit_code;
+  } catch (const dtrain::preempted& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return dtrain::retryable_exit_code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: an exception of unknown type\n");
+  }
+  return 1;
+}
+
 /// Parses the command line and runs the chosen model (resnet where the example offers it); errors become
-/// messages and exit codes (138, retryable, when a peer failed or the job was preempted).
+/// messages and exit codes (exit_code_of_current_exception).
 template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&), bool DeviceFlag = false,
           bool ImplementationFlag = false, int (*Resnet)(const arguments&) = nullptr>
 int main(int argc, char** argv) try {
@@ -202,15 +225,8 @@ int main(int argc, char** argv) try {
     return 2;
   }
   return args.model == "cnn" ? Cnn(args) : Mlp(args);
-} catch (const dtrain::comm_error& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return dtrain::peer_failure_exit_code;
-} catch (const dtrain::preempted& e) {
-  std::fprintf(stderr, "%s\n", e.what());
-  return dtrain::retryable_exit_code;
-} catch (const dtrain::error& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return 1;
+} catch (...) {
+  return exit_code_of_current_exception();
 }
 
 }  // namespace mnist_setup

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
                                  .validation_split = 0.1});
     for (const auto& [name, value] : model.evaluate(x_test, y_test, {.verbose = 0}))
       std::printf("test_%s: %.4f\n", name.c_str(), value);
-  } catch (const dtrain::error& e) {
+  } catch (const std::exception& e) {  // a dtrain::error, std::bad_alloc, ...: not retryable
     std::fprintf(stderr, "multi_input_fashion_mnist: %s\n", e.what());
     return 1;
   }

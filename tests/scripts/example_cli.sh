@@ -1,7 +1,7 @@
 #!/bin/bash
 # The examples' command line (examples/mnist_setup.hpp, CLI11): every mistake is one line on stderr that
 # names the flag, exit code 2, never a crash or a silent truncation; --help is the help on stdout, exit 0;
-# --flag=value is accepted.
+# --flag=value is accepted; running out of memory is a message and exit 1.
 # usage: example_cli.sh <single_worker_mnist>
 set -u
 P=$1
@@ -32,6 +32,14 @@ refuse --learning-rate --learning-rate nan
 refuse --model --model vgg
 refuse --bogus --bogus 1
 refuse --epochs --epochs
+# memory that cannot be had (a batch of 60,000 images through the CNN needs over 5 GB): a message and exit
+# 1, which no restart fixes, not an uncaught exception's SIGABRT (134, which orchestrators retry)
+(ulimit -v 4000000 && exec timeout 120 "$P" --model cnn --batch-size 60000 --epochs 1 --steps-per-epoch 1 \
+  --verbose 0) > "$dir/out" 2> "$dir/err"
+code=$?
+[ $code -eq 1 ] || fail "out of memory: exited $code, expected 1: $(cat "$dir/err")"
+grep -q "^error: std::bad_alloc$" "$dir/err" || fail "out of memory: no message: $(cat "$dir/err")"
+echo "out of memory: exit 1, $(cat "$dir/err")"
 "$P" --help > "$dir/out" 2> "$dir/err" || fail "--help exited $?"
 grep -q -- "--steps-per-epoch" "$dir/out" || fail "--help does not list the options"
 [ ! -s "$dir/err" ] || fail "--help wrote to stderr"
