@@ -274,13 +274,23 @@ BOOST_AUTO_TEST_CASE(corrupt_and_missing_files_are_named) {
   m = error_of([&] { data::load_fashion_mnist(data::split::test, t.path / "absent"); });
   BOOST_TEST(m.find("t10k-images-idx3-ubyte.gz not found") != std::string::npos);
   BOOST_TEST(m.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+  {  // ... and where DTRAIN_FASHION_MNIST_DIR names the folder, says so instead of asking to set it
+    const char* was = std::getenv("DTRAIN_FASHION_MNIST_DIR");
+    const std::string before = was ? was : "";
+    ::setenv("DTRAIN_FASHION_MNIST_DIR", (t.path / "absent").c_str(), 1);
+    m = error_of([&] { data::load_fashion_mnist(data::split::test); });
+    was ? ::setenv("DTRAIN_FASHION_MNIST_DIR", before.c_str(), 1) : ::unsetenv("DTRAIN_FASHION_MNIST_DIR");
+    BOOST_TEST(m.find("absent/t10k-images-idx3-ubyte.gz not found (the folder DTRAIN_FASHION_MNIST_DIR names)") !=
+               std::string::npos, m);
+    BOOST_TEST(m.find("or set") == std::string::npos, m);
+  }
   // counts that disagree
   write_idx(t.path / "t10k-images-idx3-ubyte.gz", {3, 28, 28}, 3 * 784, true);
   write_idx(t.path / "t10k-labels-idx1-ubyte.gz", {2}, 2, true);
   m = error_of([&] { data::load_fashion_mnist(data::split::test, t.path); });
   BOOST_TEST(m.find("has 3 images but") != std::string::npos);
   BOOST_TEST(m.find("has 2 labels") != std::string::npos);
-  // [security] labels outside 0..9: -1 as int8 (type 0x09), NaN as float32 (type 0x0D)
+  // a hostile file: labels outside 0..9: -1 as int8 (type 0x09), NaN as float32 (type 0x0D)
   const auto labels = [&](unsigned char type, std::vector<unsigned char> data) {
     std::vector<unsigned char> b{0, 0, type, 1, 0, 0, 0, 3};
     b.insert(b.end(), data.begin(), data.end());
@@ -293,7 +303,7 @@ BOOST_AUTO_TEST_CASE(corrupt_and_missing_files_are_named) {
   BOOST_TEST(m.find("label -1.000000 at index 1 is not a class in 0..9") != std::string::npos, m);
   m = labels(0x0D, {0x7f, 0xc0, 0, 0, 0x7f, 0xc0, 0, 0, 0x7f, 0xc0, 0, 0});  // big-endian quiet NaNs
   BOOST_TEST(m.find("label nan at index 0") != std::string::npos, m);
-  // [security] dimensions whose product wraps around 2^64 are refused, not read as an empty tensor
+  // a hostile file: dimensions whose product wraps around 2^64 are refused, not read as an empty tensor
   write_idx(t.path / "wrap.idx", {65536, 65536, 65536, 65536}, 16, false);
   BOOST_TEST(error_of([&] { data::read_idx(t.path / "wrap.idx"); }).find("more than 4294967296 values") != std::string::npos);
   // and a good small set loads, scaled to [0, 1]

@@ -97,7 +97,8 @@ BOOST_AUTO_TEST_CASE(endpoint_parse_and_print) {
       {"h:", "is not a number"},
       {"h:0", "out of range"},
       {"h:65536", "out of range"},
-      {"h:123456", "is not a number"},
+      {"h:123456", "port 123456 is out of range 1..65535"},
+      {"h:99999999999999999999", "port 99999999999999999999 is out of range 1..65535"},
       {"h:8x", "is not a number"},
       {"h:-1", "is not a number"},
       {"::1:80", "write IPv6 hosts as [address]:port"},
@@ -112,7 +113,7 @@ BOOST_AUTO_TEST_CASE(endpoint_parse_and_print) {
     BOOST_TEST(msg.find("\"" + text + "\"") != std::string::npos, msg << " does not quote " << text);
     BOOST_TEST(msg.find(expect) != std::string::npos, msg << " lacks " << expect);
   }
-  // [security] names no resolver accepts are configuration errors (exit 1), not transient (138): 100 kB
+  // hostile host names: names no resolver accepts are configuration errors (exit 1), not transient (138): 100 kB
   // of letters, a label over 63 characters, an empty label; the message quotes only the start
   const std::string huge(100'000, 'a');
   const auto msg = error_of([&] { endpoint::parse(huge + ":80"); });
@@ -133,12 +134,12 @@ BOOST_AUTO_TEST_CASE(tf_config_good) {
     std::vector<std::string> ring;
   };
   const row rows[] = {
-      // the seeds' two local workers: worker 0 is the chief
+      // the multi-worker tutorial's two local workers: worker 0 is the chief
       {R"({"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 0}})",
        0, 2, true, {"localhost:12345", "localhost:23456"}},
       {R"({"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 1}})",
        1, 2, false, {"localhost:12345", "localhost:23456"}},
-      // the seeds' example with ps tasks: parsed, not in the ring
+      // TF's distributed-training guide's example with ps tasks: parsed, not in the ring
       {R"({"cluster": {"worker": ["host1:1", "host2:2", "host3:3"], "ps": ["host4:4", "host5:5"]},
            "task": {"type": "worker", "index": 1}})",
        1, 3, false, {"host1:1", "host2:2", "host3:3"}},
@@ -177,7 +178,7 @@ BOOST_AUTO_TEST_CASE(tf_config_bad_quotes_the_offending_part) {
       {R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0})", {"not valid JSON", "at byte 72", "\"index\": 0}<here>"}},
       {R"({"cluster": {"worker": ['a:1']}})", {"not valid JSON", "at byte 25", "{\"worker\": [<here>'a:1']"}},
       {"", {"not valid JSON"}},
-      {"4e601", {"not valid JSON", "number overflow"}},  // [security] found by fuzzing: escaped as nlohmann's out_of_range
+      {"4e601", {"not valid JSON", "number overflow"}},  // found by fuzzing: escaped as nlohmann's out_of_range
       {R"(["a:1"])", {"must be a JSON object", "[\"a:1\"]"}},
       // missing parts
       {R"({"task": {"type": "worker", "index": 0}})", {"no \"cluster\""}},
@@ -377,7 +378,7 @@ BOOST_AUTO_TEST_CASE(slurm_values) {
       {{"0", "4", "n[1-2]", "2(y2)", ""}, {"bad tasks per node \"2(y2)\""}},
       {{"0", "2", "n[1-2", "", ""}, {"\"n[1-2\""}},
       {{"0", "2", "n1,n[1-2]", "", ""}, {"names node \"n1\" twice"}},
-      // [security] found by fuzzing: 520,000 hosts took minutes to check for duplicates
+      // found by fuzzing: 520,000 hosts took minutes to check for duplicates
       {{"0", "4", "node[19-0520002]", "2(x2)", ""}, {"expands to too many hosts"}},
       {{"0", "2", "n[1-2]", "", "0"}, {"DTRAIN_PORT=\"0\""}},
       {{"0", "2", "n[1-2]", "", "port"}, {"DTRAIN_PORT=\"port\""}},

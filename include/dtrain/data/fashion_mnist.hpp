@@ -28,9 +28,13 @@ inline std::filesystem::path find_idx(const std::filesystem::path& dir, const st
     auto p = dir / (stem + ext);
     if (std::filesystem::exists(p)) return p;
   }
-  throw io_error("fashion_mnist: " + (dir / (stem + ".gz")).string() +
-                 " not found; install it with `apt-get install dataset-fashion-mnist`, or set "
-                 "DTRAIN_FASHION_MNIST_DIR to a folder holding the four IDX files");
+  const char* env = std::getenv("DTRAIN_FASHION_MNIST_DIR");
+  const std::string where = env && *env && dir == std::filesystem::path(env)
+                                ? " (the folder DTRAIN_FASHION_MNIST_DIR names): point it at the folder holding "
+                                  "the four IDX files (.gz or not)"
+                                : "; install it with `apt-get install dataset-fashion-mnist`, or set "
+                                  "DTRAIN_FASHION_MNIST_DIR to a folder holding the four IDX files";
+  throw io_error("fashion_mnist: " + (dir / (stem + ".gz")).string() + " not found" + where);
 }
 }  // namespace detail
 

@@ -2,7 +2,7 @@
 /// \file
 /// Cluster resolution: which processes form the all-reduce ring, in what order, and who this process is.
 ///
-/// TF semantics (the seeds' TF_CONFIG): jobs `chief`, `worker`, `ps`, `evaluator`; the chief is the
+/// TF semantics (TF_CONFIG as TensorFlow's multi-worker tutorial sets it): jobs `chief`, `worker`, `ps`, `evaluator`; the chief is the
 /// `chief` task when there is one, else worker 0; ring ranks are numbered as MultiWorkerMirroredStrategy
 /// numbers them (the chief, then the workers in index order); `ps` and `evaluator` tasks are checked but
 /// are not ring members (rank -1). Other launchers are read too: Slurm (`srun`), torchrun and Open MPI
@@ -308,8 +308,8 @@ inline endpoint endpoint::parse(const std::string& s) {
   if (!detail::valid_host(host, bracketed))
     throw bad("the host is not a host name or address (letters, digits, '.', '-', '_'; labels of at most 63 "
               "characters, 253 in all)");
-  if (!detail::all_digits(port) || port.size() > 5) throw bad("port \"" + port + "\" is not a number");
-  const int p = std::stoi(port);
+  if (!detail::all_digits(port)) throw bad("port \"" + port + "\" is not a number");
+  const int p = port.size() > 5 ? 0 : std::stoi(port);
   if (p < 1 || p > 65535) throw bad("port " + port + " is out of range 1..65535");
   return {host, static_cast<std::uint16_t>(p)};
 }

@@ -54,17 +54,29 @@ constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s, bool 
   return {out, need > in ? (need - in) / 2 : 0};
 }
 
-/// Geometry of a 2-D window op over an (H, W, C) input.
-template <class In, std::size_t Kh, std::size_t Kw, class Strides, class Padding>
+/// The layers built on a 2-D window, so that a misplaced one is named in its compile error.
+enum class window_layer { conv2d, depthwise_conv2d, separable_conv2d, max_pooling2d, average_pooling2d };
+
+/// Geometry of a 2-D window op of layer `L` over an (H, W, C) input.
+template <class In, window_layer L, std::size_t Kh, std::size_t Kw, class Strides, class Padding>
 struct window2d {
-  static_assert(In::rank == 3,
-                "2-D window layers (conv2d, pooling) expect a rank-3 input (height, width, channels); "
-                "add dtrain::reshape<h, w, c> before it");
-  static constexpr std::size_t h = In::dims[0], w = In::dims[1], c = In::dims[2];
+  static constexpr bool rank3 = In::rank == 3;
+#define DTRAIN_RANK3(layer)                                                                                 \
+  static_assert(rank3 || L != window_layer::layer, #layer " expects a rank-3 input (height, width, channels); " \
+                                                          "add dtrain::reshape<h, w, c> before it")
+  DTRAIN_RANK3(conv2d);
+  DTRAIN_RANK3(depthwise_conv2d);
+  DTRAIN_RANK3(separable_conv2d);
+  DTRAIN_RANK3(max_pooling2d);
+  DTRAIN_RANK3(average_pooling2d);
+#undef DTRAIN_RANK3
+  static constexpr std::size_t dim(std::size_t i) { return rank3 ? In::dims[i] : 1; }  // (1: one error only)
+  static constexpr std::size_t h = dim(0), w = dim(1), c = dim(2);
   static constexpr std::size_t sh = Strides::h, sw = Strides::w;
   static constexpr window_axis ay = window(h, Kh, sh, Padding::is_same), ax = window(w, Kw, sw, Padding::is_same);
   static constexpr std::size_t oh = ay.out, ow = ax.out, pt = ay.pad, pl = ax.pad;
-  static_assert(Padding::is_same || (h >= Kh && w >= Kw), "2-D window layer: the window is larger than the input");
+  static_assert(!rank3 || Padding::is_same || (h >= Kh && w >= Kw),
+                "2-D window layer: the window is larger than the input");
   /// The geometry the backend's kernels take, with `f` output channels.
   static constexpr window_geometry with_outputs(std::size_t f) { return {h, w, c, Kh, Kw, sh, sw, pt, pl, oh, ow, f}; }
 };
@@ -85,7 +97,7 @@ struct conv2d {
 
   template <class In, class B>
   struct bind {
-    using geo = detail::window2d<In, Kernel, Kernel, stride_type, padding_type>;
+    using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, Kernel, stride_type, padding_type>;
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;
     using ptr = pointer_t<B, float>;

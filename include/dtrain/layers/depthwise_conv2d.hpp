@@ -42,8 +42,8 @@ struct depthwise_options {
   static constexpr std::size_t multiplier =
       find_option<is_depth_multiplier, depth_multiplier<1>, Options...>::type::value;
 
-  template <class In>
-  using geometry = window2d<In, Kernel, Kernel, stride_type, padding_type>;
+  template <class In, window_layer L>
+  using geometry = window2d<In, L, Kernel, Kernel, stride_type, padding_type>;
 };
 }  // namespace detail
 
@@ -53,7 +53,7 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
 
   template <class In, class B>
   struct bind {
-    using geo = typename base::template geometry<In>;
+    using geo = typename base::template geometry<In, detail::window_layer::depthwise_conv2d>;
     static constexpr std::size_t f = geo::c * base::multiplier;
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, f>;
@@ -102,7 +102,7 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
 
   template <class In, class B>
   struct bind {
-    using geo = typename base::template geometry<In>;
+    using geo = typename base::template geometry<In, detail::window_layer::separable_conv2d>;
     static constexpr std::size_t mid = geo::c * base::multiplier;  // the depthwise part's channels
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;

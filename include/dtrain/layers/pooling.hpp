@@ -52,7 +52,8 @@ struct pooling2d {
   using stride_type = typename find_option<is_strides, strides<Pool>, Options...>::type;
   using padding_type = typename find_option<is_padding, padding::valid, Options...>::type;
   template <class In>
-  using geo = window2d<In, Pool, Pool, stride_type, padding_type>;
+  using geo = window2d<In, Max ? window_layer::max_pooling2d : window_layer::average_pooling2d, Pool, Pool,
+                       stride_type, padding_type>;
 
   template <class In, class B>
   struct bind : pooling_layer<Max, geo<In>::with_outputs(geo<In>::c), In,

@@ -173,7 +173,7 @@ struct bind_nodes<B, std::tuple<Ins...>, std::tuple<Bound...>, std::tuple<Src, S
   }
   using head = typename decltype(bind_one())::type;
   static_assert(is_merge_v<Spec> ? merge_layer<head, B> : layer<head, B>,
-                "functional: this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
+                "this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
   using type = typename bind_nodes<B, std::tuple<Ins...>, std::tuple<Bound..., head>, std::tuple<Srcs...>,
                                    std::tuple<Specs...>>::type;
 };
