@@ -56,7 +56,7 @@ inline std::optional<std::int64_t> checkpoint_number(std::string_view name) {
 inline void write_index(const std::filesystem::path& dir, const std::vector<std::string>& all) {
   std::string s = "model_checkpoint_path: \"" + all.back() + "\"\n";
   for (const auto& a : all) s += "all_model_checkpoint_paths: \"" + a + "\"\n";
-  write_file_atomic(dir / "checkpoint", std::span<const char>(s.data(), s.size()));
+  dtrain::detail::write_file_atomic(dir / "checkpoint", std::span<const char>(s.data(), s.size()));
 }
 }  // namespace detail
 

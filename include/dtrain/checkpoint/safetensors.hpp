@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/file_io.hpp"
 #include "dtrain/core/shape.hpp"
 
 namespace dtrain::checkpoint {
@@ -46,53 +47,10 @@ struct tensor_view {
 };
 
 namespace detail {
-inline std::uint32_t crc32_of(const void* p, std::size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  const auto* b = static_cast<const Bytef*>(p);
-  while (n > 0) {
-    const auto k = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    c = crc32(c, b, k);
-    b += k, n -= k;
-  }
-  return static_cast<std::uint32_t>(c);
-}
 inline std::string hex32(std::uint32_t v) {
   char b[9];
   std::snprintf(b, sizeof b, "%08x", v);
   return b;
-}
-
-/// Writes `bytes` to `path` atomically and durably (temp file, fsync, rename, fsync of the folder).
-inline void write_file_atomic(const std::filesystem::path& path, std::span<const char> bytes) {
-  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::filesystem::create_directories(dir);
-  const auto tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw io_error(path.string() + ": cannot create " + tmp.string() + " (" + std::strerror(errno) + ")");
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      std::filesystem::remove(tmp);
-      throw io_error(path.string() + ": write failed (" + why + ")");
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::filesystem::remove(tmp);
-    throw io_error(path.string() + ": fsync failed (" + std::strerror(errno) + ")");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw io_error(path.string() + ": rename failed (" + ec.message() + ")");
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) ::fsync(dfd), ::close(dfd);
 }
 
 inline std::vector<char> read_file(const std::filesystem::path& path) {
@@ -131,7 +89,7 @@ inline void save_safetensors(const std::filesystem::path& path, const std::vecto
                         shape_str(t.shape));
     const std::size_t size = bytes.back().size();
     header[t.name] = {{"dtype", i64 ? "I64" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + size}}};
-    meta["dtrain.crc32." + t.name] = detail::hex32(detail::crc32_of(bytes.back().data(), size));
+    meta["dtrain.crc32." + t.name] = detail::hex32(dtrain::detail::crc32_of(bytes.back().data(), size));
     offset += size;
   }
   header["__metadata__"] = meta;
@@ -146,7 +104,8 @@ inline void save_safetensors(const std::filesystem::path& path, const std::vecto
     if (!b.empty()) std::memcpy(out.data() + at, b.data(), b.size());
     at += b.size();
   }
-  detail::write_file_atomic(path, out);
+  dtrain::detail::create_folder_of(path);
+  dtrain::detail::write_file_atomic(path, out);
 }
 
 struct safetensors_file {
@@ -227,8 +186,8 @@ inline safetensors_file parse_safetensors(std::span<const char> b, const std::st
   }
   for (const auto& t : out.tensors) {
     auto c = out.metadata.find("dtrain.crc32." + t.name);
-    const auto crc = t.int64.empty() ? detail::crc32_of(t.data.data(), t.data.size() * 4)
-                                     : detail::crc32_of(t.int64.data(), t.int64.size() * 8);
+    const auto crc = t.int64.empty() ? dtrain::detail::crc32_of(t.data.data(), t.data.size() * 4)
+                                     : dtrain::detail::crc32_of(t.int64.data(), t.int64.size() * 8);
     if (c != out.metadata.end() && c->second != detail::hex32(crc))
       throw io_error(f + ": checksum mismatch in tensor '" + t.name + "' (the file is damaged)");
   }

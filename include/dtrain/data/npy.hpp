@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/core/file_io.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/data/sources.hpp"
 
@@ -225,56 +226,6 @@ inline std::string npy_image(const tensor& t) {
   return out;
 }
 
-/// Writes `bytes` to `path` atomically and durably: a temporary file in the same folder (so the
-/// rename cannot cross file systems), fsync, rename over `path`, fsync of the folder. Readers see
-/// the old file or the new one, never a part.
-inline void write_atomically(const std::filesystem::path& path, std::string_view bytes) {
-  static std::atomic<unsigned> serial{0};
-  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  const auto tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) + "_" +
-                          std::to_string(serial++));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw io_error(path.string() + ": cannot create " + tmp.string() + " (" + std::strerror(errno) + ")");
-  auto fail = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    return io_error(path.string() + ": " + what + " failed (" + why + ")");
-  };
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw fail("write");
-    done += std::size_t(w);
-  }
-  if (::fsync(fd) != 0) throw fail("fsync");
-  if (::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw io_error(path.string() + ": close failed (" + why + ")");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw io_error(path.string() + ": cannot rename the written file into place (" + ec.message() + ")");
-  }
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) ::fsync(dfd), ::close(dfd);
-}
-
-inline std::uint32_t crc_of(const char* p, std::size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  while (n > 0) {  // zlib takes uInt lengths
-    const uInt k = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    c = crc32(c, reinterpret_cast<const Bytef*>(p), k);
-    p += k, n -= k;
-  }
-  return static_cast<std::uint32_t>(c);
-}
-
 }  // namespace detail
 
 /// Reads a .npy file as a float tensor of its shape (`numpy.load(path)` converted to float32).
@@ -285,7 +236,8 @@ inline tensor read_npy(const std::filesystem::path& path) {
 
 /// Writes a float tensor as a .npy file ('<f4', C order), atomically.
 inline void write_npy(const std::filesystem::path& path, const tensor& t) {
-  detail::write_atomically(path, detail::npy_image(t));
+  const std::string image = detail::npy_image(t);
+  dtrain::detail::write_file_atomic(path, image);
 }
 
 /// Reads every array of a .npz archive; keys are the entry names without ".npy" (as `numpy.load`).
@@ -368,7 +320,7 @@ inline std::map<std::string, tensor> read_npz(const std::filesystem::path& path)
       throw io_error(f + ": entry '" + name + "' uses zip compression method " + std::to_string(method) +
                      " (only stored and deflate are read)");
     }
-    if (detail::crc_of(raw.data(), raw.size()) != crc)
+    if (dtrain::detail::crc32_of(raw.data(), raw.size()) != crc)
       throw io_error(f + ": CRC mismatch in entry '" + name + "' (the archive is damaged)");
     std::string key = name.ends_with(".npy") ? name.substr(0, name.size() - 4) : name;
     if (out.count(key)) throw io_error(f + ": the archive holds '" + name + "' twice");
@@ -391,7 +343,7 @@ inline void write_npz(const std::filesystem::path& path, const std::map<std::str
     if (img.size() >= 0xffffffffu || out.size() >= 0xffffffffu)
       throw io_error(f + ": array '" + key + "' would need zip64 (over 4 GiB)");
     const bool utf8 = std::any_of(name.begin(), name.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; });
-    const std::uint64_t flags = utf8 ? 1u << 11 : 0u, crc = detail::crc_of(img.data(), img.size());
+    const std::uint64_t flags = utf8 ? 1u << 11 : 0u, crc = dtrain::detail::crc32_of(img.data(), img.size());
     const std::size_t local = out.size();
     detail::put_le(out, 0x04034b50, 4), detail::put_le(out, 20, 2), detail::put_le(out, flags, 2);
     detail::put_le(out, 0, 2), detail::put_le(out, 0, 2), detail::put_le(out, dos_date, 2);
@@ -413,7 +365,7 @@ inline void write_npz(const std::filesystem::path& path, const std::map<std::str
   detail::put_le(out, 0x06054b50, 4), detail::put_le(out, 0, 2), detail::put_le(out, 0, 2);
   detail::put_le(out, arrays.size(), 2), detail::put_le(out, arrays.size(), 2);
   detail::put_le(out, cd.size(), 4), detail::put_le(out, cd_at, 4), detail::put_le(out, 0, 2);
-  detail::write_atomically(path, out);
+  dtrain::detail::write_file_atomic(path, out);
 }
 
 /// `from_tensor_slices((x, y))` over features and labels stored in two .npy files.
