@@ -21,7 +21,7 @@
 ///   to `penalty[0]` and, when `grads` is not null, `scale` times its gradient to `grads`.
 /// Every access to memory goes through `ctx.device`; `backend/opaque.hpp` proves it at compile time.
 /// Buffers a layer keeps between forward and backward grow to the largest batch seen and are reused:
-/// no allocation happens on a training step once the batch size is stable.
+/// a layer allocates nothing on a training step once the batch size is stable.
 ///
 /// Optional: `static constexpr bool relabels = true` says the output holds the input's values in the same
 /// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output

@@ -8,8 +8,9 @@
 ///
 /// All parameters live in ONE contiguous backend buffer and all gradients in another, layer after layer
 /// in the order of the stack (kernel, then bias), so an all-reduce, a bucket or a checkpoint is a span.
-/// A training step allocates nothing once the batch size is stable: activations, deltas and layer
-/// workspaces grow to the largest batch seen and are reused. Host memory meets the backend at the API
+/// Once the batch size is stable a training step allocates no tensor memory: activations, deltas and
+/// layer workspaces grow to the largest batch seen and are reused; what remains is a few small vectors
+/// of bookkeeping and the logs it returns (a count that depends on neither the batch nor the model). Host memory meets the backend at the API
 /// edge only: a batch (an xtensor `tensor`) goes in, predictions come out, and each step brings its loss,
 /// penalty and metric totals back in one small download.
 ///
@@ -639,7 +640,7 @@ class basic_model {
 
   /// Attaches the model to a strategy (what `strategy.make_model()` does): gradients are then summed over
   /// the replicas in buckets during backward, the loss is averaged over the GLOBAL batch and the
-  /// regularization penalty divided by the number of replicas (the seeds' scale_regularization_loss).
+  /// regularization penalty divided by the number of replicas (TF's scale_regularization_loss).
   void set_replica_context(replica_context* r) {
     replica_ = r;
     regularization_scale_ = 1.0f / static_cast<float>(replicas());
