@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""TensorFlow/Keras peer of bench/train_throughput: the same two Keras models, trained as the seeds do.
+"""TensorFlow/Keras peer of bench/train_throughput: the same two Keras models, trained as TensorFlow's
+multi-worker tutorial trains them.
 
 train_throughput starts one co-process per thread count (TensorFlow fixes its thread pools when it
 starts) with the interpreter of the peer virtual environment (bench/peers/venv.sh), and sends it one
@@ -40,7 +41,7 @@ except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
 
 
 def make(model, batch, jit):
-    """The Keras models of train_throughput.cpp, as the seeds write them."""
+    """The Keras models of train_throughput.cpp, as TensorFlow's tutorials write them."""
     keras.utils.set_random_seed(0)
     if model == "cnn":
         net = keras.Sequential([keras.Input((28, 28)), keras.layers.Reshape((28, 28, 1)),

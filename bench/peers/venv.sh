@@ -1,36 +1,37 @@
 #!/bin/sh
-# The benchmarks' Python peers from PyPI, in one virtual environment made once:
+# The benchmarks' Python peers, in one virtual environment made once, installed by pip from the package
+# index it is configured with (PyPI unless pip.conf or PIP_INDEX_URL says otherwise):
 #   bench/peers/venv.sh DIR     # DIR/bin/python then has current torch, tensorflow-cpu (Keras 3) and
-#                               # tf_keras (Keras 2, the seeds' Keras: TF_USE_LEGACY_KERAS=1)
+#                               # tf_keras (Keras 2, the tutorial's Keras: TF_USE_LEGACY_KERAS=1)
 #
-# train_throughput and bench/seed_tutorial/run.sh call this with DIR under the build tree. A second call
-# with the environment complete does nothing. The CPU build of torch comes from PyTorch's own index when
-# that is reachable; otherwise from PyPI (the default wheel, whose CUDA libraries are installed but unused
-# on a CPU). Exit status 3, with one line on stderr, when PyPI cannot be reached: the callers then print
-# "n/a" for these peers.
+# train_throughput, bench/tf_tutorial/run.py and bench/resnet/run.py call this with DIR under the build
+# tree. A second call with the environment complete does nothing. torch is the index's default wheel (on
+# PyPI the one whose CUDA libraries are installed but unused on a CPU; point pip at a CPU-only index for a
+# smaller environment). Exit status 3, with one line on stderr, when pip cannot reach its index: the
+# callers then print "n/a" for these peers.
 set -eu
 dir=${1:?usage: venv.sh DIR}
 python=${DTRAIN_PEER_BASE_PYTHON:-python3}
 stamp="$dir/.dtrain-peers-complete-2"  # -2: with tf_keras
 [ -f "$stamp" ] && exit 0
 
-if ! "$python" - <<'EOF' 2>/dev/null
-import urllib.request
-urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=15)
-EOF
-then
-  echo "venv.sh: PyPI (https://pypi.org) cannot be reached: no PyPI peers (torch, tensorflow-cpu)" >&2
+echo "venv.sh: creating $dir with torch and tensorflow-cpu (once; a few GiB, a few minutes)" >&2
+rm -rf "$dir"
+"$python" -m venv "$dir" || { echo "venv.sh: $python -m venv failed (Debian: apt install python3-venv)" >&2; exit 1; }
+
+# Can pip reach its index? One small download through pip itself, so its configuration (index, proxy,
+# certificates) is what is probed.
+probe=$(mktemp -d)
+if ! "$dir/bin/python" -m pip download --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+     --retries 0 --timeout 15 -d "$probe" pip >/dev/null 2>&1; then
+  rm -rf "$probe" "$dir"
+  echo "venv.sh: pip cannot reach its package index: no Python peers (torch, tensorflow-cpu)" >&2
   exit 3
 fi
+rm -rf "$probe"
 
-echo "venv.sh: creating $dir with torch and tensorflow-cpu from PyPI (once; a few GiB, a few minutes)" >&2
-rm -rf "$dir"
-"$python" -m venv "$dir"
 pip="$dir/bin/python -m pip install --quiet --disable-pip-version-check --progress-bar off"
-if ! $pip --retries 0 --timeout 10 --index-url https://download.pytorch.org/whl/cpu torch >/dev/null 2>&1; then
-  echo "venv.sh: PyTorch's CPU index not reachable; the default torch wheel from PyPI" >&2
-  $pip torch >&2
-fi
+$pip torch >&2
 $pip tensorflow-cpu tf_keras >&2
 "$dir/bin/python" -c "import torch, tensorflow, tf_keras" >&2
 touch "$stamp"

@@ -2,11 +2,11 @@
 """The multi-worker tutorial's own program against dtrain's, on this machine, in one invocation.
 
     cmake --build build --target multi_worker_mnist dtrain-launch
-    python3 bench/seed_tutorial/run.py [--build build] [--runs 3]
+    python3 bench/tf_tutorial/run.py [--build build] [--runs 5]
 
 TensorFlow: main.py and mnist_setup.py here (the tutorial's, on Fashion-MNIST from Debian's IDX files),
 2 workers on localhost with TF_CONFIG, tensorflow-cpu from PyPI (the peer venv of bench/peers/venv.sh,
-made once under the build tree), with tf_keras: the seeds' Keras 2 (TF_USE_LEGACY_KERAS=1), as TensorFlow's
+made once under the build tree), with tf_keras: the tutorial's Keras 2 (TF_USE_LEGACY_KERAS=1), as TensorFlow's
 own guide says for TF 2.16 and later; Keras 3's fit cannot take MultiWorkerMirroredStrategy's per-replica
 batches (ValueError: Attempt to convert a value (PerReplica:{...}) to a Tensor). dtrain: `dtrain-launch -n 2 -- multi_worker_mnist` with the tutorial's
 settings (CNN, SGD 0.001, 64 per worker, 3 epochs of 70 steps). The two alternate, `--runs` times each;

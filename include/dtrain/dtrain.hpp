@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// The whole of dtrain in one include (the optional parts, the ring_tcp communicator and the opaque test
-/// backend, are included on their own).
+/// The whole of dtrain in one include (the optional parts are included on their own: the ring_tcp and mpi
+/// communicators, the cuda backend and comm::nccl, each with its CMake target, and the opaque test backend).
 
 #include "dtrain/version.hpp"
 

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(damaged_files_are_detected) {
   bytes += h + std::string(280, '\0');
   std::ofstream(t.path / "f64.safetensors", std::ios::binary) << bytes;
   BOOST_TEST(error_of([&] { checkpoint::load_weights(a, t.path / "f64.safetensors"); }).find("dtype \"F64\"") != std::string::npos);
-  // [security] a shape whose element count wraps 2^64 (4 * 2^62 * 2^2 bytes "fit" offsets of 0), and a folder
+  // a hostile file: a shape whose element count wraps 2^64 (4 * 2^62 * 2^2 bytes "fit" offsets of 0), and a folder
   const std::string wrap = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
   std::string wb(8, '\0');
   wb[0] = char(wrap.size());
@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(moving_statistics_are_saved_with_keras_names_and_resume_bit
 }
 
 BOOST_AUTO_TEST_CASE(damaged_optimizer_metadata_is_an_io_error_and_allocates_nothing_it_claims) {
-  // [security] every value is a claim of the file: a clear error, the model untouched
+  // a hostile file: every value is a claim of the file: a clear error, the model untouched
   temp_dir t;
   net m = compiled();
   auto [x, y] = problem(16);
@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(the_iteration_count_is_int64_as_keras_keeps_it) {
 }
 
 BOOST_AUTO_TEST_CASE(an_edited_checkpoint_index_is_a_dtrain_error_or_ignored) {
-  // [security] names are parsed without exceptions that escape, and never lead outside the folder
+  // hostile file names: parsed without exceptions that escape, and never lead outside the folder
   temp_dir t;
   net m = compiled();
   checkpoint::checkpoint_manager mgr(t.path, 2);
@@ -497,7 +497,7 @@ void rewrite(const fs::path& from, const fs::path& to,
 std::vector<char> bytes_of(const fs::path& p) { return checkpoint::detail::read_file(p); }
 
 BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
-  // [security] garbage positions, generators and metric states: a clear error naming the file and the
+  // a hostile backup: garbage positions, generators and metric states: a clear error naming the file and the
   // field, never a crash, and nothing restored
   temp_dir t;
   auto [x, y] = problem(16);
@@ -732,7 +732,7 @@ BOOST_AUTO_TEST_CASE(write_filepath_and_npz_export) {
   remove_temp_dir(t.path / "model.safetensors", "worker", 1);
   BOOST_TEST(!fs::exists(t.path / "workertemp_1"));
   BOOST_TEST(write_filepath(t.path / "m", "worker", 0, true) != t.path / "m");  // worker 0 is not chief when a chief exists
-  // the seeds' form: the cluster spec says whether there is a chief job
+  // the tutorial's form: the cluster spec says whether there is a chief job
   const cluster_spec with_chief{{{"chief", {"a:1"}}, {"worker", {"b:1", "c:1"}}}}, workers_only{{{"worker", {"b:1", "c:1"}}}};
   BOOST_TEST(write_filepath(t.path / "m", "worker", 0, with_chief) == t.path / "workertemp_0" / "m");
   BOOST_TEST(write_filepath(t.path / "m", "chief", 0, with_chief) == t.path / "m");

@@ -379,7 +379,7 @@ BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on)
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_ended_is_named) {
-  // [security] a valid hello for rank 1 (anyone who reads TF_CONFIG can compute one), then a reset;
+  // a stranger: a valid hello for rank 1 (anyone who reads TF_CONFIG can compute one), then a reset;
   // when rank 2 joins, rank 0 sends the address table: a comm_error naming rank 1, not std::terminate
   const auto addrs = free_addresses(3);
   std::exception_ptr err0, err2;
@@ -452,7 +452,7 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
 }
 
 BOOST_AUTO_TEST_CASE(silent_connections_do_not_stall_the_rendezvous) {
-  // [security] 8 connections that never say a word, held open: one at a time with 5 s each they
+  // a port scanner: 8 connections that never say a word, held open: one at a time with 5 s each they
   // would outlast the 20 s connect deadline; handshaken concurrently they cost nothing
   const int p = 3;
   const auto addrs = free_addresses(p);
@@ -554,7 +554,7 @@ comm::detail::hello stranger_hello(asio::ip::tcp::socket& s, comm::detail::hello
 }
 
 BOOST_AUTO_TEST_CASE(strangers_without_the_token_cannot_take_a_rank) {
-  // [security] anyone who reads TF_CONFIG can compute a hello; without the token it cannot join
+  // a stranger: anyone who reads TF_CONFIG can compute a hello; without the token it cannot join
   const int p = 3;
   const auto addrs = free_addresses(p);
   log_sink log;

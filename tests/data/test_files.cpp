@@ -286,7 +286,7 @@ BOOST_AUTO_TEST_CASE(corrupt_numpy_files_are_named) {
     write(t.path / "far.npz", far);
   }
   BOOST_TEST(contains(err("far.npz", npz_), "far.npz: corrupt zip"));
-  // [security] sizes the archive cannot hold are refused before anything is allocated: a stored entry
+  // a hostile archive: sizes it cannot hold are refused before anything is allocated: a stored entry
   // whose sizes disagree, a deflated entry claiming ~4 GiB from a few bytes
   std::size_t cd = 0;  // the central directory entry of "x.npy", where the end record says
   for (int i = 3; i >= 0; --i) cd = cd << 8 | static_cast<unsigned char>(z[z.size() - 22 + 16 + std::size_t(i)]);

@@ -5,7 +5,7 @@ the commands run there). Everything is made under names unique to this process a
     with netns.hosts(3) as h:             # h.address[i]: "10.201.x.(i+1)"
         h.run(i, argv, env=..., hosts_file=...)   # a Popen in host i
 
-Links with delay or loss (this kernel's tc has no netem): hosts(n, relay=Relay(binary, delay_us, loss))
+Links with delay or loss (for kernels whose tc has no netem): hosts(n, relay=Relay(binary, delay_us, loss))
 joins the veth pairs through netrelay (tests/deploy/netrelay.cpp), a user-space switch that delays every
 frame by delay_us and drops each with probability loss, instead of the bridge. Those links use 9000-byte
 frames; segmentation offload passes through the relay (up to 64 KiB per frame, what keeps a user-space

@@ -1,5 +1,5 @@
 // netrelay: the switch between the hosts of the multi-host tests (tests/deploy/netns.py) when their
-// links need delay or loss, which this kernel's tc cannot add (no netem). It forwards every Ethernet
+// links need delay or loss, which tc cannot add on a kernel without netem. It forwards every Ethernet
 // frame read on one host's link to the link of the host that owns the destination MAC (learned from
 // source MACs; broadcasts and unknown destinations go to every other link), each after a fixed one-way
 // delay, dropping each with a given probability (a seeded generator: the same drops for the same

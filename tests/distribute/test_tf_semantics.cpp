@@ -1,7 +1,8 @@
-// The seeds' programs behave as in TensorFlow under a multi-worker strategy (real loopback sockets,
-// 1, 2 and 3 workers): the guide's custom loop without a global batch size, uneven input (a short
-// last batch, workers whose own pipelines run out at different steps), get_strategy() in scope,
-// strategy.reduce on tensors, predict split across the workers, and AUTO sharding by file.
+// The programs of TensorFlow's distributed-training guides behave as in TensorFlow under a multi-worker
+// strategy (real loopback sockets, 1, 2 and 3 workers): the guide's custom loop without a global batch
+// size, uneven input (a short last batch, workers whose own pipelines run out at different steps),
+// get_strategy() in scope, strategy.reduce on tensors, predict split across the workers, and AUTO
+// sharding by file.
 #include <fstream>
 
 #include "support/gradcheck.hpp"

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Smoke tests of the examples that follow the seeds' saving and sharding code paths: each runs with two
-# workers on loopback (a few steps of the MLP on Fashion-MNIST) and its files and output lines are checked.
-# usage: seed_examples.sh path/to/dtrain-launch path/to/examples/dir example [its arguments]
+# Smoke tests of the examples that follow the saving and sharding code paths of TensorFlow's multi-worker
+# tutorial: each runs with two workers on loopback (a few steps of the MLP on Fashion-MNIST) and its files
+# and output lines are checked.
+# usage: tutorial_examples.sh path/to/dtrain-launch path/to/examples/dir example [its arguments]
 set -u
 launch=$1; bin=$2; name=$3
 dir=$(mktemp -d)

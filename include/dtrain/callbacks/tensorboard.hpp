@@ -9,7 +9,8 @@
 /// - after `evaluate` (and validation), `evaluation_<name>_vs_iterations` in validation/ at step = the
 ///   optimizer's iterations;
 /// - every `histogram_freq` epochs, a histogram of each variable, `<layer>/<kernel|bias>/histogram`.
-/// Under a strategy only the chief writes (the logs are the same on every worker).
+/// Under a strategy only the chief writes: epoch and evaluation logs are the same on every worker, while
+/// `batch_<name>` are the chief's own running values (per-batch logs are not aggregated).
 ///
 /// The format (TensorFlow's record and Event protos, written without TensorFlow): each record is the
 /// data length (u64 little endian), its masked CRC-32C (u32), the data, and the data's masked CRC-32C;

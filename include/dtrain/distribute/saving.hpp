@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The seeds' helpers for saving under a multi-worker strategy: every worker must run the saving code
+/// The saving helpers of TensorFlow's multi-worker tutorial: every worker must run the saving code
 /// (it may hold collectives), but only the chief's file is kept; the others write to a
 /// `workertemp_<task_id>` folder beside it and remove it afterwards.
 ///
@@ -23,7 +23,7 @@ inline bool is_chief_task(const std::string& task_type, int task_id, bool has_ch
   return task_type.empty() || task_type == "chief" || (task_type == "worker" && task_id == 0 && !has_chief_job);
 }
 
-/// The seeds' `write_filepath`: `filepath` on the chief, `<dir>/workertemp_<id>/<name>` elsewhere (created).
+/// The tutorial's `write_filepath`: `filepath` on the chief, `<dir>/workertemp_<id>/<name>` elsewhere (created).
 inline std::filesystem::path write_filepath(const std::filesystem::path& filepath, const std::string& task_type,
                                             int task_id, bool has_chief_job = false) {
   if (is_chief_task(task_type, task_id, has_chief_job)) return filepath;
@@ -40,7 +40,7 @@ inline void remove_temp_dir(const std::filesystem::path& filepath, const std::st
   std::filesystem::remove_all(filepath.parent_path() / ("workertemp_" + std::to_string(task_id)), ec);
 }
 
-/// The seeds' signatures: `write_filepath(filepath, task_type, task_id, cluster_spec)`.
+/// The tutorial's signatures: `write_filepath(filepath, task_type, task_id, cluster_spec)`.
 inline std::filesystem::path write_filepath(const std::filesystem::path& filepath, const std::string& task_type,
                                             int task_id, const cluster_spec& spec) {
   return write_filepath(filepath, task_type, task_id, spec.jobs.count("chief") > 0);

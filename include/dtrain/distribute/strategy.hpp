@@ -9,7 +9,7 @@
 /// A strategy has a `backend_type`: `make_model<Model>()` builds the model on it, so a program names its
 /// model type once (`sequential<...>`, a cpu model) and the strategy binds it to its hardware.
 /// The user's program changes only in the strategy type: every strategy offers the same members, as
-/// in the seeds: num_replicas_in_sync, make_model (the "scope": every worker starts from the chief's
+/// in TensorFlow's distributed-training guides: num_replicas_in_sync, make_model (the "scope": every worker starts from the chief's
 /// weights), run, reduce, experimental_local_results, distribute_dataset,
 /// distribute_datasets_from_function, cluster_resolver(), is_chief().
 ///

@@ -2,7 +2,7 @@
 /// \file
 /// Kernel regularizers, given to `dense` / `conv2d` as an option: `dense<64, relu, l2<0.01f>>`.
 /// The penalty is what Keras adds to `model.losses`; training adds it to the loss (divided by the
-/// number of replicas under a strategy, as `scale_regularization_loss` does in the seeds).
+/// number of replicas under a strategy, as TF's `scale_regularization_loss` does).
 ///
 /// Regularizer contract: `apply(device, n, w, g, scale, penalty)` adds the penalty of the `n` weights `w`
 /// to `penalty[0]` and, when `g` is not null, `scale` times its gradient to `g`; `active` is false for

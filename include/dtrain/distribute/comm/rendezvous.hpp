@@ -49,7 +49,7 @@ struct ring_tcp_options {
   std::uint64_t fingerprint = 0;
   std::chrono::milliseconds operation_timeout{60'000};
   std::chrono::milliseconds connect_timeout{300'000};
-  std::size_t chunk_bytes = std::size_t{1} << 20;  // frames; 1 MiB measured best on loopback (bench/README.md)
+  std::size_t chunk_bytes = std::size_t{1} << 20;  // the largest frame
   /// The job token every connection proves (handshake.hpp); nullopt: `job_token_from_environment()`,
   /// "": none. The same on every rank.
   std::optional<std::string> job_token{};
