@@ -1,11 +1,72 @@
 #!/bin/sh
-# The README's test command, and all that .ci/run runs: installs what is missing, builds the release tree
-# and passes its tests (unit, multi-process, launcher, packaging, docs, fuzz replays), then the
-# sanitizer trees (tests/scripts/sanitizers.sh: ASan + UBSan with short fuzzing, and TSan).
-set -eu
+# The README's test command, and all that .ci/run runs: installs what is missing, then three stages, each
+# run and reported even when an earlier one failed:
+#   release  the release tree (build/): every test, unit, multi-process, launcher, packaging, docs, fuzz replays
+#   asan     clang-19, AddressSanitizer + UndefinedBehaviorSanitizer: unit tests, a multi-process test and
+#            a few seconds of fuzzing per parser (tests/scripts/sanitizers.sh asan)
+#   tsan     clang-19, ThreadSanitizer: the communicator and strategy tests (tests/scripts/sanitizers.sh tsan)
+# Each stage has a time budget, measured on 2 cores with a cold compiler cache (the whole run well under 30
+# minutes); a stage that overruns it says so, and its labels (ctest -L slow|multiprocess|build) are where
+# to look. The last line counts the tests of every stage: "total: N passed, N failed".
+set -u
 cd "$(dirname "$0")/.."
-tools/install-deps.sh --test
-cmake -S . -B build -G Ninja -DDTRAIN_WERROR=ON  # examples, launcher and benchmarks warning-free
-cmake --build build
-ctest --test-dir build --output-on-failure -j2
-tests/scripts/sanitizers.sh
+tools/install-deps.sh --test || exit 1
+
+# budgets in seconds (2 cores, cold ccache)
+budget_release=1080
+budget_asan=480
+budget_tsan=240
+
+passed=0 failed=0 failed_stages="" summary=""
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# count LOG: adds the ctest summary line of LOG ("N% tests passed, F tests failed out of T") to the totals
+count() {
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -n 1)
+  [ -n "$line" ] || return 0
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/')
+  t=$(echo "$line" | sed -E 's/.* failed out of ([0-9]+).*/\1/')
+  passed=$((passed + t - f)) failed=$((failed + f))
+}
+
+# stage NAME BUDGET COMMAND...: runs COMMAND, tees its output, records the result and the time
+stage() {
+  name=$1 budget=$2
+  shift 2
+  echo "==== $name (budget ${budget} s)"
+  start=$(date +%s)
+  # (a status file: the pipe's status would be tee's)
+  { "$@"; echo $? > "$log.rc"; } 2>&1 | tee "$log"
+  rc=$(cat "$log.rc")
+  seconds=$(($(date +%s) - start))
+  count "$log"
+  result=passed
+  if [ "$rc" -ne 0 ]; then
+    result="FAILED (exit $rc)" failed_stages="$failed_stages $name"
+    grep -qE '^[0-9]+% tests passed' "$log" || failed=$((failed + 1))  # it failed before its tests ran
+  fi
+  over=""
+  [ "$seconds" -gt "$budget" ] && over=" (over its budget of $budget s)"
+  summary="$summary$(printf '%-8s %-18s %5d s of %5d s%s' "$name" "$result" "$seconds" "$budget" "$over")
+"
+  rm -f "$log.rc"
+}
+
+# The release tree: examples, launcher and benchmarks warning-free (-Werror), at -O2, which compiles them
+# in half of -O3's time (CMake's Release default, what a user's build of them gets) with the same warnings;
+# the test programs at -O1 (DTRAIN_TEST_OPTIMIZE).
+release() {
+  cmake -S . -B build -G Ninja -DDTRAIN_WERROR=ON -DDTRAIN_CUDA=AUTO -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" &&
+    cmake --build build &&
+    ctest --test-dir build --output-on-failure -j2
+}
+
+stage release $budget_release release
+stage asan $budget_asan tests/scripts/sanitizers.sh asan
+stage tsan $budget_tsan tests/scripts/sanitizers.sh tsan
+
+echo "==== stages"
+printf '%s' "$summary"
+echo "total: $passed passed, $failed failed"
+[ -z "$failed_stages" ]
