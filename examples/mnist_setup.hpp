@@ -133,6 +133,12 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
     std::exit(2);
   }
   if (save_freq != "epoch") a.save_every = std::stoll(save_freq);  // checked above: digits in range
+  if (!a.save_weights.empty()) try {  // now, not after the training whose weights it would save
+      dtrain::detail::create_folder_of(a.save_weights);
+    } catch (const dtrain::io_error& e) {
+      std::fprintf(stderr, "%s: --save-weights: %s; see --help\n", app.get_name().c_str(), e.what());
+      std::exit(2);
+    }
   return a;
 }
 

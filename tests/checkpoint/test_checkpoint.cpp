@@ -392,6 +392,48 @@ BOOST_AUTO_TEST_CASE(sigterm_backs_up_at_the_step_and_resumes_exactly) {
   std::signal(SIGTERM, SIG_DFL);
 }
 
+// A backup taken after batch 6 of an epoch cannot be a position of a run whose epochs have 5 steps: the
+// resume is refused, naming both, and the backup stays (it would otherwise skip the rest of the epoch).
+BOOST_AUTO_TEST_CASE(a_backup_past_the_end_of_this_runs_epoch_is_refused) {
+  temp_dir t;
+  auto [x, y] = problem(40);
+  auto ds = data::from_tensor_slices(x, y) | data::repeat() | data::batch(8);
+  net first = compiled();
+  BOOST_CHECK_THROW(first.fit(ds, {.epochs = 2, .steps_per_epoch = 10, .callbacks = {backup_and_restore(
+                                       {.backup_dir = t.path, .save_freq = std::int64_t(3)}), crash_after(7)},
+                                   .verbose = 0}),
+                    std::runtime_error);  // backed up after batch 6
+  net resumed = compiled();
+  const std::string e = error_of([&] {
+    resumed.fit(ds, {.epochs = 2, .steps_per_epoch = 5, .callbacks = {backup_and_restore({.backup_dir = t.path})},
+                     .verbose = 0});
+  });
+  BOOST_TEST(e.find("the backup's position, epoch 1 after batch 6, is not a position of this run, whose epochs have "
+                    "5 steps") != std::string::npos, e);
+  BOOST_TEST(resumed.optimizer().iterations() == 6);  // the backup's, and no step after it
+  net again = compiled();  // with the steps it was written with, it resumes
+  again.fit(ds, {.epochs = 2, .steps_per_epoch = 10, .callbacks = {backup_and_restore({.backup_dir = t.path})},
+                 .verbose = 0});
+  BOOST_TEST(again.optimizer().iterations() == 20);
+}
+
+// A backup folder that cannot be made is an error naming it before the first step, not a failed backup
+// after hours of training; the end of training empties the folder (tests/scripts/backup_folders.sh: a
+// mount point and a read-only file system).
+BOOST_AUTO_TEST_CASE(a_backup_folder_that_cannot_be_written_is_refused_before_training) {
+  temp_dir t;
+  std::ofstream(t.path / "file") << "not a folder";
+  auto [x, y] = problem(40);
+  net m = compiled();
+  const std::string e = error_of([&] {
+    m.fit(x, y, {.epochs = 1, .callbacks = {backup_and_restore({.backup_dir = t.path / "file" / "backup"})},
+                 .verbose = 0, .batch_size = 8});
+  });
+  BOOST_TEST(e.find("backup_and_restore: cannot write backups to " + (t.path / "file" / "backup").string() +
+                    " (Not a directory)") != std::string::npos, e);
+  BOOST_TEST(m.optimizer().iterations() == 0);
+}
+
 // A learning rate a callback changed (ReduceLROnPlateau's way) is part of the backup: the resumed run
 // goes on with the reduced rate, so it ends where an uninterrupted one does.
 BOOST_AUTO_TEST_CASE(backup_and_restore_keeps_a_learning_rate_a_callback_changed) {
@@ -720,6 +762,23 @@ BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {
                l.set("val_loss", 0.25f);
                return l;
              }()) == "ckpt-007-0.25");
+  // the pattern is read as Python's str.format reads it; what Python refuses is refused when the callback is
+  // made, naming the field, not after an epoch of training (and never reaches printf)
+  logs l;
+  l.set("loss", -1.5f);
+  BOOST_TEST(detail::format_filepath("{{x}}-{epoch:03}-{loss:+.1e}-{epoch:4d}", 7, l) == "{x}-007--1.5e+00-   7");
+  for (const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
+           {"m-{epoch:s}", "{epoch:s}: format type 's' does not apply to an integer (epoch)"},
+           {"m-{loss:d}", "{loss:d}: format type 'd' does not apply to a logged float"},
+           {"m-{epoch:.2d}", "an integer (epoch) takes no precision"},
+           {"m-{epoch:%n}", "format \"%n\" is not [sign][0][width][.precision][type]"},
+           {"m-{epoch", "an unclosed '{'"},
+           {"m-}", "a single '}'"},
+           {"m-{}", "the field {} has no name"}}) {
+    const std::string m = error_of([&] { model_checkpoint({.filepath = pattern}); });
+    BOOST_TEST(m.find("model_checkpoint: filepath \"" + pattern + "\"") != std::string::npos, m);
+    BOOST_TEST(m.find(why) != std::string::npos, m);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(write_filepath_and_npz_export) {

@@ -32,6 +32,8 @@ refuse --learning-rate --learning-rate nan
 refuse --model --model vgg
 refuse --bogus --bogus 1
 refuse --epochs --epochs
+touch "$dir/file"
+refuse --save-weights --save-weights "$dir/file/w.safetensors"  # a folder that cannot exist: before training
 # memory that cannot be had (a batch of 60,000 images through the CNN needs over 5 GB): a message and exit
 # 1, which no restart fixes, not an uncaught exception's SIGABRT (134, which orchestrators retry)
 (ulimit -v 4000000 && exec timeout 120 "$P" --model cnn --batch-size 60000 --epochs 1 --steps-per-epoch 1 \

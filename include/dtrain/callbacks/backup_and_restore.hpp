@@ -20,10 +20,15 @@
 /// is the same and the data is sharded by DATA (`fit` checks both). A SIGTERM makes the workers agree
 /// on the next step boundary, back up there, and end `fit` with `preempted`.
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <variant>
 #include <vector>
 
@@ -90,7 +95,7 @@ class backup_and_restore : public callback {
     if (!o_.delete_checkpoint) return;  // Keras deletes after an early stop too: nothing is left to resume
     auto& m = model();
     m.barrier();
-    if (m.is_chief()) std::filesystem::remove_all(o_.backup_dir);
+    if (m.is_chief()) remove_backups();
   }
 
  private:
@@ -111,11 +116,40 @@ class backup_and_restore : public callback {
     m.barrier();  // every worker goes on only once the backup is durable
   }
 
+  /// The training is done: its backups go, as in Keras. A folder that cannot go (a mount point, as a
+  /// Kubernetes volume is) is emptied; whatever cannot be removed is a warning, never a failed run.
+  void remove_backups() const {
+    std::error_code ec, ignored;
+    std::filesystem::remove_all(o_.backup_dir, ec);  // (the folder's entries first, then the folder)
+    if (ec && !std::filesystem::is_empty(o_.backup_dir, ignored))
+      std::fprintf(stderr, "WARNING: backup_and_restore: the training is complete but its backups in %s could not "
+                           "be removed (%s)\n", o_.backup_dir.string().c_str(), ec.message().c_str());
+  }
+
+  /// A folder the chief cannot write backups to, found before any training: 'E' and the reason.
+  std::vector<char> check_writable() const {
+    const auto probe = o_.backup_dir / ".dtrain-write-check";
+    std::error_code ec;
+    std::filesystem::create_directories(o_.backup_dir, ec);
+    if (!ec) {
+      if (const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); fd >= 0)
+        ::close(fd), ::unlink(probe.c_str());
+      else
+        ec.assign(errno, std::generic_category());
+    }
+    if (!ec) return {};
+    return tagged('E', "backup_and_restore: cannot write backups to " + o_.backup_dir.string() + " (" + ec.message() +
+                           "): choose a backup_dir this worker can create and write");
+  }
+
   /// The newest backup that reads, as 'S' name '\0' bytes; nothing when there is none; 'E' and a message
-  /// when backups exist but none is usable (unless told to start over).
+  /// when backups exist but none is usable (unless told to start over), or when the folder cannot be
+  /// written.
   std::vector<char> find_on_chief() {
     std::error_code ec;
-    if (!std::filesystem::exists(o_.backup_dir, ec)) return {};
+    const bool existed = std::filesystem::exists(o_.backup_dir, ec);
+    if (auto bad = check_writable(); !bad.empty()) return bad;
+    if (!existed) return {};
     std::vector<std::filesystem::path> candidates;  // newest first
     std::string damage;
     try {
