@@ -11,11 +11,11 @@ cd "$root" || { echo "FAIL: vocabulary: cannot enter $root"; exit 1; }
 
 tags='backend|cuda|nccl|perf|scale-out|state|security|ecosystem|fidelity|models|semantics|precision|sequence'
 tags="$tags|convnets|ps|keras-breadth|scale|hygiene|house"
-hosts='pypi\.org|pythonhosted|download\.pytorch'
+hosts='pypi[.]org|python[h]osted|download[.]pytorch'
 patterns=(
   "\\[($tags)\\]"                                                        # issue tags
   'issue #?[0-9]+'                                                        # issue numbers
-  'device tool'                                                           # the development tooling
+  'device[ ]tool'                                                         # the development tooling
   "$hosts"                                                                # package-index hosts
   '\bseeds?\b document|the seeds\b|seed (tutorial|example|program|document|pattern)s?'  # TF's documents
   'this (2-core )?VM'                                                     # the development machine
