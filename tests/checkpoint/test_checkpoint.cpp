@@ -757,7 +757,7 @@ BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {
   BOOST_TEST(fs::exists(t.path / "best-1.safetensors"));
   BOOST_TEST(!fs::exists(t.path / "best-2.safetensors"));
   BOOST_CHECK_THROW(model_checkpoint({.filepath = ""}), value_error);
-  BOOST_TEST(detail::format_filepath("ckpt-{epoch:03d}-{val_loss:.2f}", 7, [] {
+  BOOST_TEST(detail::filepath_pattern("ckpt-{epoch:03d}-{val_loss:.2f}")(7, [] {
                logs l;
                l.set("val_loss", 0.25f);
                return l;
@@ -766,7 +766,7 @@ BOOST_AUTO_TEST_CASE(model_checkpoint_names_best_only_and_weights_only) {
   // made, naming the field, not after an epoch of training (and never reaches printf)
   logs l;
   l.set("loss", -1.5f);
-  BOOST_TEST(detail::format_filepath("{{x}}-{epoch:03}-{loss:+.1e}-{epoch:4d}", 7, l) == "{x}-007--1.5e+00-   7");
+  BOOST_TEST(detail::filepath_pattern("{{x}}-{epoch:03}-{loss:+.1e}-{epoch:4d}")(7, l) == "{x}-007--1.5e+00-   7");
   for (const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
            {"m-{epoch:s}", "{epoch:s}: format type 's' does not apply to an integer (epoch)"},
            {"m-{loss:d}", "{loss:d}: format type 'd' does not apply to a logged float"},

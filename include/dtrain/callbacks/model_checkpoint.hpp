@@ -120,10 +120,6 @@ class filepath_pattern {
   std::vector<field_> fields_;
 };
 
-/// Fills Keras-style `{name}` / `{name:fmt}` fields from the epoch (1-based) and the logs.
-inline std::string format_filepath(const std::string& pattern, int epoch, const logs& l) {
-  return filepath_pattern(pattern)(epoch, l);
-}
 }  // namespace detail
 
 class model_checkpoint : public callback {
