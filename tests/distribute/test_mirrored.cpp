@@ -168,6 +168,86 @@ BOOST_AUTO_TEST_CASE(custom_loop_run_reduce_and_local_results) {
   for (std::size_t i = 0; i < one.size(); ++i) BOOST_TEST(three[i] == one[i], tt::tolerance(1e-4f));
 }
 
+BOOST_AUTO_TEST_CASE(a_free_optimizer_steps_once_per_step_on_every_replica) {
+  // The guide's loop with the optimizer made beside the model, as TF users write it: every replica
+  // calls apply_gradients on the same object. It must step once per step (Adam's bias correction and
+  // the schedule follow the count), keep the replicas equal and train as one replica does.
+  auto [x, y] = three_class_problem(24);
+  const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true, .reduction = reduction::none}};
+  struct result {
+    std::vector<float> weights;
+    std::int64_t iterations;
+    optimizer_state state;
+    bool replicas_equal = true;
+  };
+  auto loop = [&](int n) {
+    mirrored_strategy<> s(cpus(n));
+    auto model = s.make_model<net>(4);
+    adam optimizer{{.learning_rate = exponential_decay{.initial_learning_rate = 0.02f, .decay_steps = 2,
+                                                       .decay_rate = 0.5f}}};
+    for (int step = 0; step < 5; ++step)
+      s.run(
+          [&](const data::example& b) {
+            model.value_and_gradients(b.first, b.second, loss, 24);
+            optimizer.apply_gradients(model.gradients(), model.parameters());
+          },
+          data::example{x, y});
+    result r{model.get_weights(), optimizer.iterations(), optimizer.state()};
+    std::vector<std::vector<float>> per(std::size_t(n), std::vector<float>{});
+    s.run([&] {
+      const auto w = model.parameters();  // the running replica's copy
+      per[std::size_t(s.replica_id())].assign(w.begin(), w.end());
+    });
+    for (const auto& w : per) r.replicas_equal = r.replicas_equal && w == per[0];
+    return r;
+  };
+  const result one = loop(1);
+  BOOST_TEST(one.iterations == 5);
+  for (int n : {2, 3}) {
+    BOOST_TEST_CONTEXT("replicas = " << n) {
+      const result many = loop(n);
+      BOOST_TEST(many.iterations == 5);
+      BOOST_TEST(many.replicas_equal);
+      BOOST_TEST(weights_close(many.weights, one.weights));
+      BOOST_TEST(weights_close(many.state.slots, one.state.slots));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_standalone_metric_sums_every_replica_outside_run) {
+  // Updated by every replica inside run, read outside: the result over the global batches, as TF's
+  // sync-on-read metric variables; inside run each replica reads its own.
+  auto [x, y] = three_class_problem(24);
+  auto loop = [&](int n) {
+    mirrored_strategy<> s(cpus(n));
+    auto model = s.make_model<net>(4);
+    any_metric acc = sparse_categorical_accuracy{};
+    mean ids{"replica_id"};
+    std::vector<float> inside(std::size_t(n), -1.0f);
+    for (int step = 0; step < 3; ++step)
+      s.run(
+          [&](const data::example& b) {
+            acc.update_state(b.second, model(b.first));
+            ids.update_state(double(s.replica_id()));
+            inside[std::size_t(s.replica_id())] = ids.result();  // this replica's own
+          },
+          data::example{x, y});
+    std::pair<float, float> r{acc.result(), ids.result()};
+    acc.reset_state();
+    BOOST_TEST(acc.result() == 0.0f);
+    for (int i = 0; i < n; ++i) BOOST_TEST(inside[std::size_t(i)] == float(i));
+    return r;
+  };
+  const auto one = loop(1);
+  for (int n : {2, 3}) {
+    BOOST_TEST_CONTEXT("replicas = " << n) {
+      const auto many = loop(n);
+      BOOST_TEST(many.first == one.first, tt::tolerance(1e-6f));
+      BOOST_TEST(many.second == float(n - 1) / 2.0f);  // the mean over every replica's updates
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(run_gives_each_replica_its_rows_and_id) {
   mirrored_strategy<> s(cpus(3));
   tensor x = zeros({7, 2});

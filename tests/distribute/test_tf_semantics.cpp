@@ -130,6 +130,49 @@ BOOST_AUTO_TEST_CASE(a_gan_style_loop_trains_two_models_under_one_strategy_like_
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_standalone_metric_reads_the_global_value_on_every_worker) {
+  // The saving guide's loop: a metric made beside the model, updated inside strategy.run, printed by
+  // every worker after the epoch. Its result there is over every worker's batches (TF's sync-on-read).
+  auto [x, y] = three_class_problem(48);
+  struct reading {
+    float accuracy, loss, local_accuracy;
+  };
+  auto loop = [&](int p) {
+    std::vector<reading> out(static_cast<std::size_t>(p));
+    on_workers(p, [&](auto& strategy, int r) {
+      auto dist_dataset = strategy.distribute_dataset(data::from_tensor_slices(x, y) | data::batch(12));
+      auto model = strategy.template make_model<net>(3);
+      any_metric train_accuracy = sparse_categorical_accuracy{};
+      mean train_loss{"loss"};
+      const any_loss loss_fn = sparse_categorical_crossentropy{{.from_logits = true}};
+      auto iterator = data::make_iterator(dist_dataset);
+      while (auto batch = iterator.next())
+        strategy.run(
+            [&](const data::example& b) {
+              const tensor predictions = model(b.first);
+              train_accuracy.update_state(b.second, predictions);
+              train_loss.update_state(loss_fn(b.second, predictions).data()[0], double(b.first.shape()[0]));
+            },
+            *batch);
+      out[std::size_t(r)] = {train_accuracy.result(), train_loss.result(), train_accuracy.state().result()};
+    });
+    return out;
+  };
+  const auto one = loop(1);
+  bool some_worker_differs_locally = false;
+  for (int p : {2, 3}) {
+    const auto many = loop(p);
+    BOOST_TEST_CONTEXT("p = " << p) {
+      for (const reading& w : many) {
+        BOOST_TEST(w.accuracy == one[0].accuracy, tt::tolerance(1e-6f));
+        BOOST_TEST(w.loss == one[0].loss, tt::tolerance(1e-5f));
+        some_worker_differs_locally = some_worker_differs_locally || w.local_accuracy != one[0].accuracy;
+      }
+    }
+  }
+  BOOST_TEST(some_worker_differs_locally);  // the shards differ: a local result would fail the checks above
+}
+
 BOOST_AUTO_TEST_CASE(average_and_regularization_scaling_follow_the_strategy_in_scope) {
   // outside any strategy: one replica
   BOOST_TEST(compute_average_loss(std::vector<float>{1, 2, 3, 4}, 8) == 10.0f / 8);

@@ -16,8 +16,8 @@
 /// loop calls `strategy.run(step, batch)`, which runs `step` once per replica, on its thread, with the
 /// replica's rows of every tensor or (x, y) argument, and returns a `per_replica` of the results for
 /// `reduce` / `experimental_local_results`. Inside `run`, a model made by the strategy is the running
-/// replica's copy (TF's mirrored variables): use its own optimizer (`model.optimizer()`), as a free
-/// optimizer object would be one state shared by every replica.
+/// replica's copy (TF's mirrored variables), and a free optimizer's `apply_gradients` steps one copy of
+/// the optimizer's variables per replica (optimizers/optimizer.hpp), counting the step once.
 
 #include <atomic>
 #include <condition_variable>
@@ -338,7 +338,7 @@ class mirrored_strategy final : public replica_context {
   /// Runs replica i's part of a job on this thread: its index, the strategy's scope, its share of the
   /// math threads. A failure is kept, and the others are released from their collectives.
   void replica(int i, const std::function<void(int)>& f) {
-    const int saved_replica = std::exchange(detail::current_local_replica(), i);
+    const detail::replica_thread here(i, group_);
     const int saved_budget = std::exchange(detail::thread_budget_override(),
                                            std::max(1, num_threads() / int(names_.size())));
     strategy_scope scope(this);
@@ -357,7 +357,6 @@ class mirrored_strategy final : public replica_context {
       if constexpr (device_ops) device_comms_[std::size_t(i)].abort(what);
     }
     detail::thread_budget_override() = saved_budget;
-    detail::current_local_replica() = saved_replica;
   }
 
   /// A replica thread: runs each job as it comes.
@@ -405,7 +404,17 @@ class mirrored_strategy final : public replica_context {
   /// sleeping: a step's replicas start and end within microseconds of each other.
   static constexpr std::chrono::microseconds spin{50};
 
+  /// The replicas as state they share sees them (core/replica_group.hpp); one process, no workers.
+  struct group final : detail::replica_group {
+    explicit group(mirrored_strategy& s) : s(s) {}
+    int num_local_replicas() const override { return s.num_replicas_in_sync(); }
+    void local_barrier() override { s.barrier(); }
+    void sum_over_workers(std::span<float>) override {}
+    mirrored_strategy& s;
+  };
+
   std::vector<std::string> names_;
+  std::shared_ptr<detail::replica_group> group_ = std::make_shared<group>(*this);
   std::vector<B> devices_;
   std::chrono::milliseconds timeout_;
   std::vector<comm::threads> comms_;

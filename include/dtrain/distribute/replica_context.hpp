@@ -27,6 +27,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/tensor.hpp"
+#include "dtrain/core/replica_group.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
 namespace dtrain {
@@ -79,12 +80,6 @@ namespace detail {
 /// strategy). Set by `strategy_scope`.
 inline replica_context*& current_replica_context() {
   thread_local replica_context* current = nullptr;
-  return current;
-}
-/// Which of its process's replicas this thread computes for inside `for_each_local_replica`; -1 outside
-/// (TF's cross-replica context).
-inline int& current_local_replica() {
-  thread_local int current = -1;
   return current;
 }
 }  // namespace detail

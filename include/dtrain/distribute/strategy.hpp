@@ -297,6 +297,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
   template <class F, class... A>
   auto run(F&& f, A&&... args) {
     strategy_scope scope(this);
+    const detail::replica_thread here(0, group_);
     return std::forward<F>(f)(std::forward<A>(args)...);
   }
   /// `strategy.reduce(op, value)`: a value of every replica, reduced across them.
@@ -405,10 +406,20 @@ class multi_worker_mirrored_strategy final : public replica_context {
     else return Comm::connect(c, o);
   }
 
+  /// The worker's replica as state it shares with the others sees it (core/replica_group.hpp).
+  struct group final : detail::replica_group {
+    explicit group(multi_worker_mirrored_strategy& s) : s(s) {}
+    int num_local_replicas() const override { return 1; }
+    void local_barrier() override {}
+    void sum_over_workers(std::span<float> values) override { s.comm_.all_reduce(values, reduce_op::sum); }
+    multi_worker_mirrored_strategy& s;
+  };
+
   communication_options o_;
   cluster_info cluster_;
   Backend device_;
   Comm comm_;
+  std::shared_ptr<detail::replica_group> group_ = std::make_shared<group>(*this);
   gradient_buckets<launcher> buckets_;
   std::span<float> grads_;
   device_gradients device_grads_;  // this step's gradients in device memory (comm::nccl), else empty

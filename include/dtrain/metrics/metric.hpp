@@ -22,6 +22,8 @@
 
 #include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/replica_group.hpp"
+#include "dtrain/core/tensor.hpp"
 #include "dtrain/core/view.hpp"
 
 namespace dtrain {
@@ -62,6 +64,42 @@ struct metric_state {
 };
 
 namespace detail {
+/// A standalone metric's state, kept as TF keeps a metric's sync-on-read variables: inside
+/// `strategy.run` every replica updates (and reads) its own; outside, `read()` is the sum over all
+/// replicas of this process and, when the metric was updated under a multi-worker strategy, over every
+/// worker (a collective: each worker reads it at the same point, as each prints or logs it).
+/// A model's compiled metrics are one per replica already, and `fit` sums them itself: it uses `own()`.
+class synced_metric_state {
+ public:
+  metric_state& own() { return own_; }
+  const metric_state& own() const { return own_; }
+  /// The calling replica's state, for an update.
+  metric_state& local() {
+    if (current_local_replica() >= 0 && current_replica_group()) group_ = current_replica_group();
+    return copies_.get(own_, [](const metric_state&) { return metric_state{}; });
+  }
+  metric_state read() const {
+    const int r = current_local_replica();
+    if (r > 0) return std::size_t(r) <= copies_.others().size() ? copies_.others()[std::size_t(r) - 1] : metric_state{};
+    if (r == 0) return own_;
+    metric_state s = own_;
+    for (const auto& c : copies_.others()) s.values[0] += c.values[0], s.values[1] += c.values[1];
+    if (const auto g = group_.lock()) g->sum_over_workers(s.values);
+    return s;
+  }
+  /// Outside a run: every replica's state; inside: the calling replica's.
+  void reset() {
+    if (current_local_replica() >= 0) return local().reset();
+    own_.reset();
+    copies_.clear();
+  }
+
+ private:
+  metric_state own_;
+  replica_copies<metric_state> copies_;
+  std::weak_ptr<replica_group> group_;  // the strategy that last ran an update (weak: it may end first)
+};
+
 /// Rows a metric counts in a batch of predictions.
 inline double metric_rows(batch_view y_pred) {
   return static_cast<double>(y_pred.size() / std::max<std::size_t>(1, y_pred.last()));
@@ -86,11 +124,20 @@ class any_metric {
   /// The backend kernel for a batch of these shapes (checked), or nothing for a host metric.
   std::optional<metric_op> kernel(batch_view y_true, batch_view y_pred) { return fn_->kernel(y_true, y_pred); }
   /// Adds a batch of host values (Keras `update_state(y_true, y_pred)`).
-  void update_state(batch_view y_true, batch_view y_pred) { state_.add(fn_->update(y_true, y_pred)); }
-  float result() const { return state_.result(); }
+  void update_state(batch_view y_true, batch_view y_pred) { state_.local().add(batch_update(y_true, y_pred)); }
+  void update_state(const tensor& y_true, const tensor& y_pred) {
+    const extents t = extents_of(y_true), p = extents_of(y_pred);
+    update_state(batch_view{y_true.data(), t}, batch_view{y_pred.data(), p});
+  }
+  /// One batch's contribution, added to no state.
+  metric_update batch_update(batch_view y_true, batch_view y_pred) { return fn_->update(y_true, y_pred); }
+  /// The result over every replica outside `strategy.run`, the replica's own inside (see
+  /// `detail::synced_metric_state`: under a multi-worker strategy every worker calls it).
+  float result() const { return state_.read().result(); }
   void reset_state() { state_.reset(); }
-  metric_state& state() { return state_; }
-  const metric_state& state() const { return state_; }
+  /// This replica's (total, count), which a model and its checkpoints keep.
+  metric_state& state() { return state_.own(); }
+  const metric_state& state() const { return state_.own(); }
 
  private:
   struct concept_t {
@@ -122,7 +169,7 @@ class any_metric {
     M m_;
   };
   std::unique_ptr<concept_t> fn_;
-  metric_state state_;
+  detail::synced_metric_state state_;
 };
 
 /// Keras `metrics.Mean`: the weighted mean of the values given to `update_state` (the `loss` column).
@@ -130,17 +177,16 @@ class mean {
  public:
   explicit mean(std::string name = "mean") : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
-  void update_state(double value, double weight = 1.0) {
-    state_.add({value * weight, weight});
-  }
-  float result() const { return state_.result(); }
+  void update_state(double value, double weight = 1.0) { state_.local().add({value * weight, weight}); }
+  /// As any_metric's: over every replica outside `strategy.run`.
+  float result() const { return state_.read().result(); }
   void reset_state() { state_.reset(); }
-  metric_state& state() { return state_; }
-  const metric_state& state() const { return state_; }
+  metric_state& state() { return state_.own(); }
+  const metric_state& state() const { return state_.own(); }
 
  private:
   std::string name_;
-  metric_state state_;
+  detail::synced_metric_state state_;
 };
 
 }  // namespace dtrain

@@ -387,6 +387,7 @@ class basic_model {
                         " lists but the model has " + std::to_string(num_outputs) + " outputs");
     if (o.output_metrics.empty()) o.output_metrics.assign(num_outputs, o.metrics);
     opt_ = std::move(o.optimizer);
+    opt_.set_replica_owned();  // each replica's model has its own
     losses_ = std::move(o.losses);
     loss_weights_ = std::move(o.loss_weights);
     metrics_.clear(), metric_output_.clear(), output_loss_trackers_.clear();
@@ -418,17 +419,19 @@ class basic_model {
 
   /// Keras `model.reset_metrics()`.
   void reset_metrics() {
-    loss_tracker_.reset_state();
-    for (auto& t : output_loss_trackers_) t.reset_state();
-    for (auto& m : metrics_) m.reset_state();
+    loss_tracker_.state().reset();  // this replica's: each replica's model has its own
+    for (auto& t : output_loss_trackers_) t.state().reset();
+    for (auto& m : metrics_) m.state().reset();
   }
-  /// The running loss and metric results (what a step returns).
+  /// The running loss and metric results (what a step returns) of this replica's states: `fit` and
+  /// `evaluate` sum the replicas' states themselves.
   dtrain::logs metric_results() const {
     dtrain::logs l;
-    l.set("loss", loss_tracker_.result());
-    for (const auto& t : output_loss_trackers_) l.set(t.name(), t.result());
+    l.set("loss", loss_tracker_.state().result());
+    for (const auto& t : output_loss_trackers_) l.set(t.name(), t.state().result());
     for (std::size_t i = 0; i < metrics_.size(); ++i)
-      l.set((num_outputs == 1 ? "" : output_name(metric_output_[i]) + "_") + metrics_[i].name(), metrics_[i].result());
+      l.set((num_outputs == 1 ? "" : output_name(metric_output_[i]) + "_") + metrics_[i].name(),
+            metrics_[i].state().result());
     return l;
   }
 
@@ -1161,9 +1164,9 @@ class basic_model {
     for (std::size_t o = 0; o < num_outputs; ++o) {
       const float lo = s[loss_slot + o] * plan.loss_scale[o];
       loss += loss_weights_[o] * lo;
-      if constexpr (num_outputs > 1) output_loss_trackers_[o].update_state(lo, static_cast<double>(n));
+      if constexpr (num_outputs > 1) output_loss_trackers_[o].state().add({double(lo) * double(n), double(n)});
     }
-    loss_tracker_.update_state(loss, static_cast<double>(n));
+    loss_tracker_.state().add({double(loss) * double(n), double(n)});
     std::optional<batch_view> hp;  // the host copy of output hp_of's predictions
     std::size_t hp_of = num_outputs;
     for (std::size_t i = 0; i < plan.metric_ops.size(); ++i) {
@@ -1173,7 +1176,7 @@ class basic_model {
       } else {
         if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
         const auto ey = extents_of(y[o]);
-        metrics_[i].update_state({y[o].data(), ey}, *hp);
+        metrics_[i].state().add(metrics_[i].batch_update({y[o].data(), ey}, *hp));
       }
     }
   }

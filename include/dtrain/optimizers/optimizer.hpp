@@ -18,6 +18,7 @@
 
 #include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/replica_group.hpp"
 #include "dtrain/optimizers/schedules.hpp"
 
 namespace dtrain {
@@ -101,9 +102,23 @@ class optimizer_slots {
   std::vector<float> host_;
 };
 
+/// An optimizer's variables: its step count and its slot values.
+struct optimizer_variables {
+  std::int64_t iterations = 0;
+  optimizer_slots slots;
+};
+
 namespace detail {
-/// Keras `apply_gradients` for an optimizer `O` with `name()`, `begin_step(n)` (which checks the slots,
-/// advances `iterations` and returns the step) and `slot_storage()`: basic_optimizer and any_optimizer.
+/// Keras `apply_gradients` for an optimizer `O` with `name()`, `variables()` and `begin_step(n, v)` (which
+/// checks v's slots, advances v's `iterations` and returns the step): basic_optimizer and any_optimizer.
+///
+/// Inside `strategy.run` of a strategy with several replicas in this process (mirrored_strategy), every
+/// replica calls `apply_gradients` on the same free optimizer with its own copy of the (summed) gradients
+/// and weights. As TF's mirrored optimizer variables, each replica then steps its own copy of the
+/// optimizer's variables: replica 0 the optimizer's own, replica i a copy taken when the run first
+/// needed it, so `iterations` counts each step once, the copies stay identical and no two threads touch
+/// the same state (core/replica_group.hpp). A model's compiled optimizer belongs to one replica (every
+/// replica's model has its own) and steps its own variables wherever it is called (`set_replica_owned`).
 template <class O>
 class gradient_steps {
  public:
@@ -116,6 +131,12 @@ class gradient_steps {
   void apply_gradients(device_span<G, B> grads, device_span<float, B> params) {
     apply(params.device(), grads.size(), grads.data(), params.size(), params.data());
   }
+  /// Marks an optimizer that one replica alone steps (what a model does with its compiled one).
+  void set_replica_owned() { replica_owned_ = true; }
+
+ protected:
+  /// The optimizer's own variables were replaced: the replicas' copies are out of date.
+  void variables_replaced() { replica_copies_.clear(); }
 
  private:
   template <class B>
@@ -124,9 +145,20 @@ class gradient_steps {
     if (ng != n)
       throw shape_error(self.name() + ".apply_gradients: " + std::to_string(ng) + " gradients for " +
                         std::to_string(n) + " parameters");
-    std::visit([&](const auto& step) { b.update(step, n, g, self.slot_storage().on(b, slot_count(step) * n), p); },
-               optimizer_op(self.begin_step(n)));
+    if (current_local_replica() < 0) replica_copies_.clear();  // a step outside a run: the copies fall behind
+    optimizer_variables& v = replica_owned_ ? self.variables() : replica_copies_.get(self.variables(), copy_of);
+    std::visit([&](const auto& step) { b.update(step, n, g, v.slots.on(b, slot_count(step) * n), p); },
+               optimizer_op(self.begin_step(n, v)));
   }
+
+  static optimizer_variables copy_of(const optimizer_variables& own) {
+    optimizer_variables c{own.iterations, {}};
+    c.slots.assign(own.slots.values());  // reaches each replica's device at its first step
+    return c;
+  }
+
+  bool replica_owned_ = false;
+  replica_copies<optimizer_variables> replica_copies_;
 };
 }  // namespace detail
 
@@ -139,38 +171,39 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
   Options options;
 
   /// The learning rate the next step will use.
-  float learning_rate() const { return options.learning_rate(iterations_); }
+  float learning_rate() const { return options.learning_rate(vars_.iterations); }
   /// Replaces the learning rate (or schedule) with a constant, as ReduceLROnPlateau does.
   void set_learning_rate(float lr) { options.learning_rate = lr; }
   /// A constant learning rate is state (a callback may have changed it) and is saved and restored with
   /// the slots; a schedule follows from the iterations.
   bool learning_rate_is_constant() const { return options.learning_rate.is_constant(); }
-  std::int64_t iterations() const { return iterations_; }
+  std::int64_t iterations() const { return vars_.iterations; }
   /// A host copy of the state.
-  optimizer_state state() const { return {iterations_, slots_.values()}; }
+  optimizer_state state() const { return {vars_.iterations, vars_.slots.values()}; }
   /// Restores a saved state; its slots must match the parameters (checked on the next step).
   void set_state(optimizer_state s) {
-    iterations_ = s.iterations;
-    slots_.assign(std::move(s.slots));
+    vars_.iterations = s.iterations;
+    vars_.slots.assign(std::move(s.slots));
+    this->variables_replaced();
   }
 
-  /// Starts the next step over `n` parameters: checks that the slots fit them, advances `iterations` and
-  /// returns the step for the backend, which updates `slot_storage()` with it.
-  auto begin_step(std::size_t n) {
+  /// Starts the next step of variables `v` over `n` parameters: checks that v's slots fit them, advances
+  /// v's `iterations` and returns the step for the backend, which updates `v.slots` with it.
+  auto begin_step(std::size_t n, optimizer_variables& v) const {
     const Derived& self = static_cast<const Derived&>(*this);
     const std::size_t need = self.slots() * n;
-    if (slots_.size() != need && (slots_.size() != 0 || iterations_ != 0))
-      throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(slots_.size()) +
+    if (v.slots.size() != need && (v.slots.size() != 0 || v.iterations != 0))
+      throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(v.slots.size()) +
                         " slot values but this model needs " + std::to_string(need));
-    const float lr = learning_rate();
-    ++iterations_;
-    return self.step(lr, iterations_);
+    const float lr = options.learning_rate(v.iterations);
+    ++v.iterations;
+    return self.step(lr, v.iterations);
   }
-  optimizer_slots& slot_storage() { return slots_; }
+  /// The optimizer's own variables (replica 0's under a mirrored strategy).
+  optimizer_variables& variables() { return vars_; }
 
  private:
-  std::int64_t iterations_ = 0;
-  optimizer_slots slots_;
+  optimizer_variables vars_;
 };
 
 /// An optimizer of any type, held by value (what `compile` stores).
@@ -180,9 +213,12 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   template <class O>
     requires optimizer_algorithm<O> && (!std::same_as<std::remove_cvref_t<O>, any_optimizer>)
   any_optimizer(O o) : self_(std::make_unique<model_t<O>>(std::move(o))) {}
-  any_optimizer(const any_optimizer& o) : self_(o.self_ ? o.self_->clone() : nullptr) {}
+  any_optimizer(const any_optimizer& o) : gradient_steps(o), self_(o.self_ ? o.self_->clone() : nullptr) {}
   any_optimizer& operator=(const any_optimizer& o) {
-    if (this != &o) self_ = o.self_ ? o.self_->clone() : nullptr;
+    if (this != &o) {
+      gradient_steps::operator=(o);
+      self_ = o.self_ ? o.self_->clone() : nullptr;
+    }
     return *this;
   }
   any_optimizer(any_optimizer&&) noexcept = default;
@@ -195,16 +231,19 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   bool learning_rate_is_constant() const { return self_->learning_rate_is_constant(); }
   std::int64_t iterations() const { return self_->iterations(); }
   optimizer_state state() const { return self_->state(); }
-  void set_state(optimizer_state s) { self_->set_state(std::move(s)); }
-  optimizer_op begin_step(std::size_t n) { return self_->begin_step(n); }
-  optimizer_slots& slot_storage() { return self_->slot_storage(); }
+  void set_state(optimizer_state s) {
+    self_->set_state(std::move(s));
+    variables_replaced();
+  }
+  optimizer_op begin_step(std::size_t n, optimizer_variables& v) const { return self_->begin_step(n, v); }
+  optimizer_variables& variables() { return self_->variables(); }
 
  private:
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
-    virtual optimizer_op begin_step(std::size_t n) = 0;
-    virtual optimizer_slots& slot_storage() = 0;
+    virtual optimizer_op begin_step(std::size_t n, optimizer_variables& v) const = 0;
+    virtual optimizer_variables& variables() = 0;
     virtual float learning_rate() const = 0;
     virtual void set_learning_rate(float) = 0;
     virtual bool learning_rate_is_constant() const = 0;
@@ -217,8 +256,8 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   struct model_t final : concept_t {
     explicit model_t(O o) : o_(std::move(o)) {}
     std::string name() const override { return o_.name(); }
-    optimizer_op begin_step(std::size_t n) override { return o_.begin_step(n); }
-    optimizer_slots& slot_storage() override { return o_.slot_storage(); }
+    optimizer_op begin_step(std::size_t n, optimizer_variables& v) const override { return o_.begin_step(n, v); }
+    optimizer_variables& variables() override { return o_.variables(); }
     float learning_rate() const override { return o_.learning_rate(); }
     void set_learning_rate(float lr) override { o_.set_learning_rate(lr); }
     bool learning_rate_is_constant() const override { return o_.learning_rate_is_constant(); }
