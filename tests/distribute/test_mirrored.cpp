@@ -248,6 +248,29 @@ BOOST_AUTO_TEST_CASE(a_standalone_metric_sums_every_replica_outside_run) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(custom_loop_losses_follow_their_reduction_as_in_tf) {
+  // sum: each replica's sum, summed over the replicas, is the global batch's; sum_over_batch_size would
+  // average each replica's share alone, so TF raises under a strategy, and so does dtrain.
+  auto [x, y] = three_class_problem(24);
+  auto grads = [&](int n, reduction red) {
+    mirrored_strategy<> s(cpus(n));
+    auto model = s.make_model<net>(4);
+    const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true, .reduction = red}};
+    const float total = s.reduce(reduce_op::sum, s.run([&](const data::example& b) {
+      return model.value_and_gradients(b.first, b.second, loss);
+    }, data::example{x, y}));
+    std::vector<float> g(model.gradients().begin(), model.gradients().end());
+    g.push_back(total);
+    return g;
+  };
+  const auto one = grads(1, reduction::sum);
+  BOOST_TEST(weights_close(grads(3, reduction::sum), one));
+  BOOST_TEST(!weights_close(grads(3, reduction::none), one));  // the comparison can fail
+  BOOST_TEST(dtrain_test::error_of([&] { grads(2, reduction::sum_over_batch_size); }).find("reduction::none") !=
+             std::string::npos);
+  BOOST_CHECK_NO_THROW(grads(1, reduction::sum_over_batch_size));
+}
+
 BOOST_AUTO_TEST_CASE(run_gives_each_replica_its_rows_and_id) {
   mirrored_strategy<> s(cpus(3));
   tensor x = zeros({7, 2});

@@ -63,7 +63,7 @@ std::vector<std::vector<float>> gan_loop(int p) {
     auto gen = strategy.template make_model<generator>(5);
     auto disc = strategy.template make_model<discriminator>(6);
     disc.watch_inputs();
-    const any_loss bce = binary_crossentropy{{.from_logits = true}};
+    const any_loss bce = binary_crossentropy{{.from_logits = true, .reduction = reduction::none}};
     sgd gen_optimizer{{.learning_rate = 0.1f}}, disc_optimizer{{.learning_rate = 0.1f}};
     auto train_step = [&](const data::example& batch) {
       const tensor& real = batch.first;

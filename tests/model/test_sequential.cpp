@@ -185,7 +185,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(value_and_gradients_matches_central_differences, B
   tensor x = zeros({4, 8, 8, 2}), y = zeros({4});
   for (auto& v : x) v = r.normal();
   for (std::size_t i = 0; i < 4; ++i) y(i) = float(i);
-  const any_loss loss = sparse_categorical_crossentropy{};
+  const any_loss loss = sparse_categorical_crossentropy{{.reduction = reduction::none}};
   m.value_and_gradients(x, y, loss, 8, 2);
   const std::vector<float> analytic = to_host(m.gradients());
   std::vector<float> params = m.get_weights();
@@ -221,6 +221,33 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(input_gradients_match_central_differences, B, back
     return loss(y, m(x, true))();
   };
   dtrain_test::check_gradient("d loss / d x", xs, {g.data(), g.size()}, f);
+}
+
+BOOST_AUTO_TEST_CASE(value_and_gradients_follows_the_loss_reduction) {
+  // none: averaged over the global batch given (or this batch); sum: the sum; sum_over_batch_size: the
+  // batch mean. The penalty's gradient is the same in all, so it comes out of the comparison.
+  using plain = sequential<input<6>, dense<8, dtrain::tanh>, dense<3>>;
+  rng r(8);
+  tensor x = zeros({5, 6}), y = zeros({5});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 5; ++i) y(i) = float(i % 3);
+  auto step = [&](reduction red, std::size_t global) {
+    plain m(2);
+    const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true, .reduction = red}};
+    const float value = m.value_and_gradients(x, y, loss, global);
+    const tensor per = sparse_categorical_crossentropy{{.from_logits = true, .reduction = reduction::none}}(y, m(x, true));
+    return std::tuple{value, to_host(m.gradients()), double(xt::sum(per)())};
+  };
+  const auto [sum_value, sum_grads, total] = step(reduction::sum, 0);
+  BOOST_TEST(sum_value == total, tt::tolerance(1e-5));
+  const auto [mean_value, mean_grads, t1] = step(reduction::sum_over_batch_size, 20);  // the batch's mean
+  BOOST_TEST(mean_value == total / 5, tt::tolerance(1e-5));
+  const auto [none_value, none_grads, t2] = step(reduction::none, 20);  // over the global batch given
+  BOOST_TEST(none_value == total / 20, tt::tolerance(1e-5));
+  for (std::size_t i = 0; i < sum_grads.size(); ++i) {
+    BOOST_TEST(sum_grads[i] == 5.0f * mean_grads[i], tt::tolerance(1e-4f));
+    BOOST_TEST(sum_grads[i] == 20.0f * none_grads[i], tt::tolerance(1e-4f));
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(custom_loss_callable, B, backends) {

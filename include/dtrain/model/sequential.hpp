@@ -507,11 +507,14 @@ class basic_model {
     return prediction(call_on(x, training));
   }
 
-  /// The GradientTape step of a custom training loop: forward in training mode, per-example losses,
-  /// `compute_average_loss(per_example, global_batch_size)` plus the regularization penalty scaled by
-  /// `scale_regularization_loss(..., num_replicas)`, and backward. Fills `gradients()`, returns the loss.
-  /// As in TF, `global_batch_size = 0` means this batch's size times the number of replicas and
-  /// `num_replicas = 0` the number of replicas (of the strategy that made the model; 1 without one).
+  /// The GradientTape step of a custom training loop: forward in training mode, the loss, plus the
+  /// regularization penalty scaled by `scale_regularization_loss(..., num_replicas)`, and backward.
+  /// Fills `gradients()`, returns the loss. The loss follows `loss_object`'s reduction as TF's custom
+  /// loops do: `none` gives `compute_average_loss(per_example, global_batch_size)` (the guide's form;
+  /// as in TF, `global_batch_size = 0` means this batch's size times the number of replicas); `sum` the
+  /// sum over this replica's batch; `sum_over_batch_size` the mean over the batch, which under a strategy
+  /// of several replicas is an error (TF raises too: each replica would average its own share).
+  /// `num_replicas = 0` means the number of replicas (of the strategy that made the model; 1 without one).
   /// No optimizer step and no metric is touched. Under a strategy an empty batch (this replica's share
   /// of a short last batch) gives only its share of the penalty's gradient. A model of several outputs
   /// adds `loss_object`'s loss of every output.
@@ -782,6 +785,12 @@ class basic_model {
   float gradients_on(tensors x, tensors y, const any_loss& loss_object, std::size_t global_batch_size,
                      std::size_t num_replicas) {
     if (auto* r = replica_entry()) return r->gradients_on(x, y, loss_object, global_batch_size, num_replicas);
+    const reduction red = loss_object.get_reduction();
+    if (red == reduction::sum_over_batch_size && replicas() > 1)  // TF raises the same
+      throw value_error("value_and_gradients: the loss '" + loss_object.name() + "' has reduction sum_over_batch_size, "
+                        "which under a strategy of " + std::to_string(replicas()) + " replicas would average over "
+                        "each replica's batch only; use reduction::none (value_and_gradients then averages over "
+                        "the global batch, as compute_average_loss does) or reduction::sum");
     if (cross_replica()) {  // every replica its rows; the replicas' losses add up to the global one
       const std::size_t b = check_batch(x, &y);
       seed_mirrors();
@@ -804,17 +813,19 @@ class basic_model {
     const step_plan plan = plan_step({&loss_object, 1}, y, n, false);
     forward(x, n, true);
     const auto t = targets(y);
-    std::array<std::size_t, num_outputs> global{};
+    std::array<double, num_outputs> divisor{};  // none: the global batch; sum: 1; sum_over_batch_size: the batch
     for (std::size_t o = 0; o < num_outputs; ++o) {
-      global[o] = global_batch_size ? global_batch_size : plan.rows[o] * std::size_t(replicas());
-      compute_loss(o, loss_object, y[o], t[o], n, 1.0f / static_cast<float>(global[o]), true);
+      divisor[o] = red == reduction::sum                  ? 1.0
+                   : red == reduction::sum_over_batch_size ? double(plan.rows[o])
+                   : global_batch_size                     ? double(global_batch_size)
+                                                           : double(plan.rows[o] * std::size_t(replicas()));
+      compute_loss(o, loss_object, y[o], t[o], n, static_cast<float>(1.0 / divisor[o]), true);
     }
     synced_backward(n);
     regularization_scale_ = saved;
     const float* s = read_scalars();
     float total = 0.0f;
-    for (std::size_t o = 0; o < num_outputs; ++o)
-      total += static_cast<float>(s[loss_slot + o] / static_cast<double>(global[o]));
+    for (std::size_t o = 0; o < num_outputs; ++o) total += static_cast<float>(s[loss_slot + o] / divisor[o]);
     return total + scale * s[penalty_slot];
   }
 
