@@ -508,6 +508,40 @@ BOOST_AUTO_TEST_CASE(sidecar_evaluator_stops_at_the_last_checkpoint_even_when_it
   BOOST_TEST(seen == std::vector<std::string>{"ckpt-3.safetensors"}, tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(sidecar_evaluator_watches_model_checkpoint_files) {
+  // The Keras guide's pattern: the chief's fit saves with model_checkpoint, the evaluator (compiled
+  // with another optimizer: it needs the weights only) evaluates each file as it appears, including a
+  // file written again under the same name.
+  auto [x, y] = problem(24);
+  for (const std::string pattern : {"ckpt-{epoch}.safetensors", "latest.safetensors"}) {
+    BOOST_TEST_CONTEXT(pattern) {
+      temp_dir t;
+      net watcher(9);
+      watcher.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+      std::vector<float> seen, expected;
+      checkpoint::sidecar_evaluator<net> eval(
+          watcher, {.checkpoint_dir = t.path, .max_evaluations = 3, .idle_timeout = std::chrono::seconds(2),
+                    .poll_interval = std::chrono::milliseconds(20),
+                    .on_result = [&](const fs::path&, const logs& l) { seen.push_back(l["loss"]); }});
+      std::thread chief([&] {
+        net m = compiled();
+        auto pause = lambda_callback({.on_epoch_end = [&](int, const logs&) {
+          expected.push_back(m.evaluate(x, y, {.verbose = 0})["loss"]);
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the evaluator's turn
+        }});
+        m.fit(x, y, {.epochs = 3, .callbacks = {model_checkpoint({.filepath = (t.path / pattern).string(),
+                                                                   .save_weights_only = true}), pause},
+                     .verbose = 0, .batch_size = 8});
+      });
+      const int n = eval.start(data::from_tensor_slices(x, y) | data::batch(32));
+      chief.join();
+      BOOST_TEST(n == 3);
+      BOOST_REQUIRE_EQUAL(seen.size(), expected.size());
+      for (std::size_t i = 0; i < seen.size(); ++i) BOOST_TEST(seen[i] == expected[i], tt::tolerance(1e-5f));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(backup_of_another_model_is_explained) {
   temp_dir t;
   auto [x, y] = problem(16);

@@ -1,13 +1,18 @@
 #pragma once
 /// \file
 /// `sidecar_evaluator` (Keras `SidecarEvaluator`): the evaluator task of a cluster (TF_CONFIG task type
-/// `evaluator`, outside the ring) watches the directory the chief's `checkpoint_manager` writes to,
-/// and evaluates every new checkpoint as it appears, while training goes on elsewhere.
+/// `evaluator`, outside the ring) watches the directory the chief writes checkpoints to and evaluates
+/// every new one as it appears, while training goes on elsewhere. The directory is a
+/// `checkpoint_manager`'s (its index names the latest checkpoint) or `model_checkpoint`'s (the Keras
+/// guide's pattern: then the latest is the `.safetensors` file written last, and a file that
+/// `model_checkpoint` writes again under the same name counts as new).
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <tuple>
 #include <thread>
 
 #include "dtrain/checkpoint/checkpoint_manager.hpp"
@@ -37,34 +42,36 @@ class sidecar_evaluator {
   }
 
   /// Evaluates each new latest checkpoint on `dataset` until it has evaluated checkpoint max_evaluations
-  /// (or a later one), or the idle timeout passes; returns how many it evaluated. A checkpoint that cannot be loaded (half written by a crashed chief) is skipped.
+  /// (or a later one), or the idle timeout passes; returns how many it evaluated. A checkpoint that
+  /// cannot be read (damaged) is skipped; one of another architecture is an error.
   template <class Dataset>
   int start(const Dataset& dataset) {
-    std::filesystem::path last;
+    std::optional<written> last;
     int done = 0;
     auto idle_since = std::chrono::steady_clock::now();
     for (;;) {
-      const auto latest = latest_checkpoint(o_.checkpoint_dir);
-      if (latest && *latest != last) {
-        last = *latest;
+      const auto newest = newest_checkpoint(o_.checkpoint_dir);
+      if (newest && newest != last) {
+        last = newest;
+        const std::filesystem::path& latest = newest->path;
         idle_since = std::chrono::steady_clock::now();
         try {
-          restore_model(m_, *latest);
+          load_weights(m_, latest);  // the weights only: the evaluator's optimizer may differ
         } catch (const io_error& e) {
-          std::fprintf(stderr, "WARNING: sidecar_evaluator: skipping %s (%s)\n", latest->string().c_str(), e.what());
-          if (o_.max_evaluations > 0 && number(*latest) >= o_.max_evaluations) break;  // no later one comes
+          std::fprintf(stderr, "WARNING: sidecar_evaluator: skipping %s (%s)\n", latest.string().c_str(), e.what());
+          if (o_.max_evaluations > 0 && number(latest) >= o_.max_evaluations) break;  // no later one comes
           continue;
         }
         const logs l = m_.evaluate(dataset, {.verbose = 0});
         ++done;
-        if (o_.on_result) o_.on_result(*latest, l);
+        if (o_.on_result) o_.on_result(latest, l);
         else {
-          std::printf("sidecar_evaluator: %s:", latest->filename().string().c_str());
+          std::printf("sidecar_evaluator: %s:", latest.filename().string().c_str());
           for (const auto& [k, v] : l) std::printf(" %s: %.4f", k.c_str(), double(v));
           std::printf("\n");
           std::fflush(stdout);
         }
-        if (o_.max_evaluations > 0 && number(*latest) >= o_.max_evaluations) break;
+        if (o_.max_evaluations > 0 && number(latest) >= o_.max_evaluations) break;
         continue;
       }
       if (std::chrono::steady_clock::now() - idle_since > o_.idle_timeout) break;
@@ -74,6 +81,25 @@ class sidecar_evaluator {
   }
 
  private:
+  struct written {
+    std::filesystem::path path;
+    std::filesystem::file_time_type time;
+    bool operator==(const written&) const = default;
+  };
+  /// The checkpoint the index names, else the `.safetensors` file written last (the later name on a
+  /// tie), with its time.
+  static std::optional<written> newest_checkpoint(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (const auto latest = latest_checkpoint(dir)) return written{*latest, std::filesystem::last_write_time(*latest, ec)};
+    std::optional<written> best;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const auto& p = it->path();
+      if (p.extension() != ".safetensors" || p.filename().string().starts_with(".") || !it->is_regular_file(ec)) continue;
+      const auto t = it->last_write_time(ec);
+      if (!ec && (!best || std::tie(t, p) > std::tie(best->time, best->path))) best = written{p, t};
+    }
+    return best;
+  }
   /// N of `ckpt-N.safetensors` (0 when the name has no number).
   static long long number(const std::filesystem::path& p) {
     return detail::checkpoint_number(p.stem().string()).value_or(0);
