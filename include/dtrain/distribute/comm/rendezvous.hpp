@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -269,6 +270,7 @@ class tcp_rendezvous {
   }
   void stop_accepting() {
     accepting_ = false;
+    refused_.clear();
     std::error_code ig;
     listener_.cancel(ig);
     for (const auto& c : pending_) c->timer.cancel(), c->s.close(ig);
@@ -316,6 +318,7 @@ class tcp_rendezvous {
                        [this, c](std::error_code e, std::size_t) {
                          if (e) return give_up(c, e.message());
                          std::string why = detail::check_hello(c->theirs, admission_.expect);
+                         if (!why.empty() && credentials_differ(c->theirs)) note_refusal(c, why);
                          if (why.empty()) why = admission_.refuse(c->theirs);
                          reply(c, why);
                        });
@@ -334,9 +337,15 @@ class tcp_rendezvous {
       if (ec) return give_up(c, ec.message());
       if (!prove) return admit(c);
       asio::async_read(c->s, asio::buffer(c->proof), [this, c](std::error_code e, std::size_t) {
-        if (e) return give_up(c, e.message());
-        if (!detail::verify_proof(token_, detail::client_label, c->theirs, c->mine, c->proof))
+        if (e) {  // a worker that found our proof wrong (another token) closes here
+          note_refusal(c, "it closed the connection instead of proving the job token (it holds another DTRAIN_JOB_TOKEN, "
+                          "or is a stranger)");
+          return give_up(c, e.message());
+        }
+        if (!detail::verify_proof(token_, detail::client_label, c->theirs, c->mine, c->proof)) {
+          note_refusal(c, "its proof of the job token is wrong (another DTRAIN_JOB_TOKEN, or a stranger)");
           return give_up(c, "its proof of the job token is wrong (a stranger, or a worker with another DTRAIN_JOB_TOKEN)");
+        }
         admit(c);
       });
     });
@@ -345,7 +354,32 @@ class tcp_rendezvous {
     if (std::string why = admission_.refuse(c->theirs); !why.empty()) return give_up(c, why);  // taken meanwhile
     c->timer.cancel();
     pending_.erase(c);
+    refused_.erase(c->theirs.rank);  // the genuine worker came after all
     admission_.admit(c->s, c->theirs, tls_key(c->theirs, c->mine));
+  }
+  /// Whether a hello of this job (its release, cluster and kind, a rank in range) differs only in the
+  /// job token or TLS setting: a worker of this job started with other credentials, which no retry fixes.
+  bool credentials_differ(const detail::hello& h) const {
+    const auto& e = admission_.expect;
+    return h.version == detail::protocol_version && h.fingerprint == e.fingerprint && h.world_size == e.world_size &&
+           h.kind == std::uint8_t(e.kind) && h.rank < e.world_size && h.authenticated <= 1 && h.tls <= 1 &&
+           (bool(h.authenticated) != e.authenticated || bool(h.tls) != e.tls);
+  }
+  /// A connection that claims a rank of this job failed on its credentials. Anyone can claim a rank, so
+  /// this does not end the rendezvous at once: if the genuine worker has not joined within
+  /// `handshake_timeout`, the rendezvous fails with this reason (a `config_error`) instead of waiting
+  /// out the connect deadline for a worker that has already given up.
+  void note_refusal(const incoming_ptr& c, const std::string& why) {
+    if (!accepting_ || c->theirs.rank >= std::uint32_t(size())) return;
+    refused_.try_emplace(c->theirs.rank, refusal{c->from, why, clock::now() + o_.handshake_timeout});
+  }
+  /// Throws for a refusal whose grace has passed.
+  void check_refusals() const {
+    for (const auto& [r, f] : refused_)
+      if (clock::now() >= f.until)
+        throw config_error("ring_tcp: rank " + std::to_string(rank()) + ": " + peer_name(int(r)) +
+                           " connected from " + f.from + " and failed the handshake: " + f.why +
+                           "; it will not join (set the same DTRAIN_JOB_TOKEN and DTRAIN_TLS on every worker)");
   }
   void give_up(const incoming_ptr& c, const std::string& why) {
     if (!pending_.erase(c)) return;  // already closed by stop_accepting
@@ -362,7 +396,10 @@ class tcp_rendezvous {
   void run_until(clock::time_point deadline, Done&& done, Message&& timeout_message) {
     io_.restart();
     while (!done()) {
-      if (io_.run_one_until(deadline) == 0 && clock::now() >= deadline) {
+      check_refusals();
+      auto wake = deadline;
+      for (const auto& [r, f] : refused_) wake = std::min(wake, f.until);
+      if (io_.run_one_until(wake) == 0 && clock::now() >= deadline) {
         // the handlers still queued refer to the caller's frame: they are dropped with io_, never run
         accepting_ = false;
         throw comm_error("ring_tcp: rank " + std::to_string(rank()) + ": " + timeout_message());
@@ -427,6 +464,7 @@ class tcp_rendezvous {
   asio::ip::tcp::socket handshake_with(int peer, const std::string& address, detail::hello_kind kind, clock::time_point deadline,
                                        detail::proof* key = nullptr) {
     const std::string who = "rank " + std::to_string(peer) + " (" + address + ")";
+    unsigned unanswered = 0;
     for (auto backoff = std::chrono::milliseconds(50);; backoff = std::min(backoff * 2, std::chrono::milliseconds(1000))) {
       asio::ip::tcp::socket s = connect_with_retry(address, deadline, who);
       std::optional<handshake_result> r;
@@ -440,6 +478,10 @@ class tcp_rendezvous {
       if (r->what == handshake_result::wrong_token) throw config_error(what);
       if (r->what == handshake_result::failed) throw comm_error(what);
       if (clock::now() + backoff > deadline) throw comm_error(what + " (closed before answering the handshake)");
+      if (std::has_single_bit(++unanswered))  // 1, 2, 4, ...: said, never silent, never flooding
+        o_.log(who + " closed the connection before answering the handshake (" + r->why +
+               "); retrying until the connect deadline: it may be at its cap of pending handshakes, or have "
+               "refused this worker (see its log)");
       std::this_thread::sleep_for(backoff);
     }
   }
@@ -627,6 +669,11 @@ class tcp_rendezvous {
   admission admission_;                                 // the listening side's rules while accepting_
   bool accepting_ = false;
   std::set<incoming_ptr> pending_;  // handshakes in progress
+  struct refusal {
+    std::string from, why;
+    clock::time_point until;
+  };
+  std::map<std::uint32_t, refusal> refused_;  // ranks whose claimants failed on credentials (note_refusal)
   std::size_t capped_ = 0;          // connections closed at the handshake cap
 
   asio::io_context stray_io_;
