@@ -161,6 +161,67 @@ BOOST_AUTO_TEST_CASE(model_with_optimizer_resumes_bitwise) {
   BOOST_TEST(loaded.get_weights() == first.get_weights(), tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(load_model_then_fit_goes_on_like_an_uninterrupted_fit) {
+  // Keras: load_model returns the model compiled as saved, its optimizer keeping moments, iteration
+  // count and schedule position; fit then goes on as if never stopped (same data order, no dropout).
+  using plain = sequential<input<5>, dense<7, relu>, dense<3>>;
+  auto [x, y] = problem(32);
+  const std::vector<compile_options> settings = {
+      {.optimizer = adam{{.learning_rate = exponential_decay{.initial_learning_rate = 0.02f, .decay_steps = 3, .decay_rate = 0.5f}}},
+       .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {sparse_categorical_accuracy{}}},
+      {.optimizer = sgd{{.learning_rate = piecewise_constant_decay{{4, 8}, {0.1f, 0.05f, 0.01f}}, .momentum = 0.9f, .nesterov = true}},
+       .loss = sparse_categorical_crossentropy{{.from_logits = true, .reduction = reduction::sum}}, .metrics = {accuracy{}}},
+      {.optimizer = rmsprop{{.learning_rate = 0.01f, .momentum = 0.5f, .centered = true}},
+       .loss = sparse_categorical_crossentropy{{.from_logits = true}}},
+      {.optimizer = adamw{{.learning_rate = 0.01f, .weight_decay = 0.1f, .amsgrad = true}},
+       .loss = sparse_categorical_crossentropy{{.from_logits = true}}}};
+  for (std::size_t k = 0; k < settings.size(); ++k) {
+    BOOST_TEST_CONTEXT("settings " << k) {
+      temp_dir t;
+      const fit_options epochs{.epochs = 1, .verbose = 0, .batch_size = 8, .shuffle = false};
+      plain straight(1), first(1);
+      straight.compile(settings[k]), first.compile(settings[k]);
+      for (int e = 0; e < 3; ++e) straight.fit(x, y, epochs);
+      first.fit(x, y, epochs);
+      checkpoint::save_model(first, t.path / "m.safetensors");
+      auto loaded = checkpoint::load_model<plain>(t.path / "m.safetensors");
+      BOOST_REQUIRE(loaded.compiled());
+      BOOST_TEST(loaded.optimizer().name() == first.optimizer().name());
+      BOOST_TEST(loaded.optimizer().iterations() == 4);
+      BOOST_TEST((loaded.losses()[0].get_reduction() == first.losses()[0].get_reduction()));
+      BOOST_TEST(loaded.metrics().size() == first.metrics().size());
+      for (int e = 0; e < 2; ++e) loaded.fit(x, y, epochs);
+      BOOST_TEST(loaded.get_weights() == straight.get_weights(), tt::per_element());
+      BOOST_TEST(loaded.evaluate(x, y, {.verbose = 0})["loss"] == straight.evaluate(x, y, {.verbose = 0})["loss"]);
+    }
+  }
+}
+
+void rewrite(const fs::path& from, const fs::path& to,
+             const std::function<void(std::map<std::string, std::string>&, std::vector<checkpoint::named_tensor>&)>& edit);
+
+BOOST_AUTO_TEST_CASE(load_model_without_a_compile_config_or_with_a_broken_one) {
+  temp_dir t;
+  auto [x, y] = problem(16);
+  // a schedule written as a lambda has no config: the model loads uncompiled, as Keras needs
+  // custom_objects for it; compile + restore_model then restores the optimizer state
+  net m(1);
+  m.compile({.optimizer = adam{{.learning_rate = [](std::int64_t) { return 0.01f; }}},
+             .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  m.train_step(x, y);
+  checkpoint::save_model(m, t.path / "lambda.safetensors");
+  BOOST_TEST(!checkpoint::load_model<net>(t.path / "lambda.safetensors").compiled());
+  // a config that is not JSON, or names an optimizer dtrain does not have, is an io_error naming it
+  net c = compiled();
+  c.train_step(x, y);
+  checkpoint::save_model(c, t.path / "ok.safetensors");
+  for (const std::string bad : {std::string("{not json"), std::string(R"({"optimizer": {"class_name": "lion", "config": {}}})")}) {
+    rewrite(t.path / "ok.safetensors", t.path / "bad.safetensors", [&](auto& meta, auto&) { meta["dtrain.compile"] = bad; });
+    const std::string e = error_of([&] { checkpoint::load_model<net>(t.path / "bad.safetensors"); });
+    BOOST_TEST((contains(e, "bad.safetensors") && contains(e, "compile config")), e);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(moving_statistics_are_saved_with_keras_names_and_resume_bitwise) {
   using normed = sequential<input<5>, dense<4>, batch_normalization<>, relu, dense<3>>;
   auto make = [](std::uint64_t seed) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/checkpoint/compile_config.hpp"
 #include "dtrain/checkpoint/safetensors.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/data/npy.hpp"
@@ -180,6 +181,7 @@ void save_values(Model& m, const model_values& v, const std::filesystem::path& p
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
     const std::size_t n = trainable_count(m);
     meta["dtrain.optimizer.slots"] = std::to_string(n == 0 ? 0 : st.slots.size() / n);
+    if (auto c = compile_config(m)) meta["dtrain.compile"] = std::move(*c);
   }
   for (const auto& [k, x] : extra) meta[k] = x;
   tensors.insert(tensors.end(), more.begin(), more.end());
@@ -281,11 +283,19 @@ void export_npz(const Model& m, const std::filesystem::path& path) {
   data::write_npz(path, arrays);
 }
 
-/// `keras.models.load_model(path)` for a known architecture: builds `Model` and restores it.
+/// `keras.models.load_model(path)` for a known architecture: builds `Model`, compiles it as the saved
+/// model was (when the file carries its compile config, compile_config.hpp) and restores it, so `fit`
+/// goes on with the optimizer's moments, iteration count and schedule position.
 template <class Model>
 Model load_model(const std::filesystem::path& path) {
   Model m;
-  restore_model(m, path);
+  const auto f = load_safetensors(path);
+  if (const auto it = f.metadata.find("dtrain.compile"); it != f.metadata.end()) {
+    compile_settings s = compile_settings_from(it->second, Model::num_outputs, path.string());
+    m.compile({.optimizer = std::move(s.optimizer), .losses = std::move(s.losses),
+               .loss_weights = std::move(s.loss_weights), .output_metrics = std::move(s.output_metrics)});
+  }
+  apply_values(m, read_model(m, f, path.string()));
   return m;
 }
 

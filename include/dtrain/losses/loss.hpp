@@ -97,6 +97,12 @@ class any_loss {
   any_loss(L l) : self_(std::make_shared<model_t<L>>(std::move(l))) {}
 
   explicit operator bool() const { return self_ != nullptr; }
+  /// The loss held, if it is an `L` (as `std::function::target`).
+  template <class L>
+  const L* target() const {
+    const auto* m = dynamic_cast<const model_t<L>*>(self_.get());
+    return m ? &m->l_ : nullptr;
+  }
   std::string name() const { return self_->name(); }
   reduction get_reduction() const { return self_->get_reduction(); }
   /// The backend kernel, or nothing for a loss computed on the host.

@@ -121,6 +121,12 @@ class any_metric {
   any_metric& operator=(any_metric&&) noexcept = default;
 
   std::string name() const { return fn_->name(); }
+  /// The metric function held, if it is an `M` (as `std::function::target`).
+  template <class M>
+  const M* target() const {
+    const auto* m = dynamic_cast<const model_t<M>*>(fn_.get());
+    return m ? &m->m_ : nullptr;
+  }
   /// The backend kernel for a batch of these shapes (checked), or nothing for a host metric.
   std::optional<metric_op> kernel(batch_view y_true, batch_view y_pred) { return fn_->kernel(y_true, y_pred); }
   /// Adds a batch of host values (Keras `update_state(y_true, y_pred)`).

@@ -412,6 +412,12 @@ class basic_model {
   const any_loss& loss() const { return require_compiled("loss"), losses_.front(); }
   /// The compiled metrics, output by output.
   std::vector<any_metric>& metrics() { return metrics_; }
+  const std::vector<any_metric>& metrics() const { return metrics_; }
+  /// The output each compiled metric is computed on.
+  const std::vector<std::size_t>& metric_outputs() const { return metric_output_; }
+  /// Each output's loss and its weight, as compiled.
+  const std::vector<any_loss>& losses() const { return losses_; }
+  const std::vector<float>& loss_weights() const { return loss_weights_; }
   mean& loss_tracker() { return loss_tracker_; }
   /// Each output's loss (before its weight, as Keras 3 logs it), tracked as "<output layer>_loss" (none
   /// for a model of one output).

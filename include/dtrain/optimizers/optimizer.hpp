@@ -225,6 +225,12 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   any_optimizer& operator=(any_optimizer&&) noexcept = default;
 
   explicit operator bool() const { return self_ != nullptr; }
+  /// The optimizer held, if it is an `O` (as `std::function::target`).
+  template <class O>
+  const O* target() const {
+    const auto* m = dynamic_cast<const model_t<O>*>(self_.get());
+    return m ? &m->o_ : nullptr;
+  }
   std::string name() const { return self_->name(); }
   float learning_rate() const { return self_->learning_rate(); }
   void set_learning_rate(float lr) { self_->set_learning_rate(lr); }

@@ -66,6 +66,11 @@ class learning_rate_schedule {
 
   float operator()(std::int64_t step) const { return schedule_ ? schedule_(step) : constant_; }
   bool is_constant() const { return !schedule_; }
+  /// The schedule held, if it is an `F` (as `std::function::target`).
+  template <class F>
+  const F* target() const {
+    return schedule_.template target<F>();
+  }
 
  private:
   static void check(float lr) {

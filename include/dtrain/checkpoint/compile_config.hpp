@@ -1,0 +1,195 @@
+#pragma once
+/// \file
+/// A model's compile settings as a model file carries them (Keras' `compile_config`): the optimizer and
+/// its options (with a learning-rate schedule), each output's loss and weight, and the metrics, as JSON
+/// `{"class_name": ..., "config": {...}}` entries with Keras' option names. `load_model` compiles the
+/// model it returns from them, so `fit` goes on with the saved optimizer state.
+///
+/// The library's own optimizers, schedules, losses and metrics have a config; a model compiled with
+/// anything else (a user's loss, a schedule written as a lambda) is saved without one, and loads
+/// uncompiled, as before (compile it, then `restore_model` restores the optimizer state).
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/losses/crossentropy.hpp"
+#include "dtrain/losses/mean_squared_error.hpp"
+#include "dtrain/metrics/accuracy.hpp"
+#include "dtrain/optimizers/adam.hpp"
+#include "dtrain/optimizers/rmsprop.hpp"
+#include "dtrain/optimizers/sgd.hpp"
+
+namespace dtrain::checkpoint {
+
+/// What `compile` takes, rebuilt from a config (one loss, weight and metric list per output).
+struct compile_settings {
+  any_optimizer optimizer;
+  std::vector<any_loss> losses;
+  std::vector<float> loss_weights;
+  std::vector<std::vector<any_metric>> output_metrics;
+};
+
+namespace detail {
+using json = nlohmann::json;
+
+/// Option `key` of config `c` as a T.
+template <class T>
+T option(const json& c, const char* key) {
+  return c.at(key).get<T>();
+}
+inline json entry(const std::string& class_name, json config) {
+  return {{"class_name", class_name}, {"config", std::move(config)}};
+}
+
+inline json schedule_config(const learning_rate_schedule& lr) {
+  if (lr.is_constant()) return lr(0);
+  if (const auto* e = lr.target<exponential_decay>())
+    return entry("ExponentialDecay", {{"initial_learning_rate", e->initial_learning_rate},
+                                      {"decay_steps", e->decay_steps},
+                                      {"decay_rate", e->decay_rate},
+                                      {"staircase", e->staircase}});
+  if (const auto* p = lr.target<piecewise_constant_decay>())
+    return entry("PiecewiseConstantDecay", {{"boundaries", p->boundaries}, {"values", p->values}});
+  return nullptr;
+}
+inline learning_rate_schedule schedule_from(const json& j) {
+  if (j.is_number()) return j.get<float>();
+  const json& c = j.at("config");
+  const auto name = option<std::string>(j, "class_name");
+  if (name == "ExponentialDecay")
+    return exponential_decay{option<float>(c, "initial_learning_rate"), option<std::int64_t>(c, "decay_steps"),
+                             option<float>(c, "decay_rate"), option<bool>(c, "staircase")};
+  if (name == "PiecewiseConstantDecay")
+    return piecewise_constant_decay{option<std::vector<std::int64_t>>(c, "boundaries"), option<std::vector<float>>(c, "values")};
+  throw value_error("unknown learning rate schedule '" + name + "'");
+}
+
+inline json optimizer_config(const any_optimizer& o) {
+  auto with_rate = [](const auto& opt, json c) -> json {
+    json lr = schedule_config(opt->options.learning_rate);
+    if (lr.is_null()) return nullptr;
+    c["learning_rate"] = std::move(lr);
+    return entry(opt->name(), std::move(c));
+  };
+  if (const auto* a = o.target<adam>())
+    return with_rate(a, {{"beta_1", a->options.beta_1}, {"beta_2", a->options.beta_2},
+                         {"epsilon", a->options.epsilon}, {"amsgrad", a->options.amsgrad}});
+  if (const auto* a = o.target<adamw>())
+    return with_rate(a, {{"weight_decay", a->options.weight_decay}, {"beta_1", a->options.beta_1},
+                         {"beta_2", a->options.beta_2}, {"epsilon", a->options.epsilon}, {"amsgrad", a->options.amsgrad}});
+  if (const auto* g = o.target<sgd>())
+    return with_rate(g, {{"momentum", g->options.momentum}, {"nesterov", g->options.nesterov}});
+  if (const auto* r = o.target<rmsprop>())
+    return with_rate(r, {{"rho", r->options.rho}, {"momentum", r->options.momentum},
+                         {"epsilon", r->options.epsilon}, {"centered", r->options.centered}});
+  return nullptr;
+}
+inline any_optimizer optimizer_from(const json& j) {
+  const auto name = option<std::string>(j, "class_name");
+  const json& c = j.at("config");
+  const learning_rate_schedule lr = schedule_from(c.at("learning_rate"));
+  auto f = [&](const char* key) { return option<float>(c, key); };
+  auto b = [&](const char* key) { return option<bool>(c, key); };
+  if (name == adam{}.name()) return adam{{lr, f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")}};
+  if (name == adamw{}.name())
+    return adamw{{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")}};
+  if (name == sgd{}.name()) return sgd{{lr, f("momentum"), b("nesterov")}};
+  if (name == rmsprop{}.name()) return rmsprop{{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")}};
+  throw value_error("unknown optimizer '" + name + "'");
+}
+
+inline const char* reduction_name(reduction r) {
+  return r == reduction::none ? "none" : r == reduction::sum ? "sum" : "sum_over_batch_size";
+}
+inline reduction reduction_from(const std::string& s) {
+  if (s == "none") return reduction::none;
+  if (s == "sum") return reduction::sum;
+  if (s == "sum_over_batch_size") return reduction::sum_over_batch_size;
+  throw value_error("unknown loss reduction '" + s + "'");
+}
+inline json loss_config(const any_loss& l) {
+  auto crossentropy = [&](const auto* x) {
+    return entry(x->name(), {{"from_logits", x->options.from_logits}, {"reduction", reduction_name(x->options.reduction)}});
+  };
+  if (const auto* x = l.target<sparse_categorical_crossentropy>()) return crossentropy(x);
+  if (const auto* x = l.target<categorical_crossentropy>()) return crossentropy(x);
+  if (const auto* x = l.target<binary_crossentropy>()) return crossentropy(x);
+  if (const auto* x = l.target<mean_squared_error>()) return entry(x->name(), {{"reduction", reduction_name(x->options.reduction)}});
+  return nullptr;
+}
+inline any_loss loss_from(const json& j) {
+  const auto name = option<std::string>(j, "class_name");
+  const json& c = j.at("config");
+  const reduction red = reduction_from(option<std::string>(c, "reduction"));
+  auto ce = [&] { return crossentropy_options{.from_logits = option<bool>(c, "from_logits"), .reduction = red}; };
+  if (name == sparse_categorical_crossentropy{}.name()) return sparse_categorical_crossentropy{ce()};
+  if (name == categorical_crossentropy{}.name()) return categorical_crossentropy{ce()};
+  if (name == binary_crossentropy{}.name()) return binary_crossentropy{ce()};
+  if (name == mean_squared_error{}.name()) return mean_squared_error{{.reduction = red}};
+  throw value_error("unknown loss '" + name + "'");
+}
+
+inline json metric_config(const any_metric& m) {
+  if (m.target<sparse_categorical_accuracy>() || m.target<categorical_accuracy>() || m.target<accuracy>())
+    return entry(m.name(), json::object());
+  if (const auto* b = m.target<binary_accuracy>()) return entry(m.name(), {{"threshold", b->threshold}});
+  return nullptr;
+}
+inline any_metric metric_from(const json& j) {
+  const auto name = option<std::string>(j, "class_name");
+  if (name == sparse_categorical_accuracy{}.name()) return sparse_categorical_accuracy{};
+  if (name == categorical_accuracy{}.name()) return categorical_accuracy{};
+  if (name == accuracy{}.name()) return accuracy{};
+  if (name == binary_accuracy{}.name()) return binary_accuracy{option<float>(j.at("config"), "threshold")};
+  throw value_error("unknown metric '" + name + "'");
+}
+}  // namespace detail
+
+/// The compile config of a compiled model, or nothing when a part of it has none (a user's type).
+template <class Model>
+std::optional<std::string> compile_config(const Model& m) {
+  using detail::json;
+  json c = {{"optimizer", detail::optimizer_config(m.optimizer())}, {"loss", json::array()},
+            {"loss_weights", m.loss_weights()}, {"metrics", json::array()}};
+  if (c["optimizer"].is_null()) return std::nullopt;
+  for (const auto& l : m.losses()) {
+    c["loss"].push_back(detail::loss_config(l));
+    if (c["loss"].back().is_null()) return std::nullopt;
+  }
+  c["metrics"] = json::array();
+  for (std::size_t o = 0; o < m.losses().size(); ++o) c["metrics"].push_back(json::array());
+  for (std::size_t i = 0; i < m.metrics().size(); ++i) {
+    json e = detail::metric_config(m.metrics()[i]);
+    if (e.is_null()) return std::nullopt;
+    c["metrics"][m.metric_outputs()[i]].push_back(std::move(e));
+  }
+  return c.dump();
+}
+
+/// The settings a compile config holds, for a model of `outputs` outputs (`file` names the file in
+/// errors). A config that does not parse, or names something unknown, is an `io_error`.
+inline compile_settings compile_settings_from(const std::string& config, std::size_t outputs, const std::string& file) {
+  try {
+    const auto c = detail::json::parse(config);
+    compile_settings s{detail::optimizer_from(c.at("optimizer")), {}, detail::option<std::vector<float>>(c, "loss_weights"), {}};
+    for (const auto& l : c.at("loss")) s.losses.push_back(detail::loss_from(l));
+    for (const auto& list : c.at("metrics")) {
+      s.output_metrics.emplace_back();
+      for (const auto& m : list) s.output_metrics.back().push_back(detail::metric_from(m));
+    }
+    if (s.losses.size() != outputs || s.loss_weights.size() != outputs || s.output_metrics.size() != outputs)
+      throw value_error("it is for a model of " + std::to_string(s.losses.size()) + " outputs, this one has " +
+                        std::to_string(outputs));
+    return s;
+  } catch (const detail::json::exception& e) {
+    throw io_error("load_model: " + file + ": the compile config (metadata 'dtrain.compile') is malformed: " + e.what());
+  } catch (const value_error& e) {
+    throw io_error("load_model: " + file + ": the compile config (metadata 'dtrain.compile') cannot be used: " + e.what());
+  }
+}
+
+}  // namespace dtrain::checkpoint
