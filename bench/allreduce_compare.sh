@@ -4,7 +4,8 @@
 # a job token and TLS 1.3 on the data plane (tls/plain: what encryption costs); dtrain-mpi is comm::mpi
 # over the same Open MPI (TCP) as the mpi column (dmpi/mpi: what dtrain's checks and polling cost).
 # dtrain-shm is dtrain through shared memory (-s 1: what ranks on one host use in training) and mpi-shm
-# Open MPI over its shared-memory btl (vader); shm/mpi-shm compares the two.
+# Open MPI over its shared-memory btl (vader); shm/mpi-shm compares the two. dtrain-nocrc is the TCP ring
+# with frames that carry no CRC-32C (-x 0): crc/nocrc is what the per-frame integrity check costs.
 #   bench/allreduce_compare.sh [build dir] [runs]
 set -eu
 B=${1:-build}/bench
@@ -21,6 +22,7 @@ median() { sort -g | awk '{v[NR]=$1} END {print (NR ? v[int((NR+1)/2)] : "n/a")}
 for p in 2 4; do
   for r in $(seq "$runs"); do
     "$B/allreduce_perf" $args -c 0 -p $p -s 0 | grep -v '^#' > "$tmp/dtrain.$p.$r"
+    "$B/allreduce_perf" $args -c 0 -p $p -s 0 -x 0 | grep -v '^#' > "$tmp/nocrc.$p.$r"
     "$B/allreduce_perf" $args -c 0 -p $p -s 1 | grep -v '^#' > "$tmp/shm.$p.$r"
     "$B/allreduce_perf" $args -c 0 -p $p -t 1 | grep -v '^#' > "$tmp/tls.$p.$r"
     [ $have_gloo = 1 ] && "$B/gloo_allreduce" $args -p $p | grep -v '^#' > "$tmp/gloo.$p.$r"
@@ -29,14 +31,16 @@ for p in 2 4; do
     [ $have_dmpi = 1 ] && $mpirun -np $p "$B/mpi_comm_perf" $args -c 0 2>/dev/null | grep -v '^#' > "$tmp/dmpi.$p.$r"
   done
   echo "# all_reduce, $p ranks (processes) on loopback, float sum; busbw in GB/s (median of $runs runs), time for 4 KiB in us"
-  printf "%12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %11s %11s %14s\n" "size(B)" dtrain gloo mpi dtrain+tls dtrain-mpi \
-    dtrain/gloo dtrain/mpi tls/plain dmpi/mpi dtrain-shm mpi-shm shm/mpi-shm
+  printf "%12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %11s %11s %14s %13s %10s\n" "size(B)" dtrain gloo mpi dtrain+tls \
+    dtrain-mpi dtrain/gloo dtrain/mpi tls/plain dmpi/mpi dtrain-shm mpi-shm shm/mpi-shm dtrain-nocrc crc/nocrc
   for size in $(awk '{print $1}' "$tmp/dtrain.$p.1"); do
     col() { cat "$tmp"/$1.$p.* 2>/dev/null | awk -v s="$size" -v c="$2" '$1 == s {print $c}' | median; }
     d=$(col dtrain 7); g=$(col gloo 7); m=$(col mpi 7); t=$(col tls 7); dm=$(col dmpi 7); s=$(col shm 7); ms=$(col mpishm 7)
+    nc=$(col nocrc 7)
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
-    printf "%12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %11s %11s %14s\n" "$size" "$d" "$g" "$m" "$t" "$dm" \
-      "$(ratio "$d" "$g")" "$(ratio "$d" "$m")" "$(ratio "$t" "$d")" "$(ratio "$dm" "$m")" "$s" "$ms" "$(ratio "$s" "$ms")"
+    printf "%12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %11s %11s %14s %13s %10s\n" "$size" "$d" "$g" "$m" "$t" "$dm" \
+      "$(ratio "$d" "$g")" "$(ratio "$d" "$m")" "$(ratio "$t" "$d")" "$(ratio "$dm" "$m")" "$s" "$ms" "$(ratio "$s" "$ms")" \
+      "$nc" "$(ratio "$d" "$nc")"
   done
   lat() { cat "$tmp"/$1.$p.* 2>/dev/null | awk '$1 == 4096 {print $5}' | median; }
   printf "4 KiB latency (us): dtrain %s, dtrain+tls %s, gloo %s, mpi %s, dtrain-mpi %s, dtrain-shm %s, mpi-shm %s\n\n" \

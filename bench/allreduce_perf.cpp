@@ -33,6 +33,7 @@ struct args : allreduce_table::sweep {
   int check = 1;
   int tls = 0;
   int shm = 0;  // ranks on one host: all-reduce through shared memory (off: the TCP ring on loopback)
+  int checksums = 1;  // frames carry a CRC-32C (without TLS)
   int agree = 1;  // comm::mpi: compare each collective across the ranks first
   int rank = -1;  // -r with -a: this process is that rank of a cluster on other hosts
   std::vector<std::string> addresses;
@@ -43,10 +44,11 @@ struct args : allreduce_table::sweep {
 
 constexpr const char* usage_text =
     "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] "
-    "[-C frame bytes] [-t 0|1] [-s 0|1] [-k 0|1] [-r rank -a addresses]\n"
+    "[-C frame bytes] [-t 0|1] [-s 0|1] [-x 0|1] [-k 0|1] [-r rank -a addresses]\n"
     "All-reduce bus bandwidth of dtrain's TCP ring among -p ranks on loopback, nccl-tests style: sizes from -b to -e\n"
     "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS;\n"
-    "-s 1 through shared memory instead of TCP (what ranks on one host use in training).\n"
+    "-s 1 through shared memory instead of TCP (what ranks on one host use in training);\n"
+    "-x 0 with frames that carry no CRC-32C (what the checksum costs).\n"
     "Built as mpi_comm_perf: comm::mpi under mpirun instead (-k 0: without its collective agreement check).\n"
     "-r rank -a host:port,host:port,...: be that rank of a ring on those addresses (one process per host).\n";
 
@@ -74,6 +76,7 @@ args parse(int argc, char** argv) {
     if (k == "-c") a.check = zero_or_one(k, v);
     else if (k == "-t") a.tls = zero_or_one(k, v);
     else if (k == "-s") a.shm = zero_or_one(k, v);
+    else if (k == "-x") a.checksums = zero_or_one(k, v);
     else if (k == "-k") a.agree = zero_or_one(k, v);
     else if (k == "-r") a.rank = std::atoi(v);
     else if (k == "-a") {
@@ -198,13 +201,16 @@ int run_ring_rank(const args& a, int rank, const std::vector<std::string>& addrs
                                .job_token = a.tls ? "allreduce-perf-job-token" : "",
                                .tls = a.tls != 0,
                                .log = [](const std::string&) {},
-                               .shared_memory = a.shm != 0});
+                               .shared_memory = a.shm != 0,
+                               .frame_checksums = a.checksums != 0});
   if (a.shm && comm.transport() != "shared memory") {
     std::fprintf(stderr, "allreduce_perf: -s 1, but the ranks could not share memory (not on one host?)\n");
     return 1;
   }
-  return run_rank(a, comm, a.shm ? "dtrain ring_tcp all_reduce, shared memory" : a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3"
-                                                                              : "dtrain ring_tcp all_reduce, TCP");
+  return run_rank(a, comm, a.shm   ? "dtrain ring_tcp all_reduce, shared memory"
+                           : a.tls ? "dtrain ring_tcp all_reduce, TLS 1.3"
+                           : a.checksums ? "dtrain ring_tcp all_reduce, TCP"
+                                         : "dtrain ring_tcp all_reduce, TCP without frame checksums");
 }
 
 int main(int argc, char** argv) {

@@ -416,39 +416,83 @@ BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_end
   BOOST_CHECK_THROW(std::rethrow_exception(err2), comm_error);  // rank 2 learns that rank 0 stopped
 }
 
+/// A fake rank 1 of 2 without a token: it completes the handshakes as rank 1 would; then `to_next`
+/// carries what it sends rank 0, and `from_prev` what rank 0 sends it.
+struct fake_rank1 {
+  asio::io_context io;
+  asio::ip::tcp::acceptor own;
+  asio::ip::tcp::socket join, to_next{io}, from_prev{io};
+  explicit fake_rank1(const std::vector<std::string>& addrs)
+      : own(io, dtrain_test::loopback_endpoint(addrs[1])), join(dtrain_test::connect_when_listening(io, addrs[0])) {
+    comm::detail::hello h;
+    h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
+    asio::write(join, asio::buffer(&h, sizeof h));
+    comm::detail::hello reply;
+    asio::read(join, asio::buffer(&reply, sizeof reply));
+    BOOST_REQUIRE(reply.accepted);
+    std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
+    asio::read(join, asio::buffer(table));
+    to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
+    h.kind = 2;
+    asio::write(to_next, asio::buffer(&h, sizeof h));
+    own.accept(from_prev);  // rank 0's ring hello: answered as rank 1 would
+    comm::detail::hello theirs;
+    asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
+    h.accepted = 1;
+    asio::write(from_prev, asio::buffer(&h, sizeof h));
+  }
+};
+
 BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_allocation) {
   // rank 1 is a fake that completes the handshakes, then sends a frame that claims 4 GiB
   const auto addrs = free_addresses(2);
   std::exception_ptr err;
   std::thread real = real_rank0(options(0, 2, addrs), err);
-  asio::io_context io;
-  asio::ip::tcp::acceptor own(io, dtrain_test::loopback_endpoint(addrs[1]));
-  asio::ip::tcp::socket join = dtrain_test::connect_when_listening(io, addrs[0]);
-  comm::detail::hello h;
-  h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
-  asio::write(join, asio::buffer(&h, sizeof h));
-  comm::detail::hello reply;
-  asio::read(join, asio::buffer(&reply, sizeof reply));
-  BOOST_REQUIRE(reply.accepted);
-  std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
-  asio::read(join, asio::buffer(table));
-  asio::ip::tcp::socket to_next(io);
-  to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
-  h.kind = 2;
-  asio::write(to_next, asio::buffer(&h, sizeof h));
-  asio::ip::tcp::socket from_prev(io);
-  own.accept(from_prev);  // rank 0's ring hello: answered as rank 1 would
-  comm::detail::hello theirs;
-  asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
-  h.accepted = 1;
-  asio::write(from_prev, asio::buffer(&h, sizeof h));
+  fake_rank1 fake(addrs);
   comm::detail::frame_header bad;
   bad.seq = 1, bad.length = 0xfffffff0u;
-  asio::write(to_next, asio::buffer(&bad, sizeof bad));
+  asio::write(fake.to_next, asio::buffer(&bad, sizeof bad));
   real.join();
   const std::string m = message(err);
   BOOST_TEST(m.find("protocol error") != std::string::npos, m);
   BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_changed_on_the_way_is_detected_and_named) {
+  // Without TLS, one flipped bit in a frame's payload (what a faulty NIC or middlebox does, and TCP's
+  // checksum can miss) fails rank 0's all-reduce, naming rank 1, before the bytes are used; and a
+  // rank that sends no checksums is named as such.
+  for (const bool with_checksum : {true, false}) {
+    BOOST_TEST_CONTEXT("the frame carries a checksum: " << with_checksum) {
+      const auto addrs = free_addresses(2);
+      std::exception_ptr err;
+      std::thread real = real_rank0(options(0, 2, addrs), err);
+      fake_rank1 fake(addrs);
+      // the first frame rank 0 takes from rank 1 after the rendezvous: collective 2 (the first is rank
+      // 0's own broadcast), one float
+      std::vector<float> payload(1, 1.0f);
+      comm::detail::frame_header h;
+      h.seq = 2, h.step = 0, h.offset = 0, h.length = std::uint32_t(payload.size() * 4);
+      if (with_checksum) h.flags = comm::detail::frame_has_checksum, h.checksum = comm::detail::crc32c(payload.data(), h.length);
+      reinterpret_cast<unsigned char*>(payload.data())[1] ^= 0x04;  // after the sender's checksum
+      asio::write(fake.to_next, std::array<asio::const_buffer, 2>{asio::buffer(&h, sizeof h), asio::buffer(payload)});
+      real.join();
+      const std::string m = message(err);
+      BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+      BOOST_TEST(m.find(with_checksum ? "fails its CRC-32C check" : "carries no checksum") != std::string::npos, m);
+    }
+  }
+  // the checksum itself: CRC-32C's published check value; the table form is the reference for the
+  // three-stream hardware form, over lengths around its blocks and unaligned starts
+  namespace d = comm::detail;
+  BOOST_TEST(d::crc32c("123456789", 9) == 0xe3069283u);
+  BOOST_TEST(d::crc32c_bytes(reinterpret_cast<const unsigned char*>("123456789"), 9, 0) == 0xe3069283u);
+  BOOST_TEST(d::crc32c("3456789", 7, d::crc32c("12", 2)) == 0xe3069283u);
+  std::vector<unsigned char> bytes(100'000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(value(1, i) * 97.0f);
+  for (std::size_t n : {0, 1, 7, 8, 4095, 12287, 12288, 12289, 40000, 99'990})
+    for (std::size_t at : {0, 1, 3})
+      BOOST_TEST(d::crc32c(bytes.data() + at, n, 5) == d::crc32c_bytes(bytes.data() + at, n, 5), "n " << n << " at " << at);
 }
 
 BOOST_AUTO_TEST_CASE(silent_connections_do_not_stall_the_rendezvous) {

@@ -73,6 +73,11 @@ struct ring_tcp_options {
   /// When every rank turns out to be on this host, all-reduce through shared memory (shm.hpp) instead
   /// of loopback TCP; also DTRAIN_SHM=0 turns it off. A rank with it off keeps the whole ring on TCP.
   bool shared_memory = true;
+  /// Without TLS, every frame carries a CRC-32C of its payload, checked before it is used: a frame
+  /// corrupted on the way is a protocol error naming the sender, never a wrong sum. Also
+  /// DTRAIN_FRAME_CHECKSUMS=0 turns it off. The same on every rank. TLS authenticates every record
+  /// instead, so with TLS frames carry none.
+  bool frame_checksums = true;
 };
 
 namespace detail {

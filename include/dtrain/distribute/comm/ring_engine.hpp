@@ -189,6 +189,7 @@ class ring_engine {
         if (st.gate >= 0 && (*l.done)[std::size_t(st.gate)] < l.sent + n) break;
         l.out_h = detail::frame_header{};
         l.out_h.seq = seq_, l.out_h.step = std::uint32_t(l.ss), l.out_h.length = std::uint32_t(n), l.out_h.offset = l.sent;
+        if (checksums()) l.out_h.flags = detail::frame_has_checksum, l.out_h.checksum = detail::crc32c(st.send + l.sent, n);
         l.out_n = n, l.out_at = 0, l.out_busy = true;
       }
       iovec iov[2];
@@ -254,6 +255,21 @@ class ring_engine {
         continue;
       }
       if (l.in_at < head + l.in_n) continue;
+      if (checksums()) {
+        std::string why;
+        if (!(l.in_h.flags & detail::frame_has_checksum))
+          why = "it carries no checksum and this rank requires one (set DTRAIN_FRAME_CHECKSUMS the same on every worker)";
+        else if (detail::crc32c(l.in_dst, l.in_n) != l.in_h.checksum)
+          why = "its payload fails its CRC-32C check: the bytes were changed on the way (a faulty NIC, cable or "
+                "middlebox; TLS would also authenticate them) and none was used";
+        if (!why.empty()) {
+          protocol_error_ = "frame from " + peer_name(l.from.rank) + " (collective " + std::to_string(seq_) + ", step " +
+                            std::to_string(l.rs) + ", bytes " + std::to_string(l.received) + " to " +
+                            std::to_string(l.received + l.in_n) + "): " + why;
+          fail(asio::error::invalid_argument, l.from.rank, -1);
+          return progress;
+        }
+      }
       on_frame(l.first_step + l.rs, l.received, static_cast<const std::byte*>(l.in_dst), l.in_n);
       l.received += l.in_n, (*l.done)[l.rs] = l.received, l.in_at = 0;
       break;
@@ -437,6 +453,9 @@ class ring_engine {
   int prev_rank() const { return rv_.prev_rank(); }
   int next_rank() const { return rv_.next_rank(); }
   std::string peer_name(int r) const { return rv_.peer_name(r); }
+
+  /// Whether frames carry and are checked against a CRC-32C (without TLS, which authenticates them).
+  bool checksums() const { return o_.frame_checksums && !o_.tls; }
 
   tcp_rendezvous& rv_;
   const ring_tcp_options& o_;

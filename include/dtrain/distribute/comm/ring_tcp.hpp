@@ -328,10 +328,12 @@ class ring_tcp {
     engine_.run_steps(steps, [](std::size_t, std::size_t, const std::byte*, std::size_t) {});
   }
 
-  /// The options as the rank runs with them: DTRAIN_TLS, the smallest chunk, the default log.
+  /// The options as the rank runs with them: DTRAIN_TLS, DTRAIN_SHM, DTRAIN_FRAME_CHECKSUMS, the smallest
+  /// chunk, the default log.
   static ring_tcp_options normalized(ring_tcp_options o) {
     if (const char* v = std::getenv("DTRAIN_TLS"); v && std::string(v) == "1") o.tls = true;
     if (const char* v = std::getenv("DTRAIN_SHM"); v && std::string(v) == "0") o.shared_memory = false;
+    if (const char* v = std::getenv("DTRAIN_FRAME_CHECKSUMS"); v && std::string(v) == "0") o.frame_checksums = false;
     if (o.chunk_bytes < 4096) o.chunk_bytes = 4096;
     if (!o.log) o.log = [](const std::string& s) { std::fprintf(stderr, "dtrain ring_tcp: %s\n", s.c_str()); };
     return o;
