@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(progbar_logger_prints_epoch_headers) {
 // The record framing TensorBoard reads (tests/interop/check_tensorboard.py reads the files with the real
 // tensorboard package): CRC-32C's check value, and every record's length and masked CRCs.
 BOOST_AUTO_TEST_CASE(tensorboard_event_files_are_framed_records) {
-  BOOST_TEST(tensorboard_events::crc32c("123456789", 9) == 0xe3069283u);  // the CRC-32C check value
+  BOOST_TEST(dtrain::detail::crc32c("123456789", 9) == 0xe3069283u);  // the CRC-32C check value
   const auto dir = std::filesystem::temp_directory_path() / "dtrain_tensorboard_test";
   std::filesystem::remove_all(dir);
   fake_model m;

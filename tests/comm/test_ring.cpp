@@ -473,7 +473,7 @@ BOOST_AUTO_TEST_CASE(a_frame_changed_on_the_way_is_detected_and_named) {
       std::vector<float> payload(1, 1.0f);
       comm::detail::frame_header h;
       h.seq = 2, h.step = 0, h.offset = 0, h.length = std::uint32_t(payload.size() * 4);
-      if (with_checksum) h.flags = comm::detail::frame_has_checksum, h.checksum = comm::detail::crc32c(payload.data(), h.length);
+      if (with_checksum) h.flags = comm::detail::frame_has_checksum, h.checksum = dtrain::detail::crc32c(payload.data(), h.length);
       reinterpret_cast<unsigned char*>(payload.data())[1] ^= 0x04;  // after the sender's checksum
       asio::write(fake.to_next, std::array<asio::const_buffer, 2>{asio::buffer(&h, sizeof h), asio::buffer(payload)});
       real.join();
@@ -484,7 +484,7 @@ BOOST_AUTO_TEST_CASE(a_frame_changed_on_the_way_is_detected_and_named) {
   }
   // the checksum itself: CRC-32C's published check value; the table form is the reference for the
   // three-stream hardware form, over lengths around its blocks and unaligned starts
-  namespace d = comm::detail;
+  namespace d = dtrain::detail;
   BOOST_TEST(d::crc32c("123456789", 9) == 0xe3069283u);
   BOOST_TEST(d::crc32c_bytes(reinterpret_cast<const unsigned char*>("123456789"), 9, 0) == 0xe3069283u);
   BOOST_TEST(d::crc32c("3456789", 7, d::crc32c("12", 2)) == 0xe3069283u);

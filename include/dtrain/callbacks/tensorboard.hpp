@@ -36,30 +36,15 @@
 #include <vector>
 
 #include "dtrain/callbacks/callback.hpp"
+#include "dtrain/core/crc32c.hpp"
 
 namespace dtrain {
 
 namespace tensorboard_events {
 
-/// CRC-32C (Castagnoli), as TFRecord files use it.
-inline std::uint32_t crc32c(const void* data, std::size_t n) {
-  static const auto table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0x82f63b78u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::uint32_t c = 0xffffffffu;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
-}
 /// TFRecord's masked CRC (a CRC of data that holds CRCs is otherwise weak).
 inline std::uint32_t masked_crc32c(const void* data, std::size_t n) {
-  const std::uint32_t c = crc32c(data, n);
+  const std::uint32_t c = detail::crc32c(data, n);
   return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 

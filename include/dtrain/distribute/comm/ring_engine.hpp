@@ -189,7 +189,7 @@ class ring_engine {
         if (st.gate >= 0 && (*l.done)[std::size_t(st.gate)] < l.sent + n) break;
         l.out_h = detail::frame_header{};
         l.out_h.seq = seq_, l.out_h.step = std::uint32_t(l.ss), l.out_h.length = std::uint32_t(n), l.out_h.offset = l.sent;
-        if (checksums()) l.out_h.flags = detail::frame_has_checksum, l.out_h.checksum = detail::crc32c(st.send + l.sent, n);
+        if (checksums()) l.out_h.flags = detail::frame_has_checksum, l.out_h.checksum = dtrain::detail::crc32c(st.send + l.sent, n);
         l.out_n = n, l.out_at = 0, l.out_busy = true;
       }
       iovec iov[2];
@@ -259,7 +259,7 @@ class ring_engine {
         std::string why;
         if (!(l.in_h.flags & detail::frame_has_checksum))
           why = "it carries no checksum and this rank requires one (set DTRAIN_FRAME_CHECKSUMS the same on every worker)";
-        else if (detail::crc32c(l.in_dst, l.in_n) != l.in_h.checksum)
+        else if (dtrain::detail::crc32c(l.in_dst, l.in_n) != l.in_h.checksum)
           why = "its payload fails its CRC-32C check: the bytes were changed on the way (a faulty NIC, cable or "
                 "middlebox; TLS would also authenticate them) and none was used";
         if (!why.empty()) {
