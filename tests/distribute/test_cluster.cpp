@@ -43,7 +43,8 @@ class scoped_env {
       "SLURM_JOB_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
       "SLURM_LOCALID",      "DTRAIN_PORT",          "RANK",                  "WORLD_SIZE",
       "MASTER_ADDR",        "MASTER_PORT",          "OMPI_COMM_WORLD_RANK",  "OMPI_COMM_WORLD_SIZE",
-      "DTRAIN_MASTER_ADDR", "DTRAIN_MASTER_PORT"};
+      "DTRAIN_MASTER_ADDR", "DTRAIN_MASTER_PORT",   "LOCAL_RANK",            "LOCAL_WORLD_SIZE",
+      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
 
  private:
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
@@ -454,6 +455,52 @@ BOOST_AUTO_TEST_CASE(torchrun_and_mpi) {
   BOOST_TEST(me.master->str() == "head:6000");  // MASTER_ADDR / MASTER_PORT when nothing more specific
   env.set({{"DTRAIN_MASTER_ADDR", "mpihead"}, {"DTRAIN_MASTER_PORT", "6001"}});
   BOOST_TEST(mpi_resolver::from_env().resolve().master->str() == "mpihead:6001");
+}
+
+BOOST_AUTO_TEST_CASE(local_rank_and_size_from_every_resolver) {
+  // what a worker needs to pick its GPU on a host of several: its index among the ring members there
+  // TF_CONFIG: members whose addresses name the same host, in rank order (the chief first)
+  const cluster_spec spec{{{"chief", {"a:1"}}, {"worker", {"b:1", "a:2", "b:2", "a:3"}}}};
+  const int want_rank[] = {0, 0, 1, 1, 2}, want_size[] = {3, 2, 3, 2, 3};  // chief a, then b a b a
+  for (int i = 0; i < 5; ++i) {
+    const auto c = i == 0 ? make_cluster_info(spec, "chief", 0) : make_cluster_info(spec, "worker", i - 1);
+    BOOST_TEST_CONTEXT("rank " << c.rank) {
+      BOOST_TEST(c.local_rank == want_rank[i]);
+      BOOST_TEST(c.local_size == want_size[i]);
+    }
+  }
+  const auto one_host = make_cluster_info({{{"worker", {"localhost:1", "localhost:2", "localhost:3"}}}}, "worker", 2);
+  BOOST_TEST(one_host.local_rank == 2);
+  BOOST_TEST(one_host.local_size == 3);
+  // Slurm: the task's index on its node in block order, and that node's task count
+  const auto s = slurm_resolver{"4", "5", "n[1-2]", "3,2", ""}.resolve();
+  BOOST_TEST(s.local_rank == 1);
+  BOOST_TEST(s.local_size == 2);
+  // torchrun and Open MPI: their variables; without them one process per host
+  const auto t = torchrun_resolver{"5", "8", "m", "", "1", "4"}.resolve();
+  BOOST_TEST(t.local_rank == 1);
+  BOOST_TEST(t.local_size == 4);
+  BOOST_TEST((torchrun_resolver{"5", "8", "m", ""}.resolve().local_size == 1));
+  const auto o = mpi_resolver{"3", "4", "m", "", "1", "2"}.resolve();
+  BOOST_TEST(o.local_rank == 1);
+  BOOST_TEST(o.local_size == 2);
+  const std::pair<cluster_info (*)(), std::string> bad[] = {
+      {[] { return torchrun_resolver{"0", "2", "m", "", "2", "2"}.resolve(); }, "LOCAL_RANK=2 and LOCAL_WORLD_SIZE=2 do not fit"},
+      {[] { return torchrun_resolver{"0", "2", "m", "", "0", "3"}.resolve(); }, "must be 1 to 2"},
+      {[] { return torchrun_resolver{"0", "2", "m", "", "0", ""}.resolve(); }, "LOCAL_WORLD_SIZE is not set but LOCAL_RANK is"},
+      {[] { return mpi_resolver{"0", "2", "m", "", "x", "2"}.resolve(); }, "OMPI_COMM_WORLD_LOCAL_RANK=\"x\""},
+  };
+  for (const auto& [f, expect] : bad) {
+    const auto msg = error_of(f);
+    BOOST_TEST(msg.find(expect) != std::string::npos, msg << " lacks " << expect);
+  }
+  scoped_env env;
+  env.set({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "h"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "3"}});
+  BOOST_TEST(resolve_cluster().local_rank == 1);
+  env.set({{"RANK", ""}, {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  BOOST_TEST(resolve_cluster().source == "Open MPI");
+  BOOST_TEST(resolve_cluster().local_size == 1);
 }
 
 BOOST_AUTO_TEST_CASE(resolve_cluster_precedence) {

@@ -58,11 +58,13 @@ struct options {
   std::string host = "localhost";
   bool kill_on_failure = false;
   int max_restarts = 0;
+  std::vector<std::string> gpus;  // --gpus: worker i sees gpus[i % size] alone
   std::vector<std::string> command;
 };
 
 constexpr const char* usage_text =
-    "usage: dtrain-launch -n N [--base-port P] [--host H] [--kill-on-failure] [--max-restarts K] -- program [args...]\n"
+    "usage: dtrain-launch -n N [--base-port P] [--host H] [--gpus LIST] [--kill-on-failure] [--max-restarts K] -- "
+    "program [args...]\n"
     "Starts N local workers of `program`, each with TF_CONFIG set as the multi-worker tutorial sets it by hand:\n"
     "  {\"cluster\": {\"worker\": [\"H:P0\", ...]}, \"task\": {\"type\": \"worker\", \"index\": i}}\n"
     "and DTRAIN_LAUNCH_RANK=i, DTRAIN_LAUNCH_WORLD_SIZE=N, and a random DTRAIN_JOB_TOKEN unless one (or\n"
@@ -70,6 +72,9 @@ constexpr const char* usage_text =
     "  -n N               number of workers (TF_CONFIG worker tasks 0..N-1)\n"
     "  --base-port P      worker i listens on P+i (default: free ports of H)\n"
     "  --host H           the host in the workers' addresses (default localhost)\n"
+    "  --gpus LIST        pin worker i to GPU LIST[i mod its length] (CUDA_VISIBLE_DEVICES; LIST: indices or\n"
+    "                     UUIDs, comma-separated, e.g. --gpus 0,1,2,3); without it every worker sees every GPU\n"
+    "                     and takes the one of its local rank\n"
     "  --kill-on-failure  when a worker fails, stop the others (default: they notice and exit by themselves)\n"
     "  --max-restarts K   when a worker fails, stop the others and restart all workers, up to K times\n"
     "  -h, --help         this text\n"
@@ -120,7 +125,7 @@ options parse(int argc, char** argv) {
       value = a.substr(eq + 1), a.resize(eq);
     else if (a.starts_with("-n") && a.size() > 2)
       value = a.substr(2), a = "-n";
-    const bool known = a == "-n" || a == "--base-port" || a == "--host" || a == "--max-restarts";
+    const bool known = a == "-n" || a == "--base-port" || a == "--host" || a == "--gpus" || a == "--max-restarts";
     if (!known) usage_error("unknown option " + a + " (the program's own options go after --)");
     if (!value) {
       if (i + 1 >= argc) usage_error("missing value after " + a);
@@ -129,7 +134,18 @@ options parse(int argc, char** argv) {
     if (a == "-n") o.n = number(a, *value, 1, 4096), have_n = true;
     else if (a == "--base-port") o.base_port = number(a, *value, 1, 65535);
     else if (a == "--host") o.host = *value;
-    else o.max_restarts = number(a, *value, 0, 1000000);
+    else if (a == "--gpus") {
+      o.gpus.clear();
+      for (std::size_t from = 0;;) {
+        const std::size_t comma = value->find(',', from);
+        const std::string g = value->substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+        if (g.empty() || g.find_first_of(" \t") != std::string::npos)
+          usage_error("bad value '" + *value + "' for --gpus (expected GPU indices or UUIDs, comma-separated)");
+        o.gpus.push_back(g);
+        if (comma == std::string::npos) break;
+        from = comma + 1;
+      }
+    } else o.max_restarts = number(a, *value, 0, 1000000);
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   if (!have_n) usage_error("missing -n N (the number of workers)");
@@ -254,6 +270,7 @@ int spawn(worker& w, const options& o, const std::string& tf_config, int restart
   // everything the child needs is made before fork
   const std::string rank = std::to_string(w.rank), size = std::to_string(o.n), count = std::to_string(restart);
   const std::string threads = std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / o.n));
+  const std::string gpu = o.gpus.empty() ? std::string() : o.gpus[std::size_t(w.rank) % o.gpus.size()];
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -272,6 +289,7 @@ int spawn(worker& w, const options& o, const std::string& tf_config, int restart
     ::setenv("DTRAIN_LAUNCH_WORLD_SIZE", size.c_str(), 1);
     ::setenv("DTRAIN_RESTART_COUNT", count.c_str(), 1);
     ::setenv("DTRAIN_NUM_THREADS", threads.c_str(), 0);
+    if (!gpu.empty()) ::setenv("CUDA_VISIBLE_DEVICES", gpu.c_str(), 1);
     if (g_terminal) ::setenv("DTRAIN_PROGRESS", "live", 0);  // their bars reach a terminal through us
     ::execvp(argv[0], argv.data());
     const int e = errno;

@@ -69,6 +69,12 @@ struct cluster_info {
   int task_id = 0;                    // TF's `cluster_resolver.task_id`
   int rank = 0;                       // position in the all-reduce ring; -1 for evaluator and ps tasks
   int world_size = 1;                 // number of ring members
+  /// This process's index among the ring members on its host, and how many there are (torchrun's
+  /// LOCAL_RANK and LOCAL_WORLD_SIZE): a worker takes the GPU of its local rank by default. From a
+  /// cluster spec, members are on one host when their addresses name the same host; from a launcher,
+  /// its variables (SLURM_LOCALID, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK and their sizes).
+  int local_rank = 0;
+  int local_size = 1;
   std::vector<endpoint> ring{};       // every member's address in rank order; empty when only `master` is known
   std::optional<endpoint> master{};   // rank 0's address, where rank 0 hands out the ring's addresses
   std::string source = "single";      // explicit, TF_CONFIG, Slurm, torchrun, Open MPI or single, for messages
@@ -97,6 +103,7 @@ struct cluster_info {
 /// - `world_size >= 1`, and `rank` is in [0, world_size) for ring members, -1 for tasks outside the ring;
 /// - `ring` is empty or holds exactly `world_size` distinct endpoints in rank order;
 /// - when `ring` is empty and `world_size > 1`, `master` holds rank 0's address;
+/// - `local_rank` is in [0, local_size) and `local_size` is in [1, world_size] for ring members;
 /// - `is_chief()` is true for exactly one member of the cluster;
 /// - every member of one cluster gets the same `fingerprint()`.
 /// Malformed input throws `config_error` quoting the offending part; resolve never half-succeeds.
@@ -149,22 +156,31 @@ struct slurm_resolver {
 /// "Open MPI") names the variables in messages. MASTER_PORT defaults to 29500.
 struct master_resolver {
   std::string rank, world_size, master_addr, master_port, source = "torchrun";
+  std::string local_rank{}, local_size{};  // "" = unset: local rank 0 of 1
   cluster_info resolve() const;
 };
 
-/// torchrun / `torch.distributed` env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+/// torchrun / `torch.distributed` env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
+/// LOCAL_WORLD_SIZE.
 struct torchrun_resolver {
   std::string rank, world_size, master_addr, master_port;
+  std::string local_rank{}, local_size{};
   static torchrun_resolver from_env();
-  cluster_info resolve() const { return master_resolver{rank, world_size, master_addr, master_port, "torchrun"}.resolve(); }
+  cluster_info resolve() const {
+    return master_resolver{rank, world_size, master_addr, master_port, "torchrun", local_rank, local_size}.resolve();
+  }
 };
 
-/// Open MPI (`mpirun`): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, and rank 0's address from
-/// DTRAIN_MASTER_ADDR / DTRAIN_MASTER_PORT, else MASTER_ADDR / MASTER_PORT (mpirun does not give one).
+/// Open MPI (`mpirun`): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+/// OMPI_COMM_WORLD_LOCAL_SIZE, and rank 0's address from DTRAIN_MASTER_ADDR / DTRAIN_MASTER_PORT, else
+/// MASTER_ADDR / MASTER_PORT (mpirun does not give one).
 struct mpi_resolver {
   std::string rank, world_size, master_addr, master_port;
+  std::string local_rank{}, local_size{};
   static mpi_resolver from_env();
-  cluster_info resolve() const { return master_resolver{rank, world_size, master_addr, master_port, "Open MPI"}.resolve(); }
+  cluster_info resolve() const {
+    return master_resolver{rank, world_size, master_addr, master_port, "Open MPI", local_rank, local_size}.resolve();
+  }
 };
 
 /// The cluster this process belongs to: `explicit_cluster` if given, else TF_CONFIG, else torchrun
@@ -374,6 +390,14 @@ inline cluster_info make_cluster_info(cluster_spec spec, const std::string& task
     c.ring.push_back(endpoint::parse(spec.jobs.at(order[r].first)[std::size_t(order[r].second)]));
     if (order[r].first == task_type && order[r].second == task_id) c.rank = int(r);
   }
+  if (c.rank >= 0) {  // the members on this one's host, in rank order
+    c.local_rank = 0, c.local_size = 0;
+    for (std::size_t r = 0; r < c.ring.size(); ++r)
+      if (c.ring[r].host == c.ring[std::size_t(c.rank)].host) {
+        if (int(r) < c.rank) ++c.local_rank;
+        ++c.local_size;
+      }
+  }
   c.spec = std::move(spec);
   return c;
 }
@@ -515,6 +539,7 @@ inline cluster_info slurm_resolver::resolve() const {
         throw config_error("Slurm: SLURM_PROCID=" + procid + " should be task " + std::to_string(t) + " of node " +
                            std::to_string(k) + " (" + nodes[k] + ") in block order, but SLURM_NODEID=" + node_id +
                            " and SLURM_LOCALID=" + local_id + " (run srun with --distribution=block)");
+      if (int(c.ring.size()) == rank) c.local_rank = t, c.local_size = per_node[k];
       c.ring.push_back({nodes[k], static_cast<std::uint16_t>(port + t)});
       workers.push_back(c.ring.back().str());
     }
@@ -531,6 +556,18 @@ inline cluster_info master_resolver::resolve() const {
   if (n > 1 && master_addr.empty()) throw config_error(source + ": rank 0's address is not set (" + addr_var + ")");
   cluster_info c;
   c.source = source, c.task_type = "worker", c.task_id = r, c.rank = r, c.world_size = n;
+  if (!local_rank.empty() || !local_size.empty()) {
+    const std::string lr_var = torchrun ? "LOCAL_RANK" : source == "Open MPI" ? "OMPI_COMM_WORLD_LOCAL_RANK" : source + " local rank";
+    const std::string ls_var = torchrun ? "LOCAL_WORLD_SIZE" : source == "Open MPI" ? "OMPI_COMM_WORLD_LOCAL_SIZE" : source + " local size";
+    if (local_rank.empty() || local_size.empty())
+      throw config_error(source + ": " + (local_rank.empty() ? lr_var + " is not set but " + ls_var + " is"
+                                                             : ls_var + " is not set but " + lr_var + " is"));
+    c.local_rank = detail::parse_int(local_rank, lr_var), c.local_size = detail::parse_int(local_size, ls_var);
+    if (c.local_size < 1 || c.local_size > n || c.local_rank >= c.local_size)
+      throw config_error(source + ": " + lr_var + "=" + local_rank + " and " + ls_var + "=" + local_size +
+                         " do not fit (the local rank must be below the local size, which must be 1 to " +
+                         std::to_string(n) + ")");
+  }
   if (!master_addr.empty()) {
     // MASTER_ADDR is a bare host: an IPv6 address comes without brackets, or with them.
     const bool bracketed = master_addr.front() == '[' && master_addr.back() == ']';
@@ -547,12 +584,17 @@ inline cluster_info master_resolver::resolve() const {
 }
 
 inline torchrun_resolver torchrun_resolver::from_env() {
-  return {detail::env("RANK"), detail::env("WORLD_SIZE"), detail::env("MASTER_ADDR"), detail::env("MASTER_PORT")};
+  return {detail::env("RANK"),        detail::env("WORLD_SIZE"),      detail::env("MASTER_ADDR"),
+          detail::env("MASTER_PORT"), detail::env("LOCAL_RANK"), detail::env("LOCAL_WORLD_SIZE")};
 }
 
 inline mpi_resolver mpi_resolver::from_env() {
-  return {detail::env("OMPI_COMM_WORLD_RANK"), detail::env("OMPI_COMM_WORLD_SIZE"),
-          detail::env_first({"DTRAIN_MASTER_ADDR", "MASTER_ADDR"}), detail::env_first({"DTRAIN_MASTER_PORT", "MASTER_PORT"})};
+  return {detail::env("OMPI_COMM_WORLD_RANK"),
+          detail::env("OMPI_COMM_WORLD_SIZE"),
+          detail::env_first({"DTRAIN_MASTER_ADDR", "MASTER_ADDR"}),
+          detail::env_first({"DTRAIN_MASTER_PORT", "MASTER_PORT"}),
+          detail::env("OMPI_COMM_WORLD_LOCAL_RANK"),
+          detail::env("OMPI_COMM_WORLD_LOCAL_SIZE")};
 }
 
 inline cluster_info resolve_cluster(const std::optional<simple_cluster_resolver>& explicit_cluster) {

@@ -224,6 +224,22 @@ B device_for(const std::string& name, const std::string& who, bool logical_cpus 
 }
 }  // namespace detail
 
+namespace detail {
+/// A worker's device when none is given: on a GPU backend, the GPU of its local rank among those this
+/// process sees (so workers sharing a host take a GPU each; with more workers than GPUs they share them
+/// round-robin, which NCCL refuses: use the TCP ring then); one visible GPU (a launcher pinned
+/// CUDA_VISIBLE_DEVICES) is that one. On the cpu backend, the cpu.
+template <backend B>
+B device_for_local_rank(const cluster_info& c) {
+  if constexpr (std::is_constructible_v<B, int> && requires { B::device_count(); }) {
+    const int n = B::device_count();
+    return B(n > 1 && c.local_rank > 0 ? c.local_rank % n : 0);
+  } else {
+    return B{};
+  }
+}
+}  // namespace detail
+
 /// `tf.distribute.OneDeviceStrategy(device)`: one replica placed on `device`. On the cpu backend (the
 /// default) the device is "/cpu:0"; on a GPU backend, `one_device_strategy<cuda>("/gpu:1")`, it is a
 /// GPU by TF's names ("/gpu:N", "/device:GPU:N"). A backend is a compile-time choice in dtrain, so a
@@ -257,9 +273,12 @@ class multi_worker_mirrored_strategy final : public replica_context {
   /// Resolves the cluster (explicit spec, else the communicator's own membership when it has one (MPI),
   /// else TF_CONFIG, Slurm, torchrun or MPI variables, else one worker) and connects to the other
   /// workers (blocks until all are there).
+  /// `device` (default: the GPU of the worker's local rank on a GPU backend, `detail::device_for_local_rank`)
+  /// is where the worker's model computes.
   explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {},
-                                          Backend device = {})
-      : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()), device_(std::move(device)),
+                                          std::optional<Backend> device = {})
+      : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()),
+        device_(device ? std::move(*device) : detail::device_for_local_rank<Backend>(cluster_)),
         comm_(connect(o_, cluster_, device_)), buckets_(o.first_bucket_bytes, o.bucket_bytes) {}
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
@@ -269,6 +288,8 @@ class multi_worker_mirrored_strategy final : public replica_context {
   bool is_chief() const override { return cluster_.is_chief(); }
   task_info cluster_resolver() const { return {cluster_.task_type, cluster_.task_id}; }
   const cluster_info& cluster() const { return cluster_; }
+  /// The backend object this worker's model computes on.
+  const Backend& backend_device() const { return device_; }
   Comm& communicator() { return comm_; }
 
   /// Gradient communication that backward did not hide: the time steps spent waiting for the last

@@ -73,6 +73,14 @@ base_port)  # --base-port P gives P, P+1, ...; --host names the host; --flag=val
   "$L" -n 2 --host 127.0.0.1 -- sh -c 'echo "$TF_CONFIG"' > "$dir/out" || fail "free ports of --host failed"
   has '\["127.0.0.1:[0-9]*", "127.0.0.1:[0-9]*"\]' "$dir/out"
   ;;
+gpus)  # --gpus pins worker i to one GPU of the list, round-robin; without it CUDA_VISIBLE_DEVICES is left alone
+  "$L" -n 3 --gpus 4,GPU-5f2e -- sh -c 'echo "gpu=$CUDA_VISIBLE_DEVICES"' > "$dir/out" || fail "--gpus run failed"
+  has '^\[0\] gpu=4$' "$dir/out"
+  has '^\[1\] gpu=GPU-5f2e$' "$dir/out"
+  has '^\[2\] gpu=4$' "$dir/out"
+  CUDA_VISIBLE_DEVICES=2,3 "$L" -n 2 -- sh -c 'echo "gpu=$CUDA_VISIBLE_DEVICES"' > "$dir/out" || fail "plain run failed"
+  [ "$(grep -c '^\[[01]\] gpu=2,3$' "$dir/out")" -eq 2 ] || fail "without --gpus the workers' view changed: $(cat "$dir/out")"
+  ;;
 lines)  # lines written in pieces come out whole, never mixed with another worker's; a last partial line is kept
   "$L" -n 3 -- sh -c 'i=0; while [ $i -lt 20 ]; do printf "r$DTRAIN_LAUNCH_RANK-"; sleep 0.01; printf "part2-$i\n";
                         i=$((i + 1)); done; printf "tail-$DTRAIN_LAUNCH_RANK"; printf "err-no-newline" >&2' \
@@ -210,6 +218,7 @@ usage)  # bad usage: exit code 2 and a clear message; --help: exit 0, text on st
   expect_usage "unknown option --bogus" -n 2 --bogus -- true
   expect_usage "bad value '70000' for --base-port" -n 2 --base-port 70000 -- true
   expect_usage "--base-port 65535 leaves no room for 2 ports" -n 2 --base-port 65535 -- true
+  expect_usage "bad value '0,,1' for --gpus" -n 2 --gpus 0,,1 -- true
   "$L" --help > "$dir/out" 2> "$dir/err" || fail "--help exited non-zero"
   has "^usage: dtrain-launch -n N" "$dir/out"
   has "--kill-on-failure" "$dir/out"
