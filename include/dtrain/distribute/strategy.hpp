@@ -233,7 +233,7 @@ template <backend B>
 B device_for_local_rank(const cluster_info& c) {
   if constexpr (std::is_constructible_v<B, int> && requires { B::device_count(); }) {
     const int n = B::device_count();
-    return B(n > 1 && c.local_rank > 0 ? c.local_rank % n : 0);
+    return B(n > 1 ? c.local_rank % n : 0);
   } else {
     return B{};
   }
@@ -272,9 +272,8 @@ class multi_worker_mirrored_strategy final : public replica_context {
 
   /// Resolves the cluster (explicit spec, else the communicator's own membership when it has one (MPI),
   /// else TF_CONFIG, Slurm, torchrun or MPI variables, else one worker) and connects to the other
-  /// workers (blocks until all are there).
-  /// `device` (default: the GPU of the worker's local rank on a GPU backend, `detail::device_for_local_rank`)
-  /// is where the worker's model computes.
+  /// workers (blocks until all are there). The model computes on `device`, by default the GPU of the
+  /// worker's local rank on a GPU backend (`detail::device_for_local_rank`).
   explicit multi_worker_mirrored_strategy(communication_options o = {}, std::optional<cluster_info> cluster = {},
                                           std::optional<Backend> device = {})
       : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()),

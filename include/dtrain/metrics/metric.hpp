@@ -75,7 +75,7 @@ class synced_metric_state {
   const metric_state& own() const { return own_; }
   /// The calling replica's state, for an update.
   metric_state& local() {
-    if (current_local_replica() >= 0 && current_replica_group()) group_ = current_replica_group();
+    if (current_local_replica() == 0 && current_replica_group()) group_ = current_replica_group();  // one writer
     return copies_.get(own_, [](const metric_state&) { return metric_state{}; });
   }
   metric_state read() const {

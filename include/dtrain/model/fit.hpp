@@ -446,7 +446,8 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       bool preempted_here = preemption_requested();
       l = global_batch_logs(m, std::move(l), preempted_here);
       cbs.on_train_batch_end(step++, l);
-      const auto [stop, preempt] = agree_to_stop(m, handle.stop_training, preempted_here);
+      const auto [stop, preempt] =  // a SIGTERM during the callbacks counts at this step too
+          agree_to_stop(m, handle.stop_training, preempted_here || preemption_requested());
       if (preempt) {
         cbs.on_preemption(l);  // the backup at this step boundary
         throw preempted("fit: preempted (SIGTERM) after epoch " + std::to_string(epoch + 1) + ", batch " +
