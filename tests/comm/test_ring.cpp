@@ -378,6 +378,16 @@ BOOST_AUTO_TEST_CASE(strangers_and_other_jobs_are_rejected_and_training_goes_on)
   BOOST_TEST(log.contains("fingerprint differs"));
 }
 
+/// Sends `h` to `address` as a stranger would; returns rank 0's answer and, when it was accepted with a
+/// token, its proof (the socket stays open in `s`).
+comm::detail::hello stranger_hello(asio::ip::tcp::socket& s, comm::detail::hello h, comm::detail::proof* server_proof) {
+  asio::write(s, asio::buffer(&h, sizeof h));
+  comm::detail::hello reply;
+  asio::read(s, asio::buffer(&reply, sizeof reply));
+  if (reply.accepted && server_proof) asio::read(s, asio::buffer(*server_proof));
+  return reply;
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_ended_is_named) {
   // a stranger: a valid hello for rank 1 (anyone who reads TF_CONFIG can compute one), then a reset;
   // when rank 2 joins, rank 0 sends the address table: a comm_error naming rank 1, not std::terminate
@@ -394,10 +404,7 @@ BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_end
   asio::ip::tcp::socket fake = dtrain_test::connect_when_listening(io, addrs[0]);
   comm::detail::hello h;
   h.kind = 1, h.world_size = 3, h.rank = 1, h.fingerprint = 0xfeed;
-  asio::write(fake, asio::buffer(&h, sizeof h));
-  comm::detail::hello reply;
-  asio::read(fake, asio::buffer(&reply, sizeof reply));
-  BOOST_REQUIRE(reply.accepted);
+  BOOST_REQUIRE(stranger_hello(fake, h, nullptr).accepted);
   fake.set_option(asio::socket_base::linger(true, 0));  // close with a reset
   fake.close();
   std::thread rank2([&] {
@@ -426,10 +433,7 @@ struct fake_rank1 {
       : own(io, dtrain_test::loopback_endpoint(addrs[1])), join(dtrain_test::connect_when_listening(io, addrs[0])) {
     comm::detail::hello h;
     h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
-    asio::write(join, asio::buffer(&h, sizeof h));
-    comm::detail::hello reply;
-    asio::read(join, asio::buffer(&reply, sizeof reply));
-    BOOST_REQUIRE(reply.accepted);
+    BOOST_REQUIRE(stranger_hello(join, h, nullptr).accepted);
     std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
     asio::read(join, asio::buffer(table));
     to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
@@ -585,16 +589,6 @@ BOOST_AUTO_TEST_CASE(a_job_token_authenticates_every_connection) {
         }));
     BOOST_TEST(log.contains("authenticated by the job token"));
   }
-}
-
-/// Sends `h` to `address` as a stranger would; returns rank 0's answer and, when it was accepted with a
-/// token, its proof (the socket stays open in `s`).
-comm::detail::hello stranger_hello(asio::ip::tcp::socket& s, comm::detail::hello h, comm::detail::proof* server_proof) {
-  asio::write(s, asio::buffer(&h, sizeof h));
-  comm::detail::hello reply;
-  asio::read(s, asio::buffer(&reply, sizeof reply));
-  if (reply.accepted && server_proof) asio::read(s, asio::buffer(*server_proof));
-  return reply;
 }
 
 BOOST_AUTO_TEST_CASE(strangers_without_the_token_cannot_take_a_rank) {

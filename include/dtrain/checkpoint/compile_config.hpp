@@ -160,7 +160,6 @@ std::optional<std::string> compile_config(const Model& m) {
     c["loss"].push_back(detail::loss_config(l));
     if (c["loss"].back().is_null()) return std::nullopt;
   }
-  c["metrics"] = json::array();
   for (std::size_t o = 0; o < m.losses().size(); ++o) c["metrics"].push_back(json::array());
   for (std::size_t i = 0; i < m.metrics().size(); ++i) {
     json e = detail::metric_config(m.metrics()[i]);

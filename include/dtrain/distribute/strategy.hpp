@@ -222,9 +222,7 @@ B device_for(const std::string& name, const std::string& who, bool logical_cpus 
     return B{};
   }
 }
-}  // namespace detail
 
-namespace detail {
 /// A worker's device when none is given: on a GPU backend, the GPU of its local rank among those this
 /// process sees (so workers sharing a host take a GPU each; with more workers than GPUs they share them
 /// round-robin, which NCCL refuses: use the TCP ring then); one visible GPU (a launcher pinned

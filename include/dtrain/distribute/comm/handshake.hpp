@@ -36,7 +36,8 @@ namespace dtrain::comm {
 namespace detail {
 
 inline constexpr std::uint32_t hello_magic = 0x48525444;  // "DTRH"
-inline constexpr std::uint16_t protocol_version = 4;  // 3: the shared-memory offer; 4: both ways round the ring
+inline constexpr std::uint16_t protocol_version = 5;  // 3: the shared-memory offer; 4: both ways round the
+                                                      // ring; 5: frames carry a CRC-32C
 
 enum class hello_kind : std::uint8_t { join = 1, ring = 2 };
 

@@ -348,8 +348,9 @@ class tcp_rendezvous {
           return give_up(c, e.message());
         }
         if (!detail::verify_proof(token_, detail::client_label, c->theirs, c->mine, c->proof)) {
-          note_refusal(c, "its proof of the job token is wrong (another DTRAIN_JOB_TOKEN, or a stranger)");
-          return give_up(c, "its proof of the job token is wrong (a stranger, or a worker with another DTRAIN_JOB_TOKEN)");
+          const std::string why = "its proof of the job token is wrong (a stranger, or a worker with another DTRAIN_JOB_TOKEN)";
+          note_refusal(c, why);
+          return give_up(c, why);
         }
         admit(c);
       });
