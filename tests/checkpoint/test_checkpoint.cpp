@@ -478,6 +478,25 @@ BOOST_AUTO_TEST_CASE(a_backup_past_the_end_of_this_runs_epoch_is_refused) {
   BOOST_TEST(again.optimizer().iterations() == 20);
 }
 
+// A backup taken after an epoch's last batch, before its end (validation, on_epoch_end) ran, is a
+// position of the run: the resume finishes that epoch and trains on as if nothing had happened.
+BOOST_AUTO_TEST_CASE(a_backup_after_an_epochs_last_batch_resumes_at_its_end) {
+  temp_dir t;
+  auto [x, y] = problem(40);
+  auto ds = data::from_tensor_slices(x, y) | data::repeat() | data::batch(8);
+  net straight = compiled();
+  straight.fit(ds, {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+  net first = compiled();
+  BOOST_CHECK_THROW(first.fit(ds, {.epochs = 2, .steps_per_epoch = 5, .callbacks = {backup_and_restore(
+                                       {.backup_dir = t.path, .save_freq = std::int64_t(5)}), crash_after(5)},
+                                   .verbose = 0}),
+                    std::runtime_error);  // backed up after batch 5 of 5
+  net resumed = compiled();
+  resumed.fit(ds, {.epochs = 2, .steps_per_epoch = 5, .callbacks = {backup_and_restore({.backup_dir = t.path})}, .verbose = 0});
+  BOOST_TEST(resumed.optimizer().iterations() == 10);
+  BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+}
+
 // A backup folder that cannot be made is an error naming it before the first step, not a failed backup
 // after hours of training; the end of training empties the folder (tests/scripts/backup_folders.sh: a
 // mount point and a read-only file system).

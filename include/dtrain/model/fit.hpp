@@ -409,7 +409,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
   global_batch_check same_batch;
   if (resume) {
     check_resumable(*resume, ds, workers(m));
-    if (steps >= 0 && resume->step >= steps)  // a backup at an epoch's end resumes at the next one's step 0
+    if (steps >= 0 && resume->step > steps)  // after its last batch, an epoch has step == steps (its end is to come)
       throw config_error("fit: the backup's position, epoch " + std::to_string(resume->epoch + 1) + " after batch " +
                          std::to_string(resume->step) + ", is not a position of this run, whose epochs have " +
                          std::to_string(steps) + " steps; resume with the steps_per_epoch the backup was written "
