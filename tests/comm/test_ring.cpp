@@ -423,27 +423,65 @@ BOOST_AUTO_TEST_CASE(a_worker_that_joined_and_vanished_before_the_rendezvous_end
   BOOST_CHECK_THROW(std::rethrow_exception(err2), comm_error);  // rank 2 learns that rank 0 stopped
 }
 
-/// A fake rank 1 of 2 without a token: it completes the handshakes as rank 1 would; then `to_next`
-/// carries what it sends rank 0, and `from_prev` what rank 0 sends it.
+/// The two connections a fake rank 1 of 2 makes with rank 0 as the real rank 1 would, of one `kind`
+/// (ring or beat): it connects to rank 0, then answers rank 0's connection; with a token (`h.authenticated`)
+/// both with the proofs. Also the TLS keys of both.
+struct fake_connections {
+  asio::ip::tcp::socket to_next, from_prev;
+  comm::detail::proof next_key{}, prev_key{};
+};
+fake_connections fake_neighbour(asio::io_context& io, asio::ip::tcp::acceptor& own, const std::string& rank0,
+                                comm::detail::hello h, comm::detail::hello_kind kind, const std::string& token = "") {
+  namespace d = comm::detail;
+  fake_connections c{asio::ip::tcp::socket(io), asio::ip::tcp::socket(io)};
+  c.to_next.connect(dtrain_test::loopback_endpoint(rank0));
+  h.kind = std::uint8_t(kind), h.nonce = d::make_nonce();
+  d::proof proof{};
+  const d::hello reply = stranger_hello(c.to_next, h, h.authenticated ? &proof : nullptr);
+  BOOST_REQUIRE(reply.accepted);
+  if (h.authenticated) {
+    BOOST_REQUIRE(d::verify_proof(token, d::server_label, h, reply, proof));
+    proof = d::make_proof(token, d::client_label, h, reply);
+    asio::write(c.to_next, asio::buffer(proof));
+    c.next_key = d::make_proof(token, d::tls_label, h, reply);
+  }
+  own.accept(c.from_prev);  // rank 0's connection: answered as rank 1 would
+  d::hello theirs, mine = h;
+  asio::read(c.from_prev, asio::buffer(&theirs, sizeof theirs));
+  mine.accepted = 1, mine.nonce = d::make_nonce();
+  asio::write(c.from_prev, asio::buffer(&mine, sizeof mine));
+  if (h.authenticated) {
+    asio::write(c.from_prev, asio::buffer(d::make_proof(token, d::server_label, theirs, mine)));
+    asio::read(c.from_prev, asio::buffer(proof));
+    BOOST_REQUIRE(d::verify_proof(token, d::client_label, theirs, mine, proof));
+    c.prev_key = d::make_proof(token, d::tls_label, theirs, mine);
+  }
+  return c;
+}
+
+/// A fake rank 1 of 2 without a token: it completes the handshakes as rank 1 would; then `ring.to_next`
+/// carries what it sends rank 0, `ring.from_prev` what rank 0 sends it, and `beat` the heartbeats.
 struct fake_rank1 {
   asio::io_context io;
   asio::ip::tcp::acceptor own;
-  asio::ip::tcp::socket join, to_next{io}, from_prev{io};
-  explicit fake_rank1(const std::vector<std::string>& addrs)
-      : own(io, dtrain_test::loopback_endpoint(addrs[1])), join(dtrain_test::connect_when_listening(io, addrs[0])) {
+  asio::ip::tcp::socket join;
+  fake_connections ring, beat;
+  explicit fake_rank1(const std::vector<std::string>& addrs, comm::detail::hello h = hello_of_rank1())
+      : own(io, dtrain_test::loopback_endpoint(addrs[1])), join(dtrain_test::connect_when_listening(io, addrs[0])),
+        ring(joined(addrs, h)), beat(fake_neighbour(io, own, addrs[0], h, comm::detail::hello_kind::beat)) {}
+  static comm::detail::hello hello_of_rank1() {
     comm::detail::hello h;
-    h.kind = 1, h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
+    h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed;
+    return h;
+  }
+
+ private:
+  fake_connections joined(const std::vector<std::string>& addrs, comm::detail::hello h) {
+    h.kind = 1;
     BOOST_REQUIRE(stranger_hello(join, h, nullptr).accepted);
     std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
     asio::read(join, asio::buffer(table));
-    to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
-    h.kind = 2;
-    asio::write(to_next, asio::buffer(&h, sizeof h));
-    own.accept(from_prev);  // rank 0's ring hello: answered as rank 1 would
-    comm::detail::hello theirs;
-    asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
-    h.accepted = 1;
-    asio::write(from_prev, asio::buffer(&h, sizeof h));
+    return fake_neighbour(io, own, addrs[0], h, comm::detail::hello_kind::ring);
   }
 };
 
@@ -455,11 +493,26 @@ BOOST_AUTO_TEST_CASE(garbage_frame_from_a_peer_is_a_protocol_error_not_an_alloca
   fake_rank1 fake(addrs);
   comm::detail::frame_header bad;
   bad.seq = 1, bad.length = 0xfffffff0u;
-  asio::write(fake.to_next, asio::buffer(&bad, sizeof bad));
+  asio::write(fake.ring.to_next, asio::buffer(&bad, sizeof bad));
   real.join();
   const std::string m = message(err);
   BOOST_TEST(m.find("protocol error") != std::string::npos, m);
   BOOST_TEST(m.find("rank 1") != std::string::npos, m);
+}
+
+BOOST_AUTO_TEST_CASE(bytes_that_are_not_heartbeats_are_named) {
+  // rank 1 is a fake that completes the handshakes, then writes garbage on its heartbeat connection
+  // while rank 0 waits for its data: rank 0 fails at once, naming it
+  const auto addrs = free_addresses(2);
+  std::exception_ptr err;
+  std::thread real = real_rank0(options(0, 2, addrs), err);
+  fake_rank1 fake(addrs);
+  const char junk[8] = {'D', 'T', 'R', 'X', 1, 0, 0, 0};
+  asio::write(fake.beat.to_next, asio::buffer(junk));
+  real.join();
+  const std::string m = message(err);
+  BOOST_TEST(m.find("rank 1 (127.0.0.1:") != std::string::npos, m);
+  BOOST_TEST(m.find("not a heartbeat") != std::string::npos, m);
 }
 
 BOOST_AUTO_TEST_CASE(a_frame_changed_on_the_way_is_detected_and_named) {
@@ -479,7 +532,7 @@ BOOST_AUTO_TEST_CASE(a_frame_changed_on_the_way_is_detected_and_named) {
       h.seq = 2, h.step = 0, h.offset = 0, h.length = std::uint32_t(payload.size() * 4);
       if (with_checksum) h.flags = comm::detail::frame_has_checksum, h.checksum = dtrain::detail::crc32c(payload.data(), h.length);
       reinterpret_cast<unsigned char*>(payload.data())[1] ^= 0x04;  // after the sender's checksum
-      asio::write(fake.to_next, std::array<asio::const_buffer, 2>{asio::buffer(&h, sizeof h), asio::buffer(payload)});
+      asio::write(fake.ring.to_next, std::array<asio::const_buffer, 2>{asio::buffer(&h, sizeof h), asio::buffer(payload)});
       real.join();
       const std::string m = message(err);
       BOOST_TEST(m.find("rank 1") != std::string::npos, m);
@@ -761,36 +814,21 @@ BOOST_AUTO_TEST_CASE(a_tampered_tls_record_is_a_protocol_error_naming_the_peer) 
   asio::ip::tcp::acceptor own(io, dtrain_test::loopback_endpoint(addrs[1]));
   d::hello h;
   h.world_size = 2, h.rank = 1, h.fingerprint = 0xfeed, h.authenticated = 1, h.tls = 1;
-  auto connect_as_client = [&](asio::ip::tcp::socket& s, d::hello_kind kind) {  // returns the TLS key
-    h.kind = std::uint8_t(kind), h.nonce = d::make_nonce();
-    d::proof theirs{};
-    const d::hello reply = stranger_hello(s, h, &theirs);
-    BOOST_REQUIRE(reply.accepted);
-    BOOST_REQUIRE(d::verify_proof(token_a, d::server_label, h, reply, theirs));
-    const d::proof mine = d::make_proof(token_a, d::client_label, h, reply);
-    asio::write(s, asio::buffer(mine));
-    return d::make_proof(token_a, d::tls_label, h, reply);
-  };
   asio::ip::tcp::socket join = dtrain_test::connect_when_listening(io, addrs[0]);
-  connect_as_client(join, d::hello_kind::join);
+  h.kind = std::uint8_t(d::hello_kind::join), h.nonce = d::make_nonce();
+  d::proof theirs{};
+  const d::hello reply = stranger_hello(join, h, &theirs);
+  BOOST_REQUIRE(reply.accepted);
+  asio::write(join, asio::buffer(d::make_proof(token_a, d::client_label, h, reply)));
   std::vector<char> table(8 + 2 * (4 + addrs[0].size()));
   asio::read(join, asio::buffer(table));
-  asio::ip::tcp::socket to_next(io);
-  to_next.connect(dtrain_test::loopback_endpoint(addrs[0]));
-  const d::proof next_key = connect_as_client(to_next, d::hello_kind::ring);
-  asio::ip::tcp::socket from_prev(io);
-  own.accept(from_prev);  // rank 0's ring connection: answered as rank 1 would
-  d::hello theirs, mine = h;
-  asio::read(from_prev, asio::buffer(&theirs, sizeof theirs));
-  mine.kind = 2, mine.accepted = 1, mine.nonce = d::make_nonce();
-  const d::proof server_proof = d::make_proof(token_a, d::server_label, theirs, mine);
-  asio::write(from_prev, std::array<asio::const_buffer, 2>{asio::buffer(&mine, sizeof mine), asio::buffer(server_proof)});
-  d::proof client_proof{};
-  asio::read(from_prev, asio::buffer(client_proof));
-  BOOST_REQUIRE(d::verify_proof(token_a, d::client_label, theirs, mine, client_proof));
+  auto ring = fake_neighbour(io, own, addrs[0], h, d::hello_kind::ring, token_a);
+  auto beat = fake_neighbour(io, own, addrs[0], h, d::hello_kind::beat, token_a);
+  auto& to_next = ring.to_next;
+  auto& from_prev = ring.from_prev;
   d::tls_context ctx;
-  d::tls_link out(ctx.get(), to_next.native_handle(), false, next_key);
-  d::tls_link in(ctx.get(), from_prev.native_handle(), true, d::make_proof(token_a, d::tls_label, theirs, mine));
+  d::tls_link out(ctx.get(), to_next.native_handle(), false, ring.next_key);
+  d::tls_link in(ctx.get(), from_prev.native_handle(), true, ring.prev_key);
   for (bool out_done = false, in_done = false; !(out_done && in_done);) {
     short oe = 0, ie = 0;
     if (!out_done) out_done = out.handshake(oe);
@@ -986,6 +1024,76 @@ BOOST_AUTO_TEST_CASE(shared_memory_hung_peer_times_out_naming_it_and_the_error_l
       BOOST_TEST(second[std::size_t(r)] == m);
     }
   }
+}
+
+// ---- heartbeats: liveness apart from slowness ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_slow_worker_is_waited_for_and_a_stopped_or_killed_one_is_named) {
+  // Rank 2 runs in a child process. First rank 0 holds back from the first all-reduce for four heartbeat
+  // timeouts (a chief saving a checkpoint) with no operation timeout, the default: the others wait and
+  // the sums are right. Then rank 2 stops (SIGSTOP freezes its process, heartbeats included, and leaves
+  // its sockets open: nothing but the heartbeat can tell) or is killed; ranks 0 and 1 name it. An
+  // operation timeout of 120 s stands behind only so that a broken heartbeat fails this test, not hangs it.
+  for (const bool shm : {false, true})
+    for (const int sig : {SIGSTOP, SIGKILL}) {
+      BOOST_TEST_CONTEXT(transport_name(shm) << ", rank 2 gets signal " << sig) {
+        const int p = 3;
+        const auto addrs = free_addresses(p);
+        const auto opts = [&](int r) {
+          auto o = options(r, p, addrs);
+          o.shared_memory = shm, o.operation_timeout = 120s, o.heartbeat_timeout = 500ms;
+          return o;
+        };
+        const pid_t child = ::fork();
+        BOOST_REQUIRE(child >= 0);
+        if (child == 0) {
+          try {
+            ring_tcp c(opts(2));
+            std::vector<float> v(1000, 1.0f);
+            c.all_reduce(v, reduce_op::sum);
+            if (v[0] != 3.0f || c.transport() != transport_name(shm)) ::_exit(3);
+            ::raise(sig);
+          } catch (...) {
+          }
+          ::_exit(2);
+        }
+        std::vector<std::exception_ptr> errs(2);
+        std::vector<float> first(2);
+        std::vector<std::thread> ts;
+        for (int r : {0, 1})
+          ts.emplace_back([&, r] {
+            try {
+              ring_tcp c(opts(r));
+              std::vector<float> v(1000, 1.0f);
+              if (r == 0) std::this_thread::sleep_for(2s);  // slow, alive: its heartbeats go on
+              c.all_reduce(v, reduce_op::sum);
+              first[std::size_t(r)] = v[0];
+              c.all_reduce(v, reduce_op::sum);  // rank 2 never comes
+            } catch (...) {
+              errs[std::size_t(r)] = std::current_exception();
+            }
+          });
+        for (auto& t : ts) t.join();
+        ::kill(child, SIGKILL);
+        int status = 0;
+        ::waitpid(child, &status, 0);
+        BOOST_TEST((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL), "child status " << status);
+        bool heard_silence = false;
+        for (int r : {0, 1}) {
+          const std::string m = message(errs[std::size_t(r)]);
+          BOOST_TEST_CONTEXT("rank " << r << ": " << m) {
+            BOOST_TEST(first[std::size_t(r)] == 3.0f);  // the slow rank was waited for
+            BOOST_TEST(m.find("rank 2 (127.0.0.1:") != std::string::npos);
+            BOOST_CHECK_THROW(std::rethrow_exception(errs[std::size_t(r)]), comm_error);
+            BOOST_TEST(m.find("timed out") == std::string::npos);
+          }
+          BOOST_TEST_MESSAGE("rank " << r << ": " << m);
+          heard_silence |= m.find("sent no heartbeat for 500 ms: its host acknowledges, so the process is stopped") != std::string::npos;
+        }
+        // a stopped process is found by its silence (by one rank at least: the other may hear it from that one)
+        if (sig == SIGSTOP) BOOST_TEST(heard_silence, message(errs[0]) << " | " << message(errs[1]));
+      }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

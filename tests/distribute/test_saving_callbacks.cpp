@@ -38,7 +38,9 @@ struct crash_after : callback {
 /// each worker its callbacks. Returns each worker's outcome.
 template <class Callbacks>
 std::vector<outcome> train(int p, Callbacks callbacks, int epochs = 4, std::size_t global = 12,
-                           std::optional<tensor> features = std::nullopt) {
+                           std::optional<tensor> features = std::nullopt,
+                           communication_options comm = {.timeout = std::chrono::seconds(20),
+                                                         .connect_timeout = std::chrono::seconds(20)}) {
   auto [x, y] = dtrain_test::three_class_problem(48);
   if (features) x = *features;
   std::vector<outcome> out(std::size_t(p), outcome{});
@@ -54,7 +56,7 @@ std::vector<outcome> train(int p, Callbacks callbacks, int epochs = 4, std::size
     mine.weights = model.get_weights();
     mine.iterations = model.optimizer().iterations();
     mine.learning_rate = model.optimizer().learning_rate();
-  });
+  }, comm);
   return out;
 }
 
@@ -71,6 +73,23 @@ void same_on_every_worker(const std::vector<outcome>& out) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(saving_callbacks)
+
+BOOST_AUTO_TEST_CASE(a_chief_that_saves_for_longer_than_the_heartbeat_timeout_is_waited_for) {
+  // No operation timeout (the default, as in TF) and a heartbeat timeout of 250 ms: the chief spends
+  // 1.5 s at the end of each epoch (a large save) while the others wait in the next collective. The
+  // job ends as it does without the pause, on every worker.
+  BOOST_TEST(communication_options{}.timeout.count() == 0);  // by default no bound on slowness, as in TF
+  struct slow_save : callback {
+    void on_epoch_end(int, const logs&) override { std::this_thread::sleep_for(std::chrono::milliseconds(1500)); }
+  };
+  const auto quick = train(3, [](int) { return std::vector<callback_ref>{}; }, 2);
+  const auto slow = train(
+      3, [](int r) { return r == 0 ? std::vector<callback_ref>{slow_save{}} : std::vector<callback_ref>{}; }, 2, 12,
+      std::nullopt, {.connect_timeout = std::chrono::seconds(20), .heartbeat_timeout = std::chrono::milliseconds(250)});
+  same_on_every_worker(slow);
+  BOOST_TEST(slow[0].weights == quick[0].weights, tt::per_element());
+  BOOST_TEST(slow[0].iterations == 8);
+}
 
 BOOST_AUTO_TEST_CASE(batch_logs_are_the_global_running_values_on_every_worker) {
   // tf.keras aggregates the per-batch logs every step: what on_train_batch_end (and so the progress bar,

@@ -40,6 +40,7 @@ base=$(port)
 start 3 "$base" --model mlp --epochs 5 --steps-per-epoch 400
 set -- $pids
 sleep 2
+kill -0 "$2" 2>/dev/null || fail "worker 1 exited before it was to be killed"
 kill -9 "$2"
 t0=$(date +%s)
 wait "$1"; r0=$?

@@ -71,7 +71,7 @@ class mirrored_strategy final : public replica_context {
   using backend_type = B;
 
   /// Replicas on `devices` (TF names; default: every GPU of a GPU backend, "/cpu:0" on the cpu).
-  /// `o.timeout` bounds how long a replica waits for the others in a collective.
+  /// `o.timeout` bounds how long a replica waits for the others in a collective (zero: no bound).
   explicit mirrored_strategy(std::vector<std::string> devices = {}, communication_options o = {})
       : names_(devices.empty() ? default_devices() : std::move(devices)), timeout_(o.timeout) {
     std::set<std::string> seen;

@@ -13,9 +13,11 @@
 /// `implementation` ring they take the TCP ring through pinned host memory instead.
 ///
 /// No hangs: NCCL's communicators are non-blocking, and every device collective is waited for on the
-/// host within the operation timeout, polling NCCL's asynchronous error. On a timeout or an error NCCL
-/// is aborted (ncclCommAbort), the TCP ring is asked who failed, and a `comm_error` naming it latches:
-/// every later call rethrows it (the examples then exit with 138, retryable).
+/// host, polling NCCL's asynchronous error and the TCP ring's heartbeats (a worker that died or stopped
+/// is named within the heartbeat timeout), and within the operation timeout where one is set. On an
+/// error, a silent worker or a timeout NCCL is aborted (ncclCommAbort), the TCP ring is asked who
+/// failed, and a `comm_error` naming it latches: every later call rethrows it (the examples then exit
+/// with 138, retryable).
 ///
 /// `make_local_group(devices)` opens one communicator per device of this process, for
 /// `mirrored_strategy<B, Comm>`: its replica threads meet, and one of them issues the replicas'
@@ -229,30 +231,36 @@ class basic_nccl {
   }
   /// Waits until NCCL has placed the last call (or opened the communicator), at most `limit`.
   void settle(const char* what, std::chrono::milliseconds limit) {
-    if (std::string e = settled(comm_, clock::now() + limit, limit); !e.empty()) fail(what, e);
+    if (std::string e = settled(comm_, dtrain::detail::deadline_after(limit), limit); !e.empty()) fail(what, e);
   }
   void await(typename Api::event& e, std::uint64_t seq, const char* what) {
     rethrow();
     std::string why;
     nccl_state s = nccl_state::ready;
     bool happened = false, finished = false;
+    std::optional<detail::heartbeat::verdict> dead;  // a worker that stopped beating: NCCL may wait for it forever
     try {
       finished = detail::poll_until(
-          [&] { return (s = Api::poll(comm_, why)) == nccl_state::failed || (happened = Api::done(e)); },
-          clock::now() + timeout_);
+          [&] {
+            return (s = Api::poll(comm_, why)) == nccl_state::failed || (happened = Api::done(e)) ||
+                   (dead = ring_.peer_failure()).has_value();
+          },
+          dtrain::detail::deadline_after(timeout_));
     } catch (const error& x) {  // the device's work before the collective failed
       fail(what, x.what());
     }
     if (!finished)
       fail(what, "did not complete within " + std::to_string(timeout_.count()) + " ms (collective " + std::to_string(seq) + ")");
     if (s == nccl_state::failed && !happened) fail(what, "failed: NCCL reported: " + why);
+    if (dead && !happened) fail(what, "did not complete (collective " + std::to_string(seq) + "): " + dead->why);
   }
   /// Aborts NCCL, asks the TCP ring who failed, latches the error and throws it.
   [[noreturn]] void fail(const char* what, const std::string& detail) {
     if (open_) Api::abort(comm_), open_ = false;
     std::string diagnosis;
     try {
-      ring_.set_operation_timeout(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5)));
+      const std::chrono::milliseconds ask = std::chrono::seconds(5);
+      ring_.set_operation_timeout(timeout_.count() > 0 ? std::min(timeout_, ask) : ask);
       ring_.barrier();
       diagnosis = "; every worker still answers on the TCP ring (NCCL itself failed)";
     } catch (const std::exception& e) {
@@ -328,7 +336,7 @@ class basic_nccl<Api>::local_rank {
     host_.barrier();  // issued (or failed: then this throws)
     bool done = false;
     try {
-      done = detail::poll_until([&] { return bool(Api::done(g.events[me])); }, clock::now() + g.timeout);
+      done = detail::poll_until([&] { return bool(Api::done(g.events[me])); }, dtrain::detail::deadline_after(g.timeout));
     } catch (const std::exception& e) {
       fail(std::string("comm::nccl: replica ") + std::to_string(me) + "'s " + what + ": " + e.what());
     }
@@ -353,7 +361,7 @@ class basic_nccl<Api>::local_rank {
       throw;
     }
     Api::group_end();
-    const auto deadline = clock::now() + g.timeout;
+    const auto deadline = dtrain::detail::deadline_after(g.timeout);
     for (std::size_t i = 0; i < g.devices.size(); ++i) {
       settle_local(g.comms[i], i, what, deadline, g.timeout);
       g.events[i] = Api::record(g.comms[i], g.devices[i]);
@@ -378,7 +386,7 @@ auto basic_nccl<Api>::make_local_group(const std::vector<device_type>& devices, 
   g->buffers.resize(devices.size()), g->shapes.resize(devices.size()), g->events.resize(devices.size());
   g->comms = Api::init_group(Api::new_unique_id(), std::span<const device_type>(g->devices));
   try {
-    const auto deadline = clock::now() + timeout;
+    const auto deadline = dtrain::detail::deadline_after(timeout);
     for (std::size_t i = 0; i < g->comms.size(); ++i) settle_local(g->comms[i], i, "communicator", deadline, timeout);
   } catch (...) {
     g->failed = true;

@@ -49,8 +49,13 @@ struct communication_options {
   /// ring: ring all-reduce over TCP; nccl: NVIDIA NCCL (needs the CUDA backend); auto: the best available.
   enum class implementation_type { auto_, ring, nccl };
   implementation_type implementation = implementation_type::auto_;
-  std::chrono::milliseconds timeout{60'000};           // per collective operation
+  /// How long a collective may wait with no progress; zero (the default, as in TF): as long as every
+  /// worker is alive. A bound on slowness for jobs that prefer failing to waiting.
+  std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds connect_timeout{300'000};  // for all workers to come up
+  /// A worker whose ring neighbour sends no heartbeat for this long names it as failed (it died, was
+  /// stopped, or its host went down); zero: never. Liveness, whatever the collectives' pace.
+  std::chrono::milliseconds heartbeat_timeout{10'000};
   std::size_t first_bucket_bytes = std::size_t{1} << 20;  // the first gradient bucket (starts early)
   std::size_t bucket_bytes = std::size_t{25} << 20;       // the following ones
   std::size_t chunk_bytes = std::size_t{1} << 20;  // the ring's frame size; the same on every worker
@@ -92,6 +97,11 @@ concept device_communicator = communicator<C> && requires(C& c, const C& cc, dev
 };
 
 namespace detail {
+/// When a wait bounded by `timeout` from now ends; zero: never.
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout : std::chrono::steady_clock::time_point::max();
+}
+
 /// dst[i] = dst[i] op src[i] (`mean` sums: the caller divides once, at the end).
 inline void reduce_into(float* dst, const float* src, std::size_t n, reduce_op op) {
   switch (op) {

@@ -36,10 +36,10 @@ namespace dtrain::comm {
 namespace detail {
 
 inline constexpr std::uint32_t hello_magic = 0x48525444;  // "DTRH"
-inline constexpr std::uint16_t protocol_version = 5;  // 3: the shared-memory offer; 4: both ways round the
-                                                      // ring; 5: frames carry a CRC-32C
+inline constexpr std::uint16_t protocol_version = 6;  // 3: the shared-memory offer; 4: both ways round the
+                                                      // ring; 5: frames carry a CRC-32C; 6: heartbeats
 
-enum class hello_kind : std::uint8_t { join = 1, ring = 2 };
+enum class hello_kind : std::uint8_t { join = 1, ring = 2, beat = 3 };  // beat: heartbeat.hpp
 
 struct hello {
   std::uint32_t magic = hello_magic;

@@ -13,8 +13,9 @@
 /// - Before each collective the ranks compare what they are about to do (kind, size, root) in one small
 ///   MPI_Allreduce, so a mismatch is a `comm_error` on every rank, not MPI's undefined behaviour;
 ///   `check_collectives = false` skips that round trip and trusts the callers, as MPI does.
-/// - Every wait polls (MPI_Test) against `operation_timeout`: a hung or dead rank makes the others
-///   throw `comm_error` (the training programs then exit 138). MPI does not say which rank it was, and
+/// - Every wait polls (MPI_Test), against `operation_timeout` where one is set (default none: there is
+///   no heartbeat here): a hung or dead rank then makes the others throw `comm_error` (the training
+///   programs then exit 138). MPI does not say which rank it was, and
 ///   under `mpirun` a rank that dies usually makes mpirun end the others first (with SIGTERM).
 /// - `all_reduce_async` is MPI_Iallreduce: Open MPI advances it only inside MPI calls, so it overlaps
 ///   with the caller's work less than ring_tcp's communication thread does.
@@ -46,7 +47,7 @@ struct mpi_options {
   /// Unused: MPI finds its peers itself (kept so the strategy fills every communicator alike).
   std::vector<std::string> addresses{};
   std::uint64_t fingerprint = 0;
-  std::chrono::milliseconds operation_timeout{60'000};
+  std::chrono::milliseconds operation_timeout{0};  // zero: none (Open MPI ends the job when a rank dies)
   std::chrono::milliseconds connect_timeout{300'000};
   /// Compare every collective's kind, size and root across the ranks first (one small all-reduce).
   bool check_collectives = true;
@@ -237,7 +238,7 @@ class mpi {
   }
   /// Waits for `r` until the operation deadline, polling so that a hung rank cannot block forever.
   void complete(MPI_Request& r, const char* what) {
-    const auto deadline = clock::now() + o_.operation_timeout;
+    const auto deadline = dtrain::detail::deadline_after(o_.operation_timeout);
     for (int spins = 0;; ++spins) {
       int done = 0;
       check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);

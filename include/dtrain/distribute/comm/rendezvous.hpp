@@ -8,12 +8,14 @@
 /// with a handshake (handshake.hpp: magic, protocol version, cluster fingerprint, rank, world size and,
 /// with a job token, a mutual HMAC proof); a mismatch closes it with a logged reason. Handshakes on the
 /// listening side run concurrently, each with its own deadline and at most `max_pending_handshakes` at
-/// once, so silent connections (a port scanner) cannot stall it. With TLS the two ring connections then
-/// run TLS 1.3 keyed by the token (tls.hpp). Afterwards a background thread keeps accepting on the
-/// listening port only to reject and log strangers.
+/// once, so silent connections (a port scanner) cannot stall it. Beside its ring connection each rank
+/// opens a second one to the next rank, the same way, for heartbeats (heartbeat.hpp). With TLS the two
+/// ring connections then run TLS 1.3 keyed by the token (tls.hpp). Afterwards a background thread keeps
+/// accepting on the listening port only to reject and log strangers.
 ///
 /// What it leaves: the connection from the previous rank and to the next one (and their TLS links),
-/// and every rank's address. The ring engine (ring_engine.hpp) moves data over them.
+/// every rank's address, and the heartbeats that say whether a neighbour is alive. The ring engine
+/// (ring_engine.hpp) moves data over the connections.
 
 #include <asio.hpp>
 
@@ -35,12 +37,13 @@
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/handshake.hpp"
+#include "dtrain/distribute/comm/heartbeat.hpp"
 #include "dtrain/distribute/comm/tls.hpp"
 #include "dtrain/distribute/comm/wire.hpp"
 
 namespace dtrain::comm {
 
-/// A ring rank's options: the rendezvous reads most of them, the engine the chunk size and timeout.
+/// A ring rank's options: the rendezvous reads most of them, the engine the chunk size and timeouts.
 struct ring_tcp_options {
   int rank = 0;
   int world_size = 1;
@@ -48,8 +51,12 @@ struct ring_tcp_options {
   std::vector<std::string> addresses{};
   /// Hash of the cluster spec; peers with another fingerprint are refused.
   std::uint64_t fingerprint = 0;
-  std::chrono::milliseconds operation_timeout{60'000};
+  /// How long a collective may wait with no byte moving; zero: as long as its peers are alive (the
+  /// heartbeats say so). A bound on slowness, for jobs that prefer failing to waiting.
+  std::chrono::milliseconds operation_timeout{0};
   std::chrono::milliseconds connect_timeout{300'000};
+  /// A neighbour that sends no heartbeat for this long has failed (heartbeat.hpp); zero: never judged.
+  std::chrono::milliseconds heartbeat_timeout{10'000};
   std::size_t chunk_bytes = std::size_t{1} << 20;  // the largest frame
   /// The job token every connection proves (handshake.hpp); nullopt: `job_token_from_environment()`,
   /// "": none. The same on every rank.
@@ -138,6 +145,7 @@ class tcp_rendezvous {
   tcp_rendezvous(const tcp_rendezvous&) = delete;
   tcp_rendezvous& operator=(const tcp_rendezvous&) = delete;
   ~tcp_rendezvous() {
+    heartbeat_.reset();
     if (stray_.joinable()) {
       asio::post(stray_io_, [this] {
         std::error_code e;
@@ -164,7 +172,14 @@ class tcp_rendezvous {
   asio::ip::tcp::socket& next() { return next_; }
   detail::tls_link* prev_tls() { return in_tls_.get(); }
   detail::tls_link* next_tls() { return out_tls_.get(); }
-  /// Closes both connections (after a failure: the neighbours see it at once).
+  /// A neighbour that has stopped sending heartbeats (it died, stopped, or its host is down), or nullopt;
+  /// and a descriptor that becomes readable once there is one, for poll().
+  std::optional<detail::heartbeat::verdict> peer_failure() const {
+    return heartbeat_ ? heartbeat_->failure() : std::nullopt;
+  }
+  int peer_failure_fd() const { return heartbeat_ ? heartbeat_->wake_fd() : -1; }
+  /// Closes both data connections (after a failure: the neighbours see it at once). The heartbeats go
+  /// on while this rank lives, so that its neighbours do not take it for the rank that failed.
   void close() {
     std::error_code ig;
     prev_.close(ig), next_.close(ig);
@@ -177,6 +192,10 @@ class tcp_rendezvous {
     if (rank() == 0) gather_joins(deadline);
     else join_master(deadline);
     connect_ring(deadline);
+    heartbeat_ = std::make_unique<detail::heartbeat>(
+        std::vector<detail::heartbeat::link>{{prev_beat_.native_handle(), prev_rank(), peer_name(prev_rank())},
+                                             {next_beat_.native_handle(), next_rank(), peer_name(next_rank())}},
+        o_.heartbeat_timeout);
     o_.log("rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " connected: previous " +
            peer_name(prev_rank()) + ", next " + peer_name(next_rank()) +
            (token_.empty() ? "" : o_.tls ? " (authenticated by the job token, TLS 1.3)" : " (authenticated by the job token)"));
@@ -256,6 +275,7 @@ class tcp_rendezvous {
     detail::hello_expectation expect;
     std::function<std::string(const detail::hello&)> refuse;  // a further reason to refuse ("" for none)
     std::function<void(asio::ip::tcp::socket&, const detail::hello&, const detail::proof& tls_key)> admit;
+    std::optional<detail::hello_kind> also{};  // a second kind of connection, taken alike
   };
   struct incoming {
     explicit incoming(asio::io_context& io) : s(io), timer(io) {}
@@ -317,21 +337,27 @@ class tcp_rendezvous {
     asio::async_read(c->s, asio::buffer(&c->theirs, detail::hello_prefix), [this, c](std::error_code ec, std::size_t) {
       if (ec) return give_up(c, ec.message());
       if (c->theirs.magic != detail::hello_magic) return give_up(c, "wrong magic (not a dtrain worker)");
-      if (c->theirs.version != detail::protocol_version) return reply(c, detail::check_hello(c->theirs, admission_.expect));
+      if (c->theirs.version != detail::protocol_version) return reply(c, detail::check_hello(c->theirs, expected(c->theirs)));
       auto* rest = reinterpret_cast<char*>(&c->theirs) + detail::hello_prefix;
       asio::async_read(c->s, asio::buffer(rest, sizeof(detail::hello) - detail::hello_prefix),
                        [this, c](std::error_code e, std::size_t) {
                          if (e) return give_up(c, e.message());
-                         std::string why = detail::check_hello(c->theirs, admission_.expect);
+                         std::string why = detail::check_hello(c->theirs, expected(c->theirs));
                          if (!why.empty() && credentials_differ(c->theirs)) note_refusal(c, why);
                          if (why.empty()) why = admission_.refuse(c->theirs);
                          reply(c, why);
                        });
     });
   }
+  /// What the listening side expects of a hello: of its kind, where it is the admission's second one.
+  detail::hello_expectation expected(const detail::hello& h) const {
+    auto e = admission_.expect;
+    if (admission_.also && h.kind == std::uint8_t(*admission_.also)) e.kind = *admission_.also;
+    return e;
+  }
   /// Answers a hello: accepted (with our proof when there is a token) or refused, with the reason logged.
   void reply(const incoming_ptr& c, const std::string& why) {
-    c->mine = my_hello(detail::hello_kind(admission_.expect.kind));
+    c->mine = my_hello(expected(c->theirs).kind);
     c->mine.accepted = why.empty();
     const bool prove = why.empty() && !token_.empty();
     if (prove) c->proof = detail::make_proof(token_, detail::server_label, c->theirs, c->mine);
@@ -366,7 +392,7 @@ class tcp_rendezvous {
   /// Whether a hello of this job (its release, cluster and kind, a rank in range) differs only in the
   /// job token or TLS setting: a worker of this job started with other credentials, which no retry fixes.
   bool credentials_differ(const detail::hello& h) const {
-    const auto& e = admission_.expect;
+    const auto e = expected(h);
     return h.version == detail::protocol_version && h.fingerprint == e.fingerprint && h.world_size == e.world_size &&
            h.kind == std::uint8_t(e.kind) && h.rank < e.world_size && h.authenticated <= 1 && h.tls <= 1 &&
            (bool(h.authenticated) != e.authenticated || bool(h.tls) != e.tls);
@@ -586,23 +612,27 @@ class tcp_rendezvous {
     }
   }
 
-  /// Connects to the next rank while accepting the previous one: both handshakes make progress at
-  /// once (each side waits for the other's answer, so doing them in turn would deadlock the ring).
+  /// Connects to the next rank, its ring connection then its heartbeat one, while accepting both from
+  /// the previous rank: the handshakes make progress at once (each side waits for the other's answer,
+  /// so doing them in turn would deadlock the ring). Then TLS on the ring connections.
   void connect_ring(clock::time_point deadline) {
-    bool have_prev = false;
+    std::optional<asio::ip::tcp::socket> prev, prev_beat;
     detail::proof prev_key{}, next_key{};
+    const auto slot = [&](const detail::hello& h) -> auto& { return h.kind == std::uint8_t(detail::hello_kind::beat) ? prev_beat : prev; };
     start_accepting({expectation(detail::hello_kind::ring, prev_rank()),
-                     [&](const detail::hello&) { return have_prev ? "the previous rank is already connected" : std::string(); },
-                     [&](asio::ip::tcp::socket& s, const detail::hello&, const detail::proof& key) {
+                     [&](const detail::hello& h) { return slot(h) ? "the previous rank is already connected" : std::string(); },
+                     [&](asio::ip::tcp::socket& s, const detail::hello& h, const detail::proof& key) {
                        std::error_code ig;
                        s.set_option(asio::ip::tcp::no_delay(true), ig);
-                       prev_ = std::move(s);
-                       prev_key = key;
-                       have_prev = true;
-                     }});
+                       if (&slot(h) == &prev) prev_key = key;
+                       slot(h).emplace(std::move(s));
+                     },
+                     detail::hello_kind::beat});
     next_ = handshake_with(next_rank(), peers_[std::size_t(next_rank())], detail::hello_kind::ring, deadline, &next_key);
-    run_until(deadline, [&] { return have_prev; }, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
+    next_beat_ = handshake_with(next_rank(), peers_[std::size_t(next_rank())], detail::hello_kind::beat, deadline);
+    run_until(deadline, [&] { return prev && prev_beat; }, [&] { return "timed out waiting for " + peer_name(prev_rank()) + " to connect"; });
     stop_accepting();
+    prev_ = std::move(*prev), prev_beat_ = std::move(*prev_beat);
     if (o_.tls) start_tls(prev_key, next_key, deadline);
     // hand the listener to the stranger-rejecting thread
     stray_listener_.emplace(stray_io_);
@@ -669,6 +699,8 @@ class tcp_rendezvous {
   asio::io_context io_;
   asio::ip::tcp::acceptor listener_;
   asio::ip::tcp::socket prev_, next_;
+  asio::ip::tcp::socket prev_beat_{io_}, next_beat_{io_};  // the heartbeats' connections
+  std::unique_ptr<detail::heartbeat> heartbeat_;            // on them, once the ring is up
   std::uint16_t listen_port_ = 0;
   std::vector<std::string> peers_;
   std::unique_ptr<detail::tls_link> in_tls_, out_tls_;  // on prev_ and next_, with TLS

@@ -7,13 +7,13 @@
 /// step has received, so the ring never pauses between steps. Each received frame goes to the
 /// collective's `on_frame` as it lands (the algorithms in ring_tcp.hpp reduce it there).
 ///
-/// Deadlines count from the last byte that moved (`operation_timeout`). On a failure the engine names
-/// the rank that failed (a closed connection, an abort frame from the previous rank, or, after a
-/// timeout, a probe of the previous rank's host), tells the next rank with an abort frame, closes the
-/// ring and throws a `comm_error`.
+/// A collective waits as long as its neighbours are alive (their heartbeats, heartbeat.hpp), or, with an
+/// `operation_timeout`, until that long has passed with no byte moving. On a failure the engine names
+/// the rank that failed (a closed connection, a neighbour's silent heartbeat, an abort frame from the
+/// previous rank, or, after a timeout, a probe of the previous rank's host), tells the next rank with an
+/// abort frame, closes the ring and throws a `comm_error`.
 
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -56,7 +56,7 @@ class ring_engine {
 
   /// Runs the steps of one collective: frames leave in step order and arrive in step order, with
   /// non-blocking send/recv on the two sockets and poll() when neither can move. The deadline
-  /// (operation_timeout) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
+  /// (operation_timeout, if any) counts from the last byte that moved. `on_frame(step, offset, data, bytes)`.
   template <class OnFrame>
   void run_steps(const std::vector<ring_step>& steps, OnFrame&& on_frame) {
     run_both_ways(steps, {}, on_frame);
@@ -77,8 +77,8 @@ class ring_engine {
     bool timed_out = false, send_stalled = false;
     // a failure: what went wrong, on whose connection, and the rank an abort frame named (or -1)
     auto fail = [&](std::error_code ec, int peer, int named) { failure = ec, failed_peer = peer, reported = named; };
-    protocol_error_.clear();
-    auto deadline = clock::now() + o_.operation_timeout;
+    protocol_error_.clear(), liveness_error_.clear();
+    auto deadline = dtrain::detail::deadline_after(o_.operation_timeout);
     clock::time_point idle_since{};  // since when nothing moved (spin_while_idle)
     for (;;) {
       bool progress = false;
@@ -90,17 +90,23 @@ class ring_engine {
       if (failure) break;
       if (lanes[0].finished() && lanes[1].finished()) return;
       if (progress) {
-        deadline = clock::now() + o_.operation_timeout;
+        deadline = dtrain::detail::deadline_after(o_.operation_timeout);
         idle_since = {};
         continue;
       }
       if (spin_while_idle(idle_since)) continue;
-      pollfd fds[4];
+      if (auto dead = rv_.peer_failure()) {  // nothing moves and a neighbour has stopped beating
+        liveness_error_ = dead->why;
+        fail(asio::error::timed_out, dead->rank, -1);
+        break;
+      }
+      pollfd fds[5];
       nfds_t nfds = 0;
       for (const lane& l : lanes) {
         if (l.want_in) fds[nfds++] = {l.from.fd, l.in_events, 0};
         if (l.want_out) fds[nfds++] = {l.to.fd, l.out_events, 0};
       }
+      if (rv_.peer_failure_fd() >= 0) fds[nfds++] = {rv_.peer_failure_fd(), POLLIN, 0};
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0) {
         timed_out = true;
@@ -116,7 +122,7 @@ class ring_engine {
     // before it closed, may still wait on the previous rank's connection (which ends at once where the
     // previous rank itself closed; a collective that runs both ways may see that close on the other
     // direction first).
-    if (!timed_out && reported < 0 && (failed_peer == next_rank() || protocol_error_.empty()))
+    if (!timed_out && reported < 0 && liveness_error_.empty() && (failed_peer == next_rank() || protocol_error_.empty()))
       reported = await_abort(f.in_h, f.in_at, f.in_at >= head ? head + f.in_n : head, std::chrono::milliseconds(300));
     const bool receiving = f.receiving() && !send_stalled;
     bool unreachable = false;
@@ -323,13 +329,7 @@ class ring_engine {
   static bool acknowledges_probe(int fd, std::chrono::milliseconds window) {
     const char probe = 0;
     if (::send(fd, &probe, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) return true;  // no evidence either way
-    for (const auto end = clock::now() + window; clock::now() < end;) {
-      tcp_info info{};
-      socklen_t len = sizeof info;
-      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_unacked == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
+    return detail::host_acknowledges(fd, window);
   }
 
   /// The next rank closed on us, or the previous one went silent: it may have stopped because of a
@@ -407,6 +407,8 @@ class ring_engine {
       what = "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
              std::to_string(seq_) + " waiting for " + peer_name(culprit) +
              " (it, or a rank before it in the ring, died or hung)";
+    else if (!liveness_error_.empty())
+      what = liveness_error_ + " (collective " + std::to_string(seq_) + ")";
     else if (!protocol_error_.empty())
       what = "protocol error: " + protocol_error_;
     else if (failure == asio::error::eof || failure == asio::error::connection_reset ||
@@ -463,6 +465,7 @@ class ring_engine {
   std::vector<float> scratch_[2];           // per lane: where frames of a step without a recv buffer land
   std::vector<std::size_t> done_[2];        // per lane: bytes received per step
   std::string protocol_error_;
+  std::string liveness_error_;  // a neighbour's heartbeat stopped: the evidence
   bool yield_;  // spin_while_idle yields (ranks outnumber this host's cores) instead of pausing
 };
 

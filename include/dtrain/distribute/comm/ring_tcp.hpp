@@ -18,9 +18,11 @@
 /// backward pass); a blocking one with nothing queued runs on the caller's thread, saving two thread
 /// hand-offs.
 ///
-/// Deadlines: every blocking wait has one (`operation_timeout`, default 60 s; `connect_timeout`,
-/// default 300 s). The first error latches: it names the peer (rank, address), fails the pending
-/// operations and is rethrown by every later call.
+/// Waits: a collective waits as long as the ring's neighbours send heartbeats (a neighbour silent for
+/// `heartbeat_timeout`, default 10 s, has failed; heartbeat.hpp), so a slow worker is waited for and a
+/// dead or stopped one is named within seconds; `operation_timeout` (default none) also bounds how long
+/// nothing may move. The rendezvous has `connect_timeout` (default 300 s). The first error latches: it
+/// names the peer (rank, address), fails the pending operations and is rethrown by every later call.
 
 #include <algorithm>
 #include <condition_variable>
@@ -48,7 +50,8 @@ class ring_tcp {
   /// A rank's options for joining `cluster` with a strategy's options.
   static ring_tcp_options options_for(const cluster_info& c, const communication_options& o) {
     return {.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(), .fingerprint = c.fingerprint(),
-            .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout, .chunk_bytes = o.chunk_bytes,
+            .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout, .heartbeat_timeout = o.heartbeat_timeout,
+            .chunk_bytes = o.chunk_bytes,
             .job_token = o.job_token, .require_job_token = o.require_job_token, .tls = o.tls,
             .shared_memory = o.shared_memory};
   }
@@ -78,6 +81,8 @@ class ring_tcp {
   /// The deadline of the collectives started from now on, while none runs (comm::nccl shortens it to
   /// ask who failed).
   void set_operation_timeout(std::chrono::milliseconds t) { o_.operation_timeout = t; }
+  /// A ring neighbour whose heartbeat has stopped (heartbeat.hpp), or nullopt.
+  std::optional<detail::heartbeat::verdict> peer_failure() const { return rv_.peer_failure(); }
   /// "host:port" of a rank (after the rendezvous, for every rank).
   const std::string& address_of(int r) const { return rv_.address_of(r); }
   /// How all-reduce moves data: "shared memory" when every rank is on this host (shm.hpp), else "tcp".

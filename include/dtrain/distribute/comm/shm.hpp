@@ -21,9 +21,10 @@
 /// arriving rank wakes. When ranks outnumber cores it yields instead of spinning, so that the core goes
 /// to a rank that has yet to arrive; otherwise it does not yield: in training the thread it would yield
 /// to is its own worker's math thread, which keeps the core for a whole time slice while the others
-/// wait. While it waits it watches for failures: a rank that left (its destructor says so in the segment), a closed connection
-/// to either ring neighbour (what a crashed process leaves), an abort another rank published, and the
-/// deadline (`operation_timeout`): the rank that has not arrived is named, as the TCP ring names it.
+/// wait. While it waits it watches for failures: a rank that left (its destructor says so in the
+/// segment), a closed connection to either ring neighbour (what a crashed process leaves), a neighbour
+/// whose heartbeat stopped (a stopped process), an abort another rank published, and the deadline
+/// (`operation_timeout`, if set): the rank that has not arrived is named, as the TCP ring names it.
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -219,7 +220,7 @@ class shm_transport {
     const std::uint32_t target = me.arrived.load(std::memory_order_relaxed) + 1;
     me.arrived.store(target);  // seq_cst: ordered before the load of sleepers (no lost wake-up)
     if (me.sleepers.load() != 0) futex(&me.arrived, FUTEX_WAKE, INT_MAX, nullptr);
-    const auto deadline = clock::now() + o_.operation_timeout;
+    const auto deadline = dtrain::detail::deadline_after(o_.operation_timeout);
     for (int q = 0; q < size_; ++q)
       if (q != rank_ && !reached(q, target)) wait_for(q, target, deadline);
   }
@@ -258,6 +259,8 @@ class shm_transport {
       if (pfd.fd >= 0 && ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) && !reached(peer, target))
         fail(peer, rank_, "closed the connection (it died or stopped) during collective " + std::to_string(collective_));
     }
+    if (auto dead = rv_.peer_failure(); dead && !reached(dead->rank, target))
+      fail(dead->rank, rank_, dead->why + " (collective " + std::to_string(collective_) + ")");
     if (clock::now() > deadline)
       fail(q, rank_, "timed out after " + std::to_string(o_.operation_timeout.count() / 1000) + " s in collective " +
                          std::to_string(collective_) + " waiting for " + rv_.peer_name(q) +
@@ -272,7 +275,7 @@ class shm_transport {
     if (what.empty() || by != rank_)
       m = rv_.peer_name(culprit) + " failed (reported through shared memory by " +
           (by >= 0 && by < size_ ? rv_.peer_name(by) : std::string("another rank")) + ")";
-    else if (what.rfind("timed out", 0) == 0)
+    else if (what.rfind("timed out", 0) == 0 || what.rfind(rv_.peer_name(culprit), 0) == 0)
       m = what;
     else
       m = rv_.peer_name(culprit) + " " + what;

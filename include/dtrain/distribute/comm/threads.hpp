@@ -35,7 +35,7 @@ class threads {
   };
 
   /// The `size` ranks of one new group, rank i at [i], each to be used by one thread. A rank that waits
-  /// longer than `timeout` for the others fails the group.
+  /// longer than `timeout` (zero: no limit) for the others fails the group.
   static std::vector<threads> make_group(int size, std::chrono::milliseconds timeout = std::chrono::minutes(1)) {
     if (size < 1) throw value_error("comm::threads: a group needs at least one rank, got " + std::to_string(size));
     auto g = std::make_shared<group>(size, timeout);
@@ -146,7 +146,9 @@ class threads {
                                  std::chrono::microseconds(50));
       if (generation.load(std::memory_order_acquire) != gen) return;
       l.lock();
-      if (!cv.wait_for(l, timeout, [&] { return generation.load(std::memory_order_acquire) != gen || !failure.empty(); })) {
+      const auto arrived_or_failed = [&] { return generation.load(std::memory_order_acquire) != gen || !failure.empty(); };
+      if (timeout.count() <= 0) cv.wait(l, arrived_or_failed);
+      else if (!cv.wait_for(l, timeout, arrived_or_failed)) {
         std::string missing;
         for (int r = 0; r < size; ++r)
           if (entered[std::size_t(r)] < entered[std::size_t(rank)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
