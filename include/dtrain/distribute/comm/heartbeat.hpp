@@ -96,8 +96,10 @@ class heartbeat {
   struct watch {
     clock::time_point heard;
     bool open = true;
-    std::size_t got = 0;   // bytes of the beat in progress
+    std::size_t got = 0;   // bytes of the beat being received
     std::uint32_t word[2]{};
+    std::size_t put = 8;   // bytes of the beat being sent (8: none pending)
+    std::uint32_t out[2]{};
   };
 
   void run() {
@@ -113,11 +115,9 @@ class heartbeat {
         for (auto& x : w) x.heard = now;
       last_turn = now;
       if (now >= next_send) {
-        const std::uint32_t beat[2] = {beat_magic, ++count};
-        for (std::size_t i = 0; i < w.size(); ++i)  // a full socket: the neighbour is not reading, which is its business
-          if (w[i].open && ::send(links_[i].fd, beat, sizeof beat, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
-              errno != EWOULDBLOCK && errno != EINTR)
-            w[i].open = false;
+        ++count;
+        for (std::size_t i = 0; i < w.size(); ++i)
+          if (w[i].open) send_beat(links_[i].fd, w[i], count);
         next_send = now + interval_;
       }
       for (std::size_t i = 0; i < w.size(); ++i)
@@ -134,6 +134,15 @@ class heartbeat {
       for (nfds_t k = 1; k < n; ++k)
         if (fds[k].revents) receive(which[k], w[which[k]]);
     }
+  }
+
+  /// Sends a beat to a neighbour, or the rest of one a full socket cut short (the stream stays whole
+  /// beats); a socket still full is skipped: the neighbour is not reading, which is its business.
+  static void send_beat(int fd, watch& x, std::uint32_t count) {
+    if (x.put == sizeof x.out) x.out[0] = beat_magic, x.out[1] = count, x.put = 0;
+    const ssize_t n = ::send(fd, reinterpret_cast<const char*>(x.out) + x.put, sizeof x.out - x.put, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) x.put += std::size_t(n);
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) x.open = false;
   }
 
   /// Reads what neighbour i sent: beats refresh it, the end of the connection stops the reading (its
