@@ -252,7 +252,9 @@ class basic_nccl {
     if (!finished)
       fail(what, "did not complete within " + std::to_string(timeout_.count()) + " ms (collective " + std::to_string(seq) + ")");
     if (s == nccl_state::failed && !happened) fail(what, "failed: NCCL reported: " + why);
-    if (dead && !happened) fail(what, "did not complete (collective " + std::to_string(seq) + "): " + dead->why);
+    if (dead && !happened)
+      fail(what, "did not complete (collective " + std::to_string(seq) + "): rank " + std::to_string(dead->rank) + " (" +
+                     ring_.address_of(dead->rank) + ") " + dead->why);
   }
   /// Aborts NCCL, asks the TCP ring who failed, latches the error and throws it.
   [[noreturn]] void fail(const char* what, const std::string& detail) {

@@ -53,14 +53,13 @@ class heartbeat {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// A neighbour's heartbeat connection: its socket (owned by the caller, open while this lives), the
-  /// neighbour's rank and how messages name it.
+  /// A neighbour's heartbeat connection: its socket (owned by the caller, open while this lives) and the
+  /// neighbour's rank.
   struct link {
     int fd;
     int rank;
-    std::string name;
   };
-  /// A neighbour found dead: its rank and the evidence ("sent no heartbeat for 10 s: ...").
+  /// A neighbour found dead: its rank and the evidence, to follow its name ("sent no heartbeat for 10 s: ...").
   struct verdict {
     int rank;
     std::string why;
@@ -161,7 +160,7 @@ class heartbeat {
       x.got = 0;
       if (x.word[0] != beat_magic) {
         x.open = false;
-        decide(links_[i].rank, links_[i].name + " sent bytes that are not a heartbeat on its heartbeat connection");
+        decide(links_[i].rank, "sent bytes that are not a heartbeat on its heartbeat connection");
         return;
       }
       x.heard = clock::now();
@@ -172,7 +171,7 @@ class heartbeat {
   void judge(std::size_t i, watch& x) {
     if (failed_.load(std::memory_order_relaxed) >= 0) return;
     const auto ms = timeout_.count();
-    const std::string silent = links_[i].name + " sent no heartbeat for " +
+    const std::string silent = "sent no heartbeat for " +
                                (ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s");
     std::string why;
     if (!x.open) why = silent + ": its heartbeat connection closed (the process ended)";

@@ -193,8 +193,7 @@ class tcp_rendezvous {
     else join_master(deadline);
     connect_ring(deadline);
     heartbeat_ = std::make_unique<detail::heartbeat>(
-        std::vector<detail::heartbeat::link>{{prev_beat_.native_handle(), prev_rank(), peer_name(prev_rank())},
-                                             {next_beat_.native_handle(), next_rank(), peer_name(next_rank())}},
+        std::vector<detail::heartbeat::link>{{prev_beat_.native_handle(), prev_rank()}, {next_beat_.native_handle(), next_rank()}},
         o_.heartbeat_timeout);
     o_.log("rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " connected: previous " +
            peer_name(prev_rank()) + ", next " + peer_name(next_rank()) +

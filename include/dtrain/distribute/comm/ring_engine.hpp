@@ -408,7 +408,7 @@ class ring_engine {
              std::to_string(seq_) + " waiting for " + peer_name(culprit) +
              " (it, or a rank before it in the ring, died or hung)";
     else if (!liveness_error_.empty())
-      what = liveness_error_ + " (collective " + std::to_string(seq_) + ")";
+      what = peer_name(culprit) + " " + liveness_error_ + " (collective " + std::to_string(seq_) + ")";
     else if (!protocol_error_.empty())
       what = "protocol error: " + protocol_error_;
     else if (failure == asio::error::eof || failure == asio::error::connection_reset ||

@@ -275,7 +275,7 @@ class shm_transport {
     if (what.empty() || by != rank_)
       m = rv_.peer_name(culprit) + " failed (reported through shared memory by " +
           (by >= 0 && by < size_ ? rv_.peer_name(by) : std::string("another rank")) + ")";
-    else if (what.rfind("timed out", 0) == 0 || what.rfind(rv_.peer_name(culprit), 0) == 0)
+    else if (what.rfind("timed out", 0) == 0)
       m = what;
     else
       m = rv_.peer_name(culprit) + " " + what;
