@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dtrain/callbacks/callback.hpp"
-#include "dtrain/callbacks/monitors.hpp"
+#include "dtrain/callbacks/monitor_mode.hpp"
 
 namespace dtrain {
 

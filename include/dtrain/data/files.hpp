@@ -24,7 +24,7 @@
 
 #include "dtrain/core/random.hpp"
 #include "dtrain/data/dataset.hpp"
-#include "dtrain/data/stages.hpp"
+#include "dtrain/data/stage_base.hpp"
 
 namespace dtrain::data {
 

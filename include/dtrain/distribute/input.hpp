@@ -30,6 +30,7 @@
 #include <optional>
 
 #include "dtrain/data/dataset.hpp"
+#include "dtrain/data/batch.hpp"
 #include "dtrain/data/files.hpp"
 #include "dtrain/data/sources.hpp"
 #include "dtrain/distribute/replica_context.hpp"

@@ -10,7 +10,8 @@
 
 #include <algorithm>
 
-#include "dtrain/layers/conv2d.hpp"
+#include "dtrain/layers/activations.hpp"
+#include "dtrain/layers/window.hpp"
 
 namespace dtrain {
 

@@ -7,9 +7,12 @@
 /// padding::same`. With `same` padding the average is taken over the window's cells inside the input
 /// (TF's rule; PyTorch's count_include_pad=False).
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
-#include "dtrain/layers/conv2d.hpp"
+#include "dtrain/layers/concepts.hpp"
+#include "dtrain/layers/window.hpp"
 
 namespace dtrain {
 

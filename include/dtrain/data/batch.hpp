@@ -1,0 +1,142 @@
+#pragma once
+/// \file
+/// The `batch(batch_size, drop_remainder)` stage: tf.data's `Dataset.batch`, with what stacks a batch's
+/// elements along a new first axis (`detail::stack`, and `detail::batcher` for tensors, (x, y) examples
+/// and lists of them).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/shape.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/data/dataset.hpp"
+#include "dtrain/data/sources.hpp"
+#include "dtrain/data/stage_base.hpp"
+
+namespace dtrain::data {
+
+namespace detail {
+
+/// Stacks equally shaped tensors along a new first axis (the batch).
+inline tensor stack(const std::vector<tensor>& parts) {
+  const auto& s0 = parts.front().shape();
+  extents e{parts.size()};
+  e.insert(e.end(), s0.begin(), s0.end());
+  tensor out = zeros(e);
+  const std::size_t n = parts.front().size();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].shape() != s0)
+      throw shape_error("batch: element " + std::to_string(i) + " has shape " + shape_str(parts[i].shape()) +
+                        " but the first element of the batch has shape " + shape_str(s0));
+    std::copy(parts[i].data(), parts[i].data() + n, out.data() + i * n);
+  }
+  return out;
+}
+template <class E>
+struct batcher;
+template <>
+struct batcher<tensor> {
+  static tensor make(std::vector<tensor>& es) { return stack(es); }
+};
+template <>
+struct batcher<example> {
+  static example make(std::vector<example>& es) {
+    std::vector<tensor> xs, ys;
+    xs.reserve(es.size()), ys.reserve(es.size());
+    for (auto& [x, y] : es) xs.push_back(std::move(x)), ys.push_back(std::move(y));
+    return {stack(xs), stack(ys)};
+  }
+};
+template <>
+struct batcher<std::vector<tensor>> {
+  /// Each component stacked on its own (every element lists as many tensors as the first).
+  static std::vector<tensor> make(std::vector<std::vector<tensor>>& es) {
+    const std::size_t k = es.front().size();
+    std::vector<tensor> out(k);
+    std::vector<tensor> parts(es.size());
+    for (std::size_t c = 0; c < k; ++c) {
+      for (std::size_t i = 0; i < es.size(); ++i) {
+        if (es[i].size() != k)
+          throw shape_error("batch: element " + std::to_string(i) + " lists " + std::to_string(es[i].size()) +
+                            " tensors but the first element of the batch lists " + std::to_string(k));
+        parts[i] = std::move(es[i][c]);
+      }
+      out[c] = stack(parts);
+    }
+    return out;
+  }
+};
+template <>
+struct batcher<multi_example> {
+  static multi_example make(std::vector<multi_example>& es) {
+    std::vector<std::vector<tensor>> xs, ys;
+    xs.reserve(es.size()), ys.reserve(es.size());
+    for (auto& [x, y] : es) xs.push_back(std::move(x)), ys.push_back(std::move(y));
+    return {batcher<std::vector<tensor>>::make(xs), batcher<std::vector<tensor>>::make(ys)};
+  }
+};
+
+}  // namespace detail
+
+/// `Dataset.batch(batch_size, drop_remainder)`: stacks consecutive elements along a new first axis.
+template <dataset D>
+struct batch_dataset : detail::over<D> {
+  using element_type = typename D::element_type;
+  std::size_t size;
+  bool drop_remainder;
+
+  std::int64_t cardinality() const {
+    const std::int64_t c = this->up.cardinality(), b = static_cast<std::int64_t>(size);
+    if (c < 0) return c;
+    return drop_remainder ? c / b : (c + b - 1) / b;
+  }
+
+  class iterator {
+   public:
+    iterator(const D& d, std::uint64_t pass, std::size_t size, bool drop)
+        : up_(d.iterate(pass)), size_(size), drop_(drop) {}
+    std::optional<element_type> next() {
+      parts_.clear();
+      while (parts_.size() < size_) {
+        auto e = up_.next();
+        if (!e) break;
+        parts_.push_back(std::move(*e));
+      }
+      if (parts_.empty() || (drop_ && parts_.size() < size_)) return std::nullopt;
+      return detail::batcher<element_type>::make(parts_);
+    }
+    std::int64_t skip(std::int64_t n) {
+      const auto b = static_cast<std::int64_t>(size_);
+      const std::int64_t got = up_.skip(n * b);
+      return drop_ ? got / b : (got + b - 1) / b;
+    }
+
+   private:
+    detail::iter_t<D> up_;
+    std::size_t size_;
+    bool drop_;
+    std::vector<element_type> parts_;
+  };
+  iterator iterate(std::uint64_t pass) const { return iterator(this->up, pass, size, drop_remainder); }
+};
+
+struct batch_stage {
+  std::size_t size;
+  bool drop_remainder;
+  template <dataset D>
+  batch_dataset<D> apply(D d) const {
+    return {{std::move(d)}, size, drop_remainder};
+  }
+};
+inline batch_stage batch(std::size_t batch_size, bool drop_remainder = false) {
+  if (batch_size == 0) throw value_error("batch: batch_size must be positive");
+  return {batch_size, drop_remainder};
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,84 @@
+#pragma once
+/// \file
+/// What the layers that slide a 2-D window over (height, width, channels) share: the options `strides<...>`
+/// and `padding::valid | padding::same` with their traits, and `detail::window2d`, a layer's window geometry
+/// by TF's rules (its output extent, padding and the `window_geometry` the backend's kernels take). Used by
+/// layers/conv2d.hpp, layers/depthwise_conv2d.hpp and layers/pooling.hpp.
+
+#include <cstddef>
+#include <type_traits>
+
+#include "dtrain/backend/backend.hpp"
+
+namespace dtrain {
+
+/// Window strides of conv2d and the pooling layers.
+template <std::size_t H, std::size_t W = H>
+struct strides {
+  static_assert(H > 0 && W > 0, "strides: must be positive");
+  static constexpr bool is_strides = true;
+  static constexpr std::size_t h = H, w = W;
+};
+
+/// Padding modes, as Keras' padding="valid" | "same" (TF: extra padding goes bottom/right).
+namespace padding {
+struct valid {
+  static constexpr bool is_padding = true;
+  static constexpr bool is_same = false;
+};
+struct same {
+  static constexpr bool is_padding = true;
+  static constexpr bool is_same = true;
+};
+}  // namespace padding
+
+namespace detail {
+template <class T, class = void>
+struct is_strides : std::false_type {};
+template <class T>
+struct is_strides<T, std::void_t<decltype(T::is_strides)>> : std::true_type {};
+template <class T, class = void>
+struct is_padding : std::false_type {};
+template <class T>
+struct is_padding<T, std::void_t<decltype(T::is_padding)>> : std::true_type {};
+
+/// Output extent and leading pad of a sliding window along one axis (TF's rules).
+struct window_axis {
+  std::size_t out, pad;
+};
+constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s, bool same) {
+  if (!same) return {in >= k ? (in - k) / s + 1 : 0, 0};
+  const std::size_t out = (in + s - 1) / s;
+  const std::size_t need = (out - 1) * s + k;
+  return {out, need > in ? (need - in) / 2 : 0};
+}
+
+/// The layers built on a 2-D window, so that a misplaced one is named in its compile error.
+enum class window_layer { conv2d, depthwise_conv2d, separable_conv2d, max_pooling2d, average_pooling2d };
+
+/// Geometry of a 2-D window op of layer `L` over an (H, W, C) input.
+template <class In, window_layer L, std::size_t Kh, std::size_t Kw, class Strides, class Padding>
+struct window2d {
+  static constexpr bool rank3 = In::rank == 3;
+#define DTRAIN_RANK3(layer)                                                                                 \
+  static_assert(rank3 || L != window_layer::layer, #layer " expects a rank-3 input (height, width, channels); " \
+                                                          "add dtrain::reshape<h, w, c> before it")
+  DTRAIN_RANK3(conv2d);
+  DTRAIN_RANK3(depthwise_conv2d);
+  DTRAIN_RANK3(separable_conv2d);
+  DTRAIN_RANK3(max_pooling2d);
+  DTRAIN_RANK3(average_pooling2d);
+#undef DTRAIN_RANK3
+  static constexpr std::size_t dim(std::size_t i) { return rank3 ? In::dims[i] : 1; }  // (1: one error only)
+  static constexpr std::size_t h = dim(0), w = dim(1), c = dim(2);
+  static constexpr std::size_t sh = Strides::h, sw = Strides::w;
+  static constexpr window_axis ay = window(h, Kh, sh, Padding::is_same), ax = window(w, Kw, sw, Padding::is_same);
+  static constexpr std::size_t oh = ay.out, ow = ax.out, pt = ay.pad, pl = ax.pad;
+  static_assert(!rank3 || Padding::is_same || (h >= Kh && w >= Kw),
+                "2-D window layer: the window is larger than the input");
+  /// The geometry the backend's kernels take, with `f` output channels.
+  static constexpr window_geometry with_outputs(std::size_t f) { return {h, w, c, Kh, Kw, sh, sw, pt, pl, oh, ow, f}; }
+};
+}  // namespace detail
+
+}  // namespace dtrain
