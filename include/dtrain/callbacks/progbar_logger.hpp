@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/callbacks/callback.hpp"
 
 namespace dtrain {
@@ -46,8 +47,7 @@ inline std::string duration_text(double seconds) {
 /// Whether a bar on `out` redraws itself: a terminal, or a pipe to one (`DTRAIN_PROGRESS=live`).
 inline bool live_output(std::FILE* out) {
   if (isatty(fileno(out))) return true;
-  const char* p = std::getenv("DTRAIN_PROGRESS");
-  return p && std::string(p) == "live";
+  return environment::get(environment::progress) == "live";
 }
 }  // namespace detail
 

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/environment.hpp"
+
 // OpenBLAS' own controls, declared here (dtrain includes no BLAS header, see backend/cpu/blas.hpp) and
 // weak: with another BLAS (BLA_VENDOR) they are absent, and dtrain goes on without them.
 extern "C" {
@@ -36,7 +38,7 @@ namespace detail {
 inline std::atomic<int>& thread_budget() {
   static std::atomic<int> budget{[] {
     int n = openblas_get_num_threads ? openblas_get_num_threads() : int(std::thread::hardware_concurrency());
-    if (const char* s = std::getenv("DTRAIN_NUM_THREADS"); s && std::atoi(s) > 0) n = std::atoi(s);
+    if (const std::string s = environment::get(environment::num_threads); std::atoi(s.c_str()) > 0) n = std::atoi(s.c_str());
     if (openblas_set_num_threads) openblas_set_num_threads(1);
     return std::max(1, n);
   }()};

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/data/idx.hpp"
 #include "dtrain/data/sources.hpp"
 
@@ -16,7 +17,7 @@ namespace dtrain::data {
 
 /// Where the files are looked for: $DTRAIN_FASHION_MNIST_DIR, else Debian's location.
 inline std::filesystem::path fashion_mnist_dir() {
-  if (const char* d = std::getenv("DTRAIN_FASHION_MNIST_DIR"); d && *d) return d;
+  if (std::string d = environment::get(environment::fashion_mnist_dir); !d.empty()) return d;
   return "/usr/share/datasets/fashion-mnist";
 }
 
@@ -28,8 +29,8 @@ inline std::filesystem::path find_idx(const std::filesystem::path& dir, const st
     auto p = dir / (stem + ext);
     if (std::filesystem::exists(p)) return p;
   }
-  const char* env = std::getenv("DTRAIN_FASHION_MNIST_DIR");
-  const std::string where = env && *env && dir == std::filesystem::path(env)
+  const std::string env = environment::get(environment::fashion_mnist_dir);
+  const std::string where = !env.empty() && dir == std::filesystem::path(env)
                                 ? " (the folder DTRAIN_FASHION_MNIST_DIR names): point it at the folder holding "
                                   "the four IDX files (.gz or not)"
                                 : "; install it with `apt-get install dataset-fashion-mnist`, or set "

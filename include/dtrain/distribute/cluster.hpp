@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
@@ -196,17 +197,7 @@ static_assert(cluster_resolver<simple_cluster_resolver> && cluster_resolver<tf_c
 
 namespace detail {
 
-inline std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
 
-/// The first of the variables that is set and not empty.
-inline std::string env_first(std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (auto v = env(n); !v.empty()) return v;
-  return "";
-}
 
 /// A short excerpt of a possibly long text, for messages.
 inline std::string excerpt(const std::string& s, std::size_t max = 200) {
@@ -402,7 +393,7 @@ inline cluster_info make_cluster_info(cluster_spec spec, const std::string& task
   return c;
 }
 
-inline tf_config_resolver tf_config_resolver::from_env() { return {detail::env("TF_CONFIG")}; }
+inline tf_config_resolver tf_config_resolver::from_env() { return {environment::get("TF_CONFIG")}; }
 
 inline cluster_info tf_config_resolver::resolve() const {
   using json = nlohmann::json;
@@ -491,13 +482,13 @@ inline std::vector<int> expand_tasks_per_node(const std::string& list) {
 }
 
 inline slurm_resolver slurm_resolver::from_env() {
-  return {detail::env("SLURM_PROCID"),
-          detail::env("SLURM_NTASKS"),
-          detail::env_first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}),
-          detail::env_first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}),
-          detail::env("DTRAIN_PORT"),
-          detail::env("SLURM_NODEID"),
-          detail::env("SLURM_LOCALID")};
+  return {environment::get("SLURM_PROCID"),
+          environment::get("SLURM_NTASKS"),
+          environment::get_first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}),
+          environment::get_first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}),
+          environment::get(environment::port),
+          environment::get("SLURM_NODEID"),
+          environment::get("SLURM_LOCALID")};
 }
 
 inline cluster_info slurm_resolver::resolve() const {
@@ -584,21 +575,21 @@ inline cluster_info master_resolver::resolve() const {
 }
 
 inline torchrun_resolver torchrun_resolver::from_env() {
-  return {detail::env("RANK"),        detail::env("WORLD_SIZE"),      detail::env("MASTER_ADDR"),
-          detail::env("MASTER_PORT"), detail::env("LOCAL_RANK"), detail::env("LOCAL_WORLD_SIZE")};
+  return {environment::get("RANK"),        environment::get("WORLD_SIZE"),      environment::get("MASTER_ADDR"),
+          environment::get("MASTER_PORT"), environment::get("LOCAL_RANK"), environment::get("LOCAL_WORLD_SIZE")};
 }
 
 inline mpi_resolver mpi_resolver::from_env() {
-  return {detail::env("OMPI_COMM_WORLD_RANK"),
-          detail::env("OMPI_COMM_WORLD_SIZE"),
-          detail::env_first({"DTRAIN_MASTER_ADDR", "MASTER_ADDR"}),
-          detail::env_first({"DTRAIN_MASTER_PORT", "MASTER_PORT"}),
-          detail::env("OMPI_COMM_WORLD_LOCAL_RANK"),
-          detail::env("OMPI_COMM_WORLD_LOCAL_SIZE")};
+  return {environment::get("OMPI_COMM_WORLD_RANK"),
+          environment::get("OMPI_COMM_WORLD_SIZE"),
+          environment::get_first({environment::master_addr, "MASTER_ADDR"}),
+          environment::get_first({environment::master_port, "MASTER_PORT"}),
+          environment::get("OMPI_COMM_WORLD_LOCAL_RANK"),
+          environment::get("OMPI_COMM_WORLD_LOCAL_SIZE")};
 }
 
 inline cluster_info resolve_cluster(const std::optional<simple_cluster_resolver>& explicit_cluster) {
-  using detail::env;
+  auto env = environment::get;
   if (explicit_cluster) return explicit_cluster->resolve();
   if (!env("TF_CONFIG").empty()) return tf_config_resolver::from_env().resolve();
   if (!env("RANK").empty() && !env("WORLD_SIZE").empty()) return torchrun_resolver::from_env().resolve();

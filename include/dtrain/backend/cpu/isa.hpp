@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/simd.hpp"
 
@@ -67,7 +68,7 @@ inline cpu_isa cpu_isa_from_env(const char* value, cpu_isa detected) {
 
 /// The set the cpu backend's kernels run (asked once): the detected one, or `DTRAIN_CPU_ISA`'s.
 inline cpu_isa best_cpu_isa() {
-  static const cpu_isa isa = cpu_isa_from_env(std::getenv("DTRAIN_CPU_ISA"), detected_cpu_isa());
+  static const cpu_isa isa = cpu_isa_from_env(environment::get(environment::cpu_isa).c_str(), detected_cpu_isa());
   return isa;
 }
 

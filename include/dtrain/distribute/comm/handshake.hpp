@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
@@ -147,15 +148,15 @@ inline constexpr std::size_t min_job_token_size = 16;
 /// when neither is set. Both set, an unreadable or empty file, or a token shorter than
 /// `min_job_token_size` characters is a config_error.
 inline std::string job_token_from_environment() {
-  const char* value = std::getenv("DTRAIN_JOB_TOKEN");
-  const char* file = std::getenv("DTRAIN_JOB_TOKEN_FILE");
-  const bool has_value = value && *value, has_file = file && *file;
+  const std::string value = environment::get(environment::job_token);
+  const std::string file = environment::get(environment::job_token_file);
+  const bool has_value = !value.empty(), has_file = !file.empty();
   if (has_value && has_file) throw config_error("both DTRAIN_JOB_TOKEN and DTRAIN_JOB_TOKEN_FILE are set; set one");
   std::string token;
   if (has_value) token = detail::trim_token(value);
   if (has_file) {
     struct stat st{};
-    if (::stat(file, &st) != 0 || !S_ISREG(st.st_mode))
+    if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
       throw config_error("DTRAIN_JOB_TOKEN_FILE: '" + std::string(file) + "' is not a readable file");
     if (st.st_size > 4096)
       throw config_error("DTRAIN_JOB_TOKEN_FILE: '" + std::string(file) + "' holds " + std::to_string(st.st_size) +

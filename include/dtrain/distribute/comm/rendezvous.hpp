@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/handshake.hpp"
@@ -203,10 +204,7 @@ class tcp_rendezvous {
   /// Without a job token anyone who can reach a worker's port and read TF_CONFIG can join: fine on
   /// loopback, worth one warning (or a refusal, by option) anywhere else.
   void check_job_token() {
-    const bool require = o_.require_job_token || [] {
-      const char* v = std::getenv("DTRAIN_REQUIRE_JOB_TOKEN");
-      return v && std::string(v) == "1";
-    }();
+    const bool require = o_.require_job_token || environment::get(environment::require_job_token) == "1";
     if (!token_.empty() || size() == 1) return;
     std::string exposed;
     for (const auto& a : o_.addresses)

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/distribute/comm/ring_engine.hpp"
 #include "dtrain/distribute/comm/shm.hpp"
 
@@ -43,7 +44,6 @@ namespace dtrain::comm {
 class ring_tcp {
  public:
   using clock = std::chrono::steady_clock;
-  using options_type = ring_tcp_options;
 
   /// Joins `cluster` (its ring's addresses, or rank 0's) with a strategy's options.
   static ring_tcp connect(const cluster_info& c, const communication_options& o) { return ring_tcp(options_for(c, o)); }
@@ -336,9 +336,9 @@ class ring_tcp {
   /// The options as the rank runs with them: DTRAIN_TLS, DTRAIN_SHM, DTRAIN_FRAME_CHECKSUMS, the smallest
   /// chunk, the default log.
   static ring_tcp_options normalized(ring_tcp_options o) {
-    if (const char* v = std::getenv("DTRAIN_TLS"); v && std::string(v) == "1") o.tls = true;
-    if (const char* v = std::getenv("DTRAIN_SHM"); v && std::string(v) == "0") o.shared_memory = false;
-    if (const char* v = std::getenv("DTRAIN_FRAME_CHECKSUMS"); v && std::string(v) == "0") o.frame_checksums = false;
+    if (environment::get(environment::tls) == "1") o.tls = true;
+    if (environment::get(environment::shm) == "0") o.shared_memory = false;
+    if (environment::get(environment::frame_checksums) == "0") o.frame_checksums = false;
     if (o.chunk_bytes < 4096) o.chunk_bytes = 4096;
     if (!o.log) o.log = [](const std::string& s) { std::fprintf(stderr, "dtrain ring_tcp: %s\n", s.c_str()); };
     return o;
