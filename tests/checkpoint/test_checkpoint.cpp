@@ -660,7 +660,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
   net m = compiled();
   m.train_step(x, y);
   dtrain::detail::model_handle<net> saved(m);
-  saved.position = {.epoch = 1, .step = 2, .data = {{"iteration", 0}, {"produced", 2}}, .global_batch = 8};
+  saved.position = {.epoch = 1, .step = 2, .data = {.iteration = 0, .produced = 2}, .global_batch = 8};
   const auto good = t.path / "good.safetensors", file = t.path / "state.safetensors";
   saved.write_state(saved.capture_state(), good);
   const auto state = nlohmann::json::parse(checkpoint::load_safetensors(good).metadata.at("dtrain.training_state"));
@@ -714,7 +714,7 @@ BOOST_AUTO_TEST_CASE(a_training_state_round_trips_with_a_diverged_loss) {
   m.train_step(x, y);
   m.loss_tracker().state().values[0] = std::numeric_limits<float>::quiet_NaN();  // a diverged loss
   dtrain::detail::model_handle<net> saved(m);
-  saved.position = {.epoch = 2, .step = 3, .data = {{"iteration", 2}, {"produced", 3}}, .global_batch = 8};
+  saved.position = {.epoch = 2, .step = 3, .data = {.iteration = 2, .produced = 3}, .global_batch = 8};
   saved.write_state(saved.capture_state(), t.path / "s.safetensors");
   net r = compiled(2);
   dtrain::detail::model_handle<net> h(r);
@@ -722,7 +722,7 @@ BOOST_AUTO_TEST_CASE(a_training_state_round_trips_with_a_diverged_loss) {
   BOOST_TEST(s.position.epoch == 2);
   BOOST_TEST(s.position.step == 3);
   BOOST_TEST(s.position.global_batch == 8);
-  BOOST_TEST(s.position.data == saved.position.data);
+  BOOST_TEST((s.position.data == saved.position.data));
   BOOST_TEST((r.get_weights() != m.get_weights()));  // reading changes nothing
   h.apply_state(std::move(s));
   BOOST_TEST((r.get_weights() == m.get_weights()));

@@ -24,6 +24,7 @@
 
 #include "dtrain/checkpoint/model_io.hpp"
 #include "dtrain/core/random.hpp"
+#include "dtrain/data/dataset.hpp"
 
 namespace dtrain::checkpoint {
 
@@ -31,7 +32,7 @@ namespace dtrain::checkpoint {
 struct training_position {
   int epoch = 0;
   std::int64_t step = 0;  // batches done in `epoch`
-  nlohmann::json data = nlohmann::json::object();  // the dataset iterator's state
+  data::iterator_state data{};  // the dataset iterator's (written out only with a backup)
   std::int64_t global_batch = 0;  // rows of the largest global batch so far (0: none yet)
   int world_size = 1;
 };
@@ -74,7 +75,7 @@ template <class Model>
 void write_training_state(Model& m, const training_state& s, const std::filesystem::path& path) {
   const nlohmann::json j = {{"epoch", s.position.epoch},
                             {"step", s.position.step},
-                            {"data", s.position.data},
+                            {"data", data::to_json(s.position.data)},
                             {"global_batch", s.position.global_batch},
                             {"world_size", s.position.world_size},
                             {"generator", s.generator.state()}};
@@ -108,8 +109,11 @@ training_state read_training_state(Model& m, std::span<const char> bytes, const 
   s.position.step = integer("step", 0, most);
   s.position.global_batch = integer("global_batch", 0, most);
   s.position.world_size = int(integer("world_size", 1, INT_MAX));
-  if (!j.contains("data") || !j["data"].is_object()) throw damaged("\"data\" (the dataset position) is not an object");
-  s.position.data = j["data"];
+  try {
+    s.position.data = data::iterator_state_from_json(j.contains("data") ? j["data"] : nlohmann::json());
+  } catch (const value_error& e) {
+    throw damaged(std::string("\"data\" is not a dataset position: ") + e.what());
+  }
   if (!j.contains("generator") || !j["generator"].is_string()) throw damaged("\"generator\" is not a string");
   try {
     s.generator.set_state(j["generator"].get<std::string>());

@@ -397,8 +397,8 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
   const auto bound = cbs.bind_model(&handle);
   cbs.set_params({o.epochs, steps, o.verbose});
   // where the next backup resumes: `data` is the dataset iterator's state there
-  auto at = [&](int epoch, std::int64_t step, nlohmann::json data) {
-    handle.position.epoch = epoch, handle.position.step = step, handle.position.data = std::move(data);
+  auto at = [&](int epoch, std::int64_t step, const data::iterator_state& data) {
+    handle.position.epoch = epoch, handle.position.step = step, handle.position.data = data;
   };
 
   std::optional<data::iterator<D>> it;
@@ -429,7 +429,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       step = resume->step;
       resume.reset();
     }
-    at(epoch, step, it->save());
+    at(epoch, step, it->state());
     l = m.metric_results();
     while (steps < 0 || step < steps) {
       cbs.on_train_batch_begin(step, l);
@@ -442,7 +442,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       same_batch(rows, workers(m));  // before the step: a refused resume changes nothing
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
-      at(epoch, step + 1, it->save());
+      at(epoch, step + 1, it->state());
       bool preempted_here = preemption_requested();
       l = global_batch_logs(m, std::move(l), preempted_here);
       cbs.on_train_batch_end(step++, l);
@@ -460,8 +460,8 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
     aggregate_metrics(m);
     l = m.metric_results();
     // at the epoch's end a backup resumes at the next epoch's start
-    if (o.steps_per_epoch > 0) at(epoch + 1, 0, it->save());
-    else at(epoch + 1, 0, data::to_json(data::iterator_state{std::uint64_t(epoch + 1), 0}));
+    if (o.steps_per_epoch > 0) at(epoch + 1, 0, it->state());
+    else at(epoch + 1, 0, data::iterator_state{std::uint64_t(epoch + 1), 0});
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
       const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
       for (const auto& [k, x] : v) l.set("val_" + k, x);
