@@ -73,10 +73,10 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   if (device == "gpu") {
 #if defined(DTRAIN_EXAMPLE_NCCL)
-    dtrain::mirrored_strategy<dtrain::cuda, dtrain::comm::nccl> strategy;
+    dtrain::mirrored_strategy<dtrain::comm::nccl, dtrain::cuda> strategy;
     return train(strategy, epochs, steps_per_epoch);
 #elif defined(DTRAIN_EXAMPLE_CUDA)
-    dtrain::mirrored_strategy<dtrain::cuda> strategy;
+    dtrain::mirrored_strategy<dtrain::comm::threads, dtrain::cuda> strategy;
     return train(strategy, epochs, steps_per_epoch);
 #else
     throw dtrain::config_error("--device gpu: this build has no cuda backend (configure where the CUDA Toolkit is, "

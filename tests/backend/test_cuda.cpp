@@ -31,7 +31,7 @@ using gpu_nccl = comm::nccl_emulated;
 #endif
 #ifdef DTRAIN_TEST_HAS_NCCL
 // the GPU strategies model the strategy concept: "swap one type" is checked by the compiler
-static_assert(strategy<mirrored_strategy<gpu_backend, gpu_nccl>>);
+static_assert(strategy<mirrored_strategy<gpu_nccl, gpu_backend>>);
 static_assert(strategy<multi_worker_mirrored_strategy<gpu_nccl, gpu_backend>>);
 #endif
 
@@ -162,19 +162,35 @@ BOOST_AUTO_TEST_CASE(mirrored_strategy_on_every_gpu_trains_like_one_replica) {
   // every GPU of the machine (the emulator's two here): the global batch split among them, gradients
   // summed through host copies or by NCCL (one communicator per device, grouped calls), each replica's
   // weights the same as one replica's with the whole batch
-  mirrored_strategy<gpu_backend> all;
+  mirrored_strategy<comm::threads, gpu_backend> all;
   BOOST_TEST_MESSAGE("mirrored_strategy<" << gpu_backend::name << "> on " << all.num_replicas_in_sync() << " device(s)");
-  mirrored_strategy<gpu_backend> first({"/gpu:0"});
+  mirrored_strategy<comm::threads, gpu_backend> first({"/gpu:0"});
   const auto one = train_small(first), many = train_small(all);
   BOOST_TEST(dtrain_test::weights_close(many.first, one.first));
   BOOST_TEST(many.second == one.second, tt::tolerance(1e-6f));
 #ifdef DTRAIN_TEST_HAS_NCCL
-  mirrored_strategy<gpu_backend, gpu_nccl> by_nccl(all.devices());
+  mirrored_strategy<gpu_nccl, gpu_backend> by_nccl(all.devices());
   BOOST_TEST(by_nccl.reduces_device_gradients());
   const auto nccl = train_small(by_nccl);
   BOOST_TEST(dtrain_test::weights_close(nccl.first, one.first));
   BOOST_TEST(nccl.second == one.second, tt::tolerance(1e-6f));
 #endif
+}
+
+BOOST_AUTO_TEST_CASE(two_models_of_one_strategy_train_in_turn) {
+  // every model a strategy makes sums its gradients through the strategy: making a second one must not
+  // take the first one's way away (a fit of one epoch, then two of the other, then one more of the first
+  // ends where two epochs of either do)
+  mirrored_strategy<comm::threads, gpu_backend> all;
+  auto first = all.make_model<dtrain_test::small_net>(3), second = all.make_model<dtrain_test::small_net>(3);
+  auto [x, y] = dtrain_test::three_class_problem(36);
+  for (auto* m : {&first, &second})
+    m->compile({.optimizer = sgd{{.learning_rate = 0.05f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  const fit_options o{.epochs = 1, .verbose = 0, .batch_size = 12, .shuffle = false};
+  first.fit(x, y, o);
+  second.fit(x, y, {.epochs = 2, .verbose = 0, .batch_size = 12, .shuffle = false});
+  first.fit(x, y, o);
+  BOOST_TEST(dtrain_test::weights_close(first.get_weights(), second.get_weights()));
 }
 
 #ifdef DTRAIN_TEST_HAS_NCCL

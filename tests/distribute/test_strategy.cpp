@@ -104,8 +104,7 @@ BOOST_AUTO_TEST_CASE(workers_on_one_host_take_the_gpu_of_their_local_rank) {
   std::vector<std::string> used(3);
   dtrain_test::on_workers<cuda_emulated>(3, [&](auto& s, int r) {
     WORKER_CHECK(s.cluster().local_rank == r && s.cluster().local_size == 3);
-    auto d = s.backend_device();
-    used[std::size_t(r)] = d.describe();
+    used[std::size_t(r)] = s.template make_model<net>().device().describe();
   });
   BOOST_TEST(used[0].find("device 0") != std::string::npos, used[0]);
   BOOST_TEST(used[1].find("device 1") != std::string::npos, used[1]);
@@ -114,8 +113,7 @@ BOOST_AUTO_TEST_CASE(workers_on_one_host_take_the_gpu_of_their_local_rank) {
   second.local_rank = 1, second.local_size = 2;  // as a launcher would say, for a world of one here
   BOOST_TEST(detail::device_for_local_rank<cuda_emulated>(second).describe().find("device 1") != std::string::npos);
   multi_worker_mirrored_strategy<comm::local, cuda_emulated> pinned({}, cluster_info{}, cuda_emulated(1));
-  auto d = pinned.backend_device();
-  BOOST_TEST(d.describe().find("device 1") != std::string::npos);
+  BOOST_TEST(pinned.make_model<net>().device().describe().find("device 1") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(same_seed_same_workers_bitwise_identical) {

@@ -5,7 +5,7 @@
 #      cuda equality, 2 and 3 GPU workers over loopback ring_tcp equal to one, NCCL with one rank,
 #      mirrored_strategy with NCCL) and single_worker_mnist --device gpu's smoke run;
 #   3. single_worker_mnist --device gpu: CNN, Adam, 3 full epochs; fails below 0.89 test accuracy;
-#   4. mirrored_mnist --device gpu (mirrored_strategy<cuda, comm::nccl> on every GPU), two multi_worker_mnist
+#   4. mirrored_mnist --device gpu (mirrored_strategy<comm::nccl, cuda> on every GPU), two multi_worker_mnist
 #      --device gpu processes sharing the GPU over the TCP ring (dtrain-launch), both with the same metrics,
 #      and one multi_worker_mnist --device gpu worker over NCCL;
 #   5. train_throughput --device cuda against PyTorch on the same GPU (python3 with torch: DTRAIN_TORCH_PYTHON).

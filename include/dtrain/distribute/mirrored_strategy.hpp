@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `mirrored_strategy<B>`: TF's `MirroredStrategy`, synchronous data parallelism over several devices
+/// `mirrored_strategy<Ops, B>`: TF's `MirroredStrategy`, synchronous data parallelism over several devices
 /// of ONE process. Each device holds a replica of the model (`make_model` builds them all from the same
 /// seed); a step splits the global batch among the replicas, runs them at once (one thread each), sums
 /// their gradients with an in-process communicator and lets every replica apply the same update.
@@ -8,7 +8,7 @@
 ///   threads sharing the process's math threads (`num_threads()` split among them), summing gradients
 ///   through shared memory (`comm::threads`). It runs and is tested on any machine.
 /// - On a GPU backend the devices are GPUs ("/gpu:0", ...; default: all of them). The gradients are
-///   summed through host memory (comm::threads), or, with `mirrored_strategy<cuda, comm::nccl>` (TF's
+///   summed through host memory (comm::threads), or, with `mirrored_strategy<comm::nccl, cuda>` (TF's
 ///   `cross_device_ops=NcclAllReduce()`), by NCCL between the devices: one communicator per device,
 ///   the replicas' collectives issued as one NCCL group.
 ///
@@ -27,8 +27,10 @@
 #include <set>
 #include <thread>
 #include <type_traits>
+#include <variant>
 
 #include "dtrain/distribute/comm/threads.hpp"
+#include "dtrain/distribute/mirrored_model.hpp"
 #include "dtrain/distribute/strategy.hpp"
 
 namespace dtrain {
@@ -60,15 +62,23 @@ struct local_rank_of<Ops, true> {
 /// `CrossDeviceOps`: how the replicas' gradients are summed. `comm::threads` (the default): through host
 /// memory (in place on the cpu; a GPU model's staged through pinned host memory). `comm::nccl` (with a
 /// GPU backend): by NCCL, in device memory.
-template <backend B = cpu, class CrossDeviceOps = comm::threads>
-class mirrored_strategy final : public replica_context {
+/// The template arguments come in the order of `multi_worker_mirrored_strategy<Comm, Backend>`'s.
+template <class CrossDeviceOps = comm::threads, class B = cpu>
+class mirrored_strategy final : public replica_context, public local_replicas {
+  static_assert(!backend<CrossDeviceOps>,
+                "mirrored_strategy<CrossDeviceOps, B>: the first argument is how gradients are summed (comm::threads, "
+                "comm::nccl), the backend comes second: mirrored_strategy<comm::threads, cuda>");
+  static_assert(backend<B>, "mirrored_strategy<CrossDeviceOps, B>: B must be a backend (dtrain::cpu, dtrain::cuda)");
   static constexpr bool device_ops = detail::local_device_ops<CrossDeviceOps, B>;
   static_assert(std::is_same_v<CrossDeviceOps, comm::threads> || device_ops,
-                "mirrored_strategy<B, CrossDeviceOps>: CrossDeviceOps is comm::threads, or a communicator of B's "
+                "mirrored_strategy<CrossDeviceOps, B>: CrossDeviceOps is comm::threads, or a communicator of B's "
                 "device memory (comm::nccl for cuda, comm::nccl_emulated for cuda_emulated)");
 
  public:
   using backend_type = B;
+  /// What `make_model<Model>()` returns: Model on B, holding a replica per device.
+  template <class Model>
+  using model_type = mirrored_model<typename detail::rebind_model<Model, B>::type>;
 
   /// Replicas on `devices` (TF names; default: every GPU of a GPU backend, "/cpu:0" on the cpu).
   /// `o.timeout` bounds how long a replica waits for the others in a collective (zero: no bound).
@@ -81,6 +91,7 @@ class mirrored_strategy final : public replica_context {
     }
     comms_ = comm::threads::make_group(int(names_.size()), timeout_);
     if constexpr (device_ops) device_comms_ = CrossDeviceOps::make_local_group(devices_, timeout_);
+    for (int i = 0; i < int(names_.size()); ++i) syncs_.push_back(std::make_unique<replica_sync>(*this, std::size_t(i)));
     for (int i = 1; i < int(names_.size()); ++i) workers_.emplace_back([this, i] { serve(i); });
   }
   mirrored_strategy(const mirrored_strategy&) = delete;
@@ -104,18 +115,17 @@ class mirrored_strategy final : public replica_context {
 
   /// The strategy's scope: builds one replica of the model per device, all from `seed`.
   template <class Model>
-  model_for_t<mirrored_strategy, Model> make_model(std::uint64_t seed = default_seed) {
-    using M = model_for_t<mirrored_strategy, Model>;
+  model_type<Model> make_model(std::uint64_t seed = default_seed) {
+    using M = typename detail::rebind_model<Model, B>::type;
     strategy_scope scope(this);
     M m(seed, devices_[0]);
-    m.set_replica_context(this);
+    m.set_strategy(this, &syncs_[0]->for_model());
     std::vector<M> mirrors;
     for (std::size_t i = 1; i < devices_.size(); ++i) {
       mirrors.emplace_back(seed, devices_[i]);
-      mirrors.back().set_replica_context(this);
+      mirrors.back().set_strategy(this, &syncs_[i]->for_model());
     }
-    m.set_mirrors(std::move(mirrors));
-    return m;
+    return model_type<Model>(std::move(m), std::move(mirrors), *this, *this);
   }
   [[nodiscard]] strategy_scope scope() { return strategy_scope(this); }
 
@@ -128,10 +138,10 @@ class mirrored_strategy final : public replica_context {
     using R = std::invoke_result_t<F&, decltype(share_of(args, 0, 1))...>;
     const std::size_t p = names_.size();
     if constexpr (std::is_void_v<R>) {
-      for_each_local_replica([&](int i) { f(share_of(args, std::size_t(i), p)...); });
+      run_each([&](int i) { f(share_of(args, std::size_t(i), p)...); });
     } else {
       std::vector<std::optional<R>> out(p);
-      for_each_local_replica([&](int i) { out[std::size_t(i)].emplace(f(share_of(args, std::size_t(i), p)...)); });
+      run_each([&](int i) { out[std::size_t(i)].emplace(f(share_of(args, std::size_t(i), p)...)); });
       per_replica<R> r;
       for (auto& v : out) r.values.push_back(std::move(*v));
       return r;
@@ -157,7 +167,7 @@ class mirrored_strategy final : public replica_context {
   /// (`mean` dividing by the rows of all replicas).
   tensor reduce(reduce_op op, const per_replica<tensor>& v, std::optional<std::size_t> axis = std::nullopt) {
     std::vector<tensor> out(v.values.size());
-    for_each_local_replica([&](int i) { out[std::size_t(i)] = detail::reduce_tensor(this, op, v.values.at(std::size_t(i)), axis); });
+    run_each([&](int i) { out[std::size_t(i)] = detail::reduce_tensor(this, op, v.values.at(std::size_t(i)), axis); });
     return out[0];
   }
   template <class T>
@@ -190,7 +200,10 @@ class mirrored_strategy final : public replica_context {
   int num_input_pipelines() const override { return 1; }
   int input_pipeline_id() const override { return 0; }
 
-  void for_each_local_replica(const std::function<void(int)>& f) override {
+  /// Whether a GPU model's gradients are summed in device memory (CrossDeviceOps comm::nccl).
+  static constexpr bool reduces_device_gradients() { return device_ops; }
+
+  void run_each(const std::function<void(int)>& f) override {
     if (detail::current_local_replica() >= 0) throw usage_error("mirrored_strategy: run is not reentrant (called inside a replica)");
     {
       std::lock_guard l(m_);
@@ -211,35 +224,11 @@ class mirrored_strategy final : public replica_context {
 
   // the collectives of a model's step: among the replicas inside a replica's thread; outside, this
   // process is the only worker and they leave the data as it is
-  void begin_gradients(std::span<float> g) override {
-    grads_.at(index()) = g;
-    device_grads_.at(index()) = {};
-  }
-  bool reduces_device_gradients() const override { return device_ops; }
-  void begin_device_gradients(device_gradients g) override {
-    if constexpr (device_ops) device_grads_.at(index()) = g;
-    else replica_context::begin_device_gradients(g);
-  }
-  void gradients_ready(std::size_t, std::size_t) override {}
-  void finish_gradients() override {
-    if (!in_replica()) return;
-    const std::size_t i = index();
-    if constexpr (device_ops) {
-      if (device_grads_[i].address) {
-        const device_gradients g = std::exchange(device_grads_[i], {});
-        return device_comms_[i].all_reduce(device_span<float, B>(devices_[i], pointer_t<B, float>(g.address), g.count),
-                                           reduce_op::sum);
-      }
-    }
-    comms_[i].all_reduce(grads_[i], reduce_op::sum);
-  }
+  using replica_context::broadcast;
   void all_reduce(std::span<float> data, reduce_op op) override {
     if (in_replica()) comms_[index()].all_reduce(data, op);
   }
-  void broadcast(std::span<float> data, int root) override {
-    if (in_replica()) comms_[index()].broadcast(data, root);
-  }
-  void broadcast_bytes(std::span<std::byte> data, int root) override {
+  void broadcast(std::span<std::byte> data, int root) override {
     if (in_replica()) comms_[index()].broadcast(data, root);
   }
   void all_gather(std::span<const float> in, std::span<float> out) override {
@@ -308,7 +297,7 @@ class mirrored_strategy final : public replica_context {
       std::vector<std::string> d;
       for (int i = 0; i < B::device_count(); ++i) d.push_back("/gpu:" + std::to_string(i));
       if (d.empty())
-        throw config_error("mirrored_strategy<" + std::string(B::name) + ">: no CUDA device (no GPU or no driver on "
+        throw config_error("mirrored_strategy on " + std::string(B::name) + ": no CUDA device (no GPU or no driver on "
                            "this machine)");
       return d;
     } else if constexpr (std::is_constructible_v<B, int>) {
@@ -333,6 +322,43 @@ class mirrored_strategy final : public replica_context {
   }
 
   bool in_replica() const { return detail::current_local_replica() >= 0; }
+
+  /// Replica i's gradients, summed with the other replicas' by comms_[i] (host memory; a GPU model's
+  /// staged through it) or device_comms_[i] (CrossDeviceOps' device memory).
+  class replica_sync final : public gradient_sync<cpu> {
+   public:
+    replica_sync(mirrored_strategy& s, std::size_t i) : s_(s), i_(i) {}
+    void begin(std::span<float> g) override { g_ = g; }
+    void ready(std::size_t, std::size_t) override {}
+    void finish() override {
+      if (s_.in_replica()) s_.comms_[i_].all_reduce(g_, reduce_op::sum);
+    }
+    /// What replica i's model sums its gradients with (every model the strategy makes: their steps
+    /// never overlap).
+    gradient_sync<B>& for_model() {
+      if constexpr (device_ops) return device_ ? *device_ : device_.emplace(*this);
+      else if constexpr (host_addressable_v<B>) return *this;
+      else return staged_ ? *staged_ : staged_.emplace(*this);
+    }
+
+   private:
+    struct device_memory final : gradient_sync<B> {
+      explicit device_memory(replica_sync& r) : r(r) {}
+      void begin(span_t<B, float> g) override { this->g.emplace(g); }
+      void ready(std::size_t, std::size_t) override {}
+      void finish() override {
+        if (r.s_.in_replica()) r.s_.device_comms_[r.i_].all_reduce(*g, reduce_op::sum);
+      }
+      replica_sync& r;
+      std::optional<span_t<B, float>> g;
+    };
+    mirrored_strategy& s_;
+    std::size_t i_;
+    std::span<float> g_;
+    std::optional<std::conditional_t<device_ops, device_memory, std::monostate>> device_;
+    std::optional<std::conditional_t<host_addressable_v<B> || device_ops, std::monostate,
+                                     detail::staged_gradient_sync<B>>> staged_;
+  };
   std::size_t index() const { return std::size_t(std::max(0, detail::current_local_replica())); }
 
   /// Runs replica i's part of a job on this thread: its index, the strategy's scope, its share of the
@@ -421,8 +447,7 @@ class mirrored_strategy final : public replica_context {
   /// The replicas' communicators of device memory (CrossDeviceOps' local group), when it has them.
   using device_comm = typename detail::local_rank_of<CrossDeviceOps, device_ops>::type;
   std::vector<device_comm> device_comms_;
-  std::vector<std::span<float>> grads_ = std::vector<std::span<float>>(names_.size());
-  std::vector<device_gradients> device_grads_ = std::vector<device_gradients>(names_.size());
+  std::vector<std::unique_ptr<replica_sync>> syncs_;
   std::vector<std::thread> workers_;
   std::mutex m_;
   std::condition_variable cv_, done_;

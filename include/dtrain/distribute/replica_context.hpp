@@ -1,19 +1,14 @@
 #pragma once
 /// \file
-/// What a model trained under a strategy sees of it: the number of replicas, who is chief, and the
-/// collectives it needs (gradient buckets during backward, metric states at epoch end). Strategies
-/// implement it; `sequential` holds a pointer when made by `strategy.make_model()`. A handful of
-/// virtual calls per step, none per element.
+/// `replica_context`: TF's `tf.distribute.ReplicaContext`, what a training loop, a callback, a layer or a
+/// custom step sees of the strategy its model was made by: how many replicas there are, which one this
+/// is, who is chief, and the small collectives among them (agreeing to stop, summing metric states, the
+/// chief's broadcasts, synchronised batch statistics). Strategies implement it; a model made by
+/// `strategy.make_model()` holds a pointer to it. A handful of virtual calls per step, none per element.
+/// A model's gradients take another way, typed on its backend's memory (distribute/gradient_sync.hpp).
 ///
-/// Gradient contract: `begin_gradients(g)` before backward; `gradients_ready(offset, count)` each time a
-/// layer's gradients are final (backward goes from the last layer to the first, so the ready region
-/// grows from the end of `g` towards its start); `finish_gradients()` returns when `g` holds the SUM of
-/// every replica's gradients, identical on all replicas.
-///
-/// A model whose gradients are not in host memory (a GPU model's) either stages them through host
-/// memory for that same contract, or, where `reduces_device_gradients()` (comm::nccl), hands over the
-/// device buffer itself with `begin_device_gradients(g)`: then `finish_gradients()` leaves the
-/// sum there, in order with the model's kernels on its stream.
+/// Also here: the strategy scope (`get_strategy()`'s thread-local), and TF's loss helpers that depend
+/// on it (`compute_average_loss`, `scale_regularization_loss`).
 
 #include <algorithm>
 #include <cstddef>
@@ -22,57 +17,55 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/tensor.hpp"
-#include "dtrain/core/replica_group.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
 namespace dtrain {
 
-/// A model's gradients in its device's memory: the address is the device's (never read on the host),
-/// of the backend the strategy made the model on.
-struct device_gradients {
-  float* address = nullptr;
-  std::size_t count = 0;
-};
-
+/// Contract: every replica calls the collectives in the same order with the same sizes; each returns
+/// when it has every replica's part. Outside a replica's thread of a strategy of several replicas in one
+/// process (`mirrored_strategy`), this process is the only participant and they leave the data as it is.
 class replica_context {
  public:
   virtual ~replica_context() = default;
   virtual int num_replicas_in_sync() const = 0;
+  /// TF's `replica_id_in_sync_group`.
   virtual int replica_id() const = 0;
   virtual bool is_chief() const = 0;
-  virtual void begin_gradients(std::span<float> grads) = 0;
-  virtual void gradients_ready(std::size_t offset, std::size_t count) = 0;
-  virtual void finish_gradients() = 0;
-  /// Whether gradients in device memory are summed where they are (begin_device_gradients instead of
-  /// begin_gradients).
-  virtual bool reduces_device_gradients() const { return false; }
-  virtual void begin_device_gradients(device_gradients) {
-    throw usage_error("this strategy sums gradients in host memory only (reduces_device_gradients() is false)");
-  }
+  /// Processes that each run the training loop (TF's `num_input_pipelines`): one per worker. The loop's
+  /// own collectives are among these, and `fit` shards a dataset among them. The replicas of one process
+  /// (`mirrored_strategy`) share one loop, which splits each batch among them.
+  virtual int num_input_pipelines() const { return num_replicas_in_sync(); }
+  virtual int input_pipeline_id() const { return replica_id(); }
   virtual void all_reduce(std::span<float> data, reduce_op op) = 0;
-  virtual void broadcast(std::span<float> data, int root) = 0;
-  virtual void broadcast_bytes(std::span<std::byte> data, int root) = 0;
+  /// Root's bytes to every replica.
+  virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  /// Root's values of any trivially copyable type (its bytes) to every replica.
+  template <class T>
+    requires(!std::is_same_v<T, std::byte>)
+  void broadcast(std::span<T> data, int root) {
+    broadcast(std::as_writable_bytes(data), root);
+  }
   /// Every replica's `in` (all the same size) into `out`, in replica order.
   virtual void all_gather(std::span<const float> in, std::span<float> out) = 0;
   /// Returns once every replica has entered it.
   virtual void barrier() = 0;
+};
 
-  /// Processes that each run the training loop (TF's `num_input_pipelines`): one per worker. The loop's
-  /// own collectives (agreeing to stop, summing metric states, the chief's broadcasts) are among these,
-  /// and `fit` shards a dataset among them. The replicas of one process (`mirrored_strategy`) share one
-  /// loop, which splits each batch among them.
-  virtual int num_input_pipelines() const { return num_replicas_in_sync(); }
-  virtual int input_pipeline_id() const { return replica_id(); }
+/// The replicas one process holds (`mirrored_strategy`), as the model that holds their copies sees them.
+class local_replicas {
+ public:
+  virtual ~local_replicas() = default;
   /// Runs `f(i)` for every local replica i at once, each on its own thread, where
-  /// `detail::current_local_replica()` is i (a model made by the strategy then acts as replica i's copy)
-  /// and the collectives above are among the local replicas. Returns when all have returned; the first
-  /// exception is rethrown once the others are released from their collectives.
-  virtual void for_each_local_replica(const std::function<void(int)>& f) { f(0); }
+  /// `detail::current_local_replica()` is i and the replica context's collectives are among the local
+  /// replicas. Returns when all have returned; the first exception is rethrown once the others are
+  /// released from their collectives.
+  virtual void run_each(const std::function<void(int)>& f) = 0;
 };
 
 namespace detail {
@@ -181,42 +174,5 @@ inline tensor reduce_tensor(replica_context* rc, reduce_op op, const tensor& val
   return from_span(std::span<const float>(acc.data(), width), out_e);
 }
 }  // namespace detail
-
-/// Splits a gradient buffer into fixed all-reduce buckets from its END (where backward starts): the
-/// first `first_bytes` (small, so communication starts early), then `bucket_bytes` each. As the ready
-/// region grows, every bucket it fully covers is launched, in this fixed order on every replica.
-template <class Launch>
-class gradient_buckets {
- public:
-  gradient_buckets(std::size_t first_bytes, std::size_t bucket_bytes) : first_(first_bytes / 4), rest_(bucket_bytes / 4) {
-    if (first_ == 0) first_ = 1;
-    if (rest_ == 0) rest_ = 1;
-  }
-  void begin(std::size_t n) {
-    n_ = n;
-    next_end_ = n;  // the next bucket to launch ends here
-    ready_from_ = n;
-    first_done_ = false;
-  }
-  /// [offset, offset + count) is final; launch(begin, end) every bucket now complete.
-  void ready(std::size_t offset, std::size_t count, Launch& launch) {
-    if (count == 0) return;
-    ready_from_ = std::min(ready_from_, offset);
-    while (next_end_ > 0) {
-      const std::size_t size = first_done_ ? rest_ : first_;
-      const std::size_t begin = next_end_ > size ? next_end_ - size : 0;
-      if (ready_from_ > begin) break;
-      launch(begin, next_end_);
-      first_done_ = true;
-      next_end_ = begin;
-    }
-  }
-  /// Launches what is left (everything is ready now).
-  void flush(Launch& launch) { ready(0, n_, launch); }
-
- private:
-  std::size_t first_, rest_, n_ = 0, next_end_ = 0, ready_from_ = 0;
-  bool first_done_ = false;
-};
 
 }  // namespace dtrain

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "dtrain/backend/cpu.hpp"
@@ -29,6 +30,8 @@
 #include "dtrain/data/any_dataset.hpp"
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
+#include "dtrain/core/replica_group.hpp"
+#include "dtrain/distribute/gradient_sync.hpp"
 #include "dtrain/distribute/input.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 
@@ -53,9 +56,23 @@ struct rebind_model<Model, B> {
 };
 }  // namespace detail
 
+namespace detail {
+/// `Model` on S's backend, or what S says its models are (`S::model_type<Model>`: mirrored_strategy's
+/// hold their replicas).
+template <class S, class Model>
+struct model_for {
+  using type = typename rebind_model<Model, typename S::backend_type>::type;
+};
+template <class S, class Model>
+  requires requires { typename S::template model_type<Model>; }
+struct model_for<S, Model> {
+  using type = typename S::template model_type<Model>;
+};
+}  // namespace detail
+
 /// `Model` as strategy S builds it (on S's backend).
 template <class S, class Model>
-using model_for_t = typename detail::rebind_model<Model, typename S::backend_type>::type;
+using model_for_t = typename detail::model_for<S, Model>::type;
 
 namespace detail {
 /// What a custom loop's step returns (a replica's loss), for the concept below.
@@ -93,7 +110,7 @@ concept strategy = requires(S& s, const S& cs, data::any_dataset<data::example> 
 
 /// A strategy that can make models of type `Model`: `Model::rebind<backend_type>` (or Model itself)
 /// built from (seed, backend object), with `get_weights`/`set_weights` (the chief's weights reach every
-/// worker) and `set_replica_context` (and `set_mirrors` for a strategy with several local replicas).
+/// worker) and `set_strategy` (the strategy's replica context and gradient synchronisation).
 template <class S, class Model>
 concept strategy_for = strategy<S> && requires(S& s, std::uint64_t seed) {
   { s.template make_model<Model>(seed) } -> std::same_as<model_for_t<S, Model>>;
@@ -194,7 +211,6 @@ inline std::optional<int> device_index(std::string d, std::initializer_list<cons
 }
 inline std::optional<int> gpu_index(const std::string& d) { return device_index(d, {"gpu", "GPU", "cuda", "CUDA"}); }
 inline std::optional<int> cpu_index(const std::string& d) { return device_index(d, {"cpu", "CPU"}); }
-inline bool is_cpu_name(const std::string& d) { return cpu_index(d) == 0; }
 
 /// The backend object for the TF device name `name`, for strategy `who`: a GPU by index for a GPU
 /// backend; for the cpu backend "/cpu:0", or with `logical_cpus` any "/cpu:N" (TF's logical CPU
@@ -249,8 +265,6 @@ class one_device_strategy : public default_strategy {
   explicit one_device_strategy(std::string device = std::is_constructible_v<B, int> ? "/gpu:0" : "/cpu:0")
       : name_(std::move(device)), device_(detail::device_for<B>(name_, "one_device_strategy")) {}
   const std::string& device() const { return name_; }
-  /// The backend object the replica computes on.
-  const B& backend_device() const { return device_; }
 
   template <class Model>
   model_for_t<one_device_strategy, Model> make_model(std::uint64_t seed = default_seed) {
@@ -276,7 +290,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
                                           std::optional<Backend> device = {})
       : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()),
         device_(device ? std::move(*device) : detail::device_for_local_rank<Backend>(cluster_)),
-        comm_(connect(o_, cluster_, device_)), buckets_(o.first_bucket_bytes, o.bucket_bytes) {}
+        comm_(connect(o_, cluster_, device_)), host_sync_(*this, o.first_bucket_bytes, o.bucket_bytes) {}
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
 
@@ -285,8 +299,6 @@ class multi_worker_mirrored_strategy final : public replica_context {
   bool is_chief() const override { return cluster_.is_chief(); }
   task_info cluster_resolver() const { return {cluster_.task_type, cluster_.task_id}; }
   const cluster_info& cluster() const { return cluster_; }
-  /// The backend object this worker's model computes on.
-  const Backend& backend_device() const { return device_; }
   Comm& communicator() { return comm_; }
 
   /// Gradient communication that backward did not hide: the time steps spent waiting for the last
@@ -306,7 +318,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
     std::vector<float> weights = m.get_weights();
     comm_.broadcast(std::span<float>(weights), 0);
     m.set_weights(weights);
-    m.set_replica_context(this);
+    m.set_strategy(this, &gradient_sync_for());
     return m;
   }
   /// TF's `with strategy.scope():`: while the guard lives, `get_strategy()` on this thread is this one.
@@ -354,57 +366,89 @@ class multi_worker_mirrored_strategy final : public replica_context {
     return per_replica_dataset<decltype(d)>{std::move(d), num_replicas_in_sync() > 1 ? this : nullptr};
   }
 
-  // ---- replica_context: what models made here call ---------------------------------------------------
-  void begin_gradients(std::span<float> g) override {
-    grads_ = g;
-    device_grads_ = {};
-    pending_.clear();
-    buckets_.begin(g.size());
-  }
-  /// With comm::nccl (and implementation nccl or auto) a GPU model's gradients are summed in device
-  /// memory, in one collective after backward, on the model's stream.
-  bool reduces_device_gradients() const override {
+  /// Whether a GPU model's gradients are summed in device memory (comm::nccl with implementation nccl
+  /// or auto: one collective after backward, on the model's stream), not staged through host memory.
+  bool reduces_device_gradients() const {
     if constexpr (device_communicator<Comm, Backend>) return comm_.device_data_plane();
     else return false;
   }
-  void begin_device_gradients(device_gradients g) override {
-    if constexpr (device_communicator<Comm, Backend>) device_grads_ = g;
-    else replica_context::begin_device_gradients(g);
-  }
-  void gradients_ready(std::size_t offset, std::size_t count) override {
-    if (device_grads_.address) return;
-    launcher l{this};
-    buckets_.ready(offset, count, l);
-  }
-  void finish_gradients() override {
-    const auto t0 = std::chrono::steady_clock::now();
-    if constexpr (device_communicator<Comm, Backend>) {
-      if (device_grads_.address) {
-        const device_gradients g = std::exchange(device_grads_, {});
-        comm_.all_reduce(device_span<float, Backend>(device_, pointer_t<Backend, float>(g.address), g.count),
-                         reduce_op::sum);
-      }
-    }
-    launcher l{this};
-    buckets_.flush(l);
-    for (auto& h : pending_) h.wait();
-    pending_.clear();
-    stats_.exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++stats_.steps;
-  }
+
+  // ---- replica_context: what the training loop of a model made here calls ----------------------------
+  using replica_context::broadcast;
   void all_reduce(std::span<float> data, reduce_op op) override { comm_.all_reduce(data, op); }
-  void broadcast(std::span<float> data, int root) override { comm_.broadcast(data, root); }
-  void broadcast_bytes(std::span<std::byte> data, int root) override { comm_.broadcast(data, root); }
+  void broadcast(std::span<std::byte> data, int root) override { comm_.broadcast(data, root); }
   void all_gather(std::span<const float> in, std::span<float> out) override { comm_.all_gather(in, out); }
   void barrier() override { comm_.barrier(); }
 
  private:
-  struct launcher {
-    multi_worker_mirrored_strategy* s;
-    void operator()(std::size_t begin, std::size_t end) {
-      s->pending_.push_back(s->comm_.all_reduce_async(s->grads_.subspan(begin, end - begin), reduce_op::sum));
+  /// Gradients in host memory: fixed buckets launched as backward completes them, each an asynchronous
+  /// all-reduce, waited for at the end.
+  class host_sync final : public gradient_sync<cpu> {
+   public:
+    host_sync(multi_worker_mirrored_strategy& s, std::size_t first_bytes, std::size_t bucket_bytes)
+        : s_(s), buckets_(first_bytes, bucket_bytes) {}
+    void begin(std::span<float> g) override {
+      grads_ = g;
+      pending_.clear();
+      buckets_.begin(g.size());
     }
+    void ready(std::size_t offset, std::size_t count) override {
+      launcher l{this};
+      buckets_.ready(offset, count, l);
+    }
+    void finish() override {
+      const auto t0 = std::chrono::steady_clock::now();
+      launcher l{this};
+      buckets_.flush(l);
+      for (auto& h : pending_) h.wait();
+      pending_.clear();
+      s_.count_exposed(t0);
+    }
+
+   private:
+    struct launcher {
+      host_sync* h;
+      void operator()(std::size_t begin, std::size_t end) {
+        h->pending_.push_back(h->s_.comm_.all_reduce_async(h->grads_.subspan(begin, end - begin), reduce_op::sum));
+      }
+    };
+    multi_worker_mirrored_strategy& s_;
+    gradient_buckets<launcher> buckets_;
+    std::span<float> grads_;
+    std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
   };
+  /// Gradients in device memory summed where they are (comm::nccl): one collective once all are ready.
+  class device_sync final : public gradient_sync<Backend> {
+   public:
+    explicit device_sync(multi_worker_mirrored_strategy& s) : s_(s) {}
+    void begin(span_t<Backend, float> g) override { g_.emplace(g); }
+    void ready(std::size_t, std::size_t) override {}
+    void finish() override {
+      const auto t0 = std::chrono::steady_clock::now();
+      s_.comm_.all_reduce(*g_, reduce_op::sum);
+      s_.count_exposed(t0);
+    }
+
+   private:
+    multi_worker_mirrored_strategy& s_;
+    std::optional<span_t<Backend, float>> g_;
+  };
+  /// What a model made here sums its gradients with (one object for all of them: their steps never
+  /// overlap, as each is a collective).
+  gradient_sync<Backend>& gradient_sync_for() {
+    if constexpr (host_addressable_v<Backend>) {
+      return host_sync_;
+    } else {
+      if constexpr (device_communicator<Comm, Backend>)
+        if (comm_.device_data_plane()) return device_sync_ ? *device_sync_ : device_sync_.emplace(*this);
+      return staged_sync_ ? *staged_sync_ : staged_sync_.emplace(host_sync_);
+    }
+  }
+  void count_exposed(std::chrono::steady_clock::time_point since) {
+    stats_.exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    ++stats_.steps;
+  }
+
   static cluster_info default_cluster() {
     if constexpr (requires { { Comm::resolve_cluster() } -> std::same_as<cluster_info>; }) return Comm::resolve_cluster();
     else return resolve_cluster();
@@ -438,11 +482,13 @@ class multi_worker_mirrored_strategy final : public replica_context {
   Backend device_;
   Comm comm_;
   std::shared_ptr<detail::replica_group> group_ = std::make_shared<group>(*this);
-  gradient_buckets<launcher> buckets_;
-  std::span<float> grads_;
-  device_gradients device_grads_;  // this step's gradients in device memory (comm::nccl), else empty
   communication_stats stats_;
-  std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
+  host_sync host_sync_;
+  std::optional<std::conditional_t<device_communicator<Comm, Backend>, device_sync, std::monostate>>
+      device_sync_;  // comm::nccl's, when it sums device memory
+  /// A device model's, through host memory.
+  std::optional<std::conditional_t<host_addressable_v<Backend>, std::monostate, detail::staged_gradient_sync<Backend>>>
+      staged_sync_;
 };
 
 static_assert(strategy<default_strategy>);

@@ -8,7 +8,7 @@
 /// - validation runs every `validation_freq` epochs and adds `val_*` entries to the epoch's logs;
 /// - a progress bar (`progbar_logger`) is added when verbose > 0 and a `history` is returned.
 /// The loops are templates over the model type, gathered in `detail::trainer<Model>`, which the model's
-/// `fit` / `evaluate` / `predict` members call (model/sequential.hpp declares it; this header defines it).
+/// `fit` / `evaluate` / `predict` members call (model/basic_model.hpp declares it; this header defines it).
 
 #include <algorithm>
 #include <cstdio>
@@ -126,14 +126,14 @@ class model_handle final : public training_model {
   void broadcast_from_chief(std::vector<char>& bytes) override {
     if (!replicated(m_)) return;
     std::uint64_t n = bytes.size();
-    m_.replica()->broadcast_bytes(std::as_writable_bytes(std::span<std::uint64_t>(&n, 1)), 0);
+    m_.replica()->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&n, 1)), 0);
     bytes.resize(n);
-    m_.replica()->broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes)), 0);
+    m_.replica()->broadcast(std::as_writable_bytes(std::span<char>(bytes)), 0);
   }
   bool chief_decides(bool decision) override {
     if (!replicated(m_)) return decision;
     std::byte b{decision};
-    m_.replica()->broadcast_bytes(std::span<std::byte>(&b, 1), 0);
+    m_.replica()->broadcast(std::span<std::byte>(&b, 1), 0);
     return b != std::byte{0};
   }
   bool is_chief() const override { return !m_.replica() || m_.replica()->is_chief(); }
@@ -258,7 +258,7 @@ std::vector<float> gather_predictions(Model& m, const std::vector<float>& local,
   std::vector<std::vector<float>> of(p);  // each replica's rows, broadcast by it
   for (std::size_t r = 0; r < p; ++r) {
     of[r] = r == me ? local : std::vector<float>(total[r] * width);
-    rc->broadcast(of[r], int(r));
+    rc->broadcast(std::span<float>(of[r]), int(r));
   }
   std::vector<float> out;
   std::vector<std::size_t> at(p, 0);

@@ -20,7 +20,7 @@
 /// with 138, retryable).
 ///
 /// `make_local_group(devices)` opens one communicator per device of this process, for
-/// `mirrored_strategy<B, Comm>`: its replica threads meet, and one of them issues the replicas'
+/// `mirrored_strategy<Comm, B>`: its replica threads meet, and one of them issues the replicas'
 /// collectives as one NCCL group.
 
 #include <chrono>

@@ -44,8 +44,6 @@ struct mpi_options {
   /// What the strategy resolved; checked against MPI's own rank and size.
   int rank = 0;
   int world_size = 1;
-  /// Unused: MPI finds its peers itself (kept so the strategy fills every communicator alike).
-  std::vector<std::string> addresses{};
   std::uint64_t fingerprint = 0;
   std::chrono::milliseconds operation_timeout{0};  // zero: none (Open MPI ends the job when a rank dies)
   std::chrono::milliseconds connect_timeout{300'000};
@@ -83,7 +81,6 @@ inline void ensure_mpi() {
 
 class mpi {
  public:
-  using options_type = mpi_options;
   using clock = std::chrono::steady_clock;
 
   /// This process's place in MPI_COMM_WORLD (initializing MPI): what `multi_worker_mirrored_strategy<mpi>`
@@ -100,7 +97,7 @@ class mpi {
 
   /// Checks `cluster` (what `resolve_cluster` found) against MPI_COMM_WORLD with a strategy's timeouts.
   static mpi connect(const cluster_info& c, const communication_options& o) {
-    return mpi({.rank = c.rank, .world_size = c.world_size, .addresses = c.addresses(), .fingerprint = c.fingerprint(),
+    return mpi({.rank = c.rank, .world_size = c.world_size, .fingerprint = c.fingerprint(),
                 .operation_timeout = o.timeout, .connect_timeout = o.connect_timeout});
   }
   explicit mpi(mpi_options o = {}) : o_(std::move(o)) {

@@ -7,7 +7,7 @@
 /// backend's stream after the work it recorded, CUDA events for their completion.
 ///
 ///   dtrain::multi_worker_mirrored_strategy<dtrain::comm::nccl, dtrain::cuda> strategy;  // one GPU per worker
-///   dtrain::mirrored_strategy<dtrain::cuda, dtrain::comm::nccl> strategy;                // every GPU of this host
+///   dtrain::mirrored_strategy<dtrain::comm::nccl, dtrain::cuda> strategy;                // every GPU of this host
 
 #include <nccl.h>
 

@@ -1,0 +1,865 @@
+#pragma once
+/// \file
+/// `basic_model<B, Graph>`: one replica of a model on backend B: its state (model/model_state.hpp)
+/// plus compile and the steps. `sequential` and `functional` (model/sequential.hpp) are its graphs.
+///
+/// Once the batch size is stable a training step allocates no tensor memory: activations, deltas and
+/// layer workspaces grow to the largest batch seen and are reused; what remains is a few small vectors
+/// of bookkeeping and the logs it returns (a count that depends on neither the batch nor the model).
+/// Host memory meets the backend at the API edge only: a batch (an xtensor `tensor`) goes in,
+/// predictions come out, and each step brings its loss, penalty and metric totals back in one small
+/// download. Under a strategy the model is attached to it (`set_strategy`): its replica context for the
+/// loop's collectives and a `gradient_sync` that sums its gradients during backward. Several replicas
+/// in one process are the strategy's business (distribute/mirrored_model.hpp), not the model's.
+///
+/// `fit`, `evaluate` and `predict` are members whose loops live in model/fit.hpp (dtrain.hpp includes
+/// it): this header brings in no data pipeline, callback or checkpoint code.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "dtrain/backend/cpu.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/logs.hpp"
+#include "dtrain/core/random.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/core/threads.hpp"
+#include "dtrain/core/view.hpp"
+#include "dtrain/distribute/gradient_sync.hpp"
+#include "dtrain/distribute/replica_context.hpp"
+#include "dtrain/layers/concepts.hpp"
+#include "dtrain/layers/input.hpp"
+#include "dtrain/model/model_state.hpp"
+#include "dtrain/model/graph.hpp"
+#include "dtrain/losses/loss.hpp"
+#include "dtrain/metrics/metric.hpp"
+#include "dtrain/optimizers/optimizer.hpp"
+
+namespace dtrain {
+
+/// What `compile` takes (Keras `model.compile(optimizer=, loss=, metrics=)`).
+/// A model of several outputs takes `loss` for every output or `losses`, one per output, and weighs
+/// them by `loss_weights` (default 1); `metrics` are computed on every output (as tf.keras 2 does with a
+/// flat list; Keras 3 refuses one for several outputs) or `output_metrics` on each its own (Keras' list
+/// of lists). Its logs name them "<output layer>_<metric>", each output's loss (unweighted, as Keras 3
+/// logs it) "<output layer>_loss", and the weighted sum "loss".
+struct compile_options {
+  any_optimizer optimizer{};
+  any_loss loss{};
+  std::vector<any_metric> metrics{};
+  std::vector<any_loss> losses{};                     // one per output (Keras: loss=[...])
+  std::vector<float> loss_weights{};                  // one per output (Keras: loss_weights=[...])
+  std::vector<std::vector<any_metric>> output_metrics{};  // one list per output (Keras: metrics=[[...], [...]])
+};
+
+
+namespace detail {
+
+/// The loops of `fit`, `evaluate` and `predict` for a model type (model/fit.hpp).
+template <class Model>
+struct trainer;
+
+}  // namespace detail
+
+template <class B, class Graph>class basic_model : public model_state<B, Graph> {
+  using state = model_state<B, Graph>;
+  using typename state::ptr, typename state::cptr;
+  using state::input_str, state::each, state::each_reversed;
+  // the layout (model_state.hpp), by name here: a dependent base's names are not found in the lambdas
+  static constexpr auto param_sizes = state::param_sizes;
+  static constexpr auto param_offsets = state::param_offsets;
+  static constexpr auto state_sizes = state::state_sizes;
+  static constexpr auto state_offsets = state::state_offsets;
+  static constexpr auto input_sizes = state::input_sizes;
+  static constexpr auto output_sizes = state::output_sizes;
+  static constexpr auto trains_upstream = state::trains_upstream;
+  static constexpr std::size_t num_sources = state::num_sources;
+  static constexpr bool joins_replicas = state::joins_replicas;
+
+ public:
+  using typename state::layer_types, typename state::prediction_type, typename state::input_gradient_type;
+  template <std::size_t I>
+  using layer_type = typename state::template layer_type<I>;
+  static constexpr std::size_t depth = state::depth, num_inputs = state::num_inputs, num_outputs = state::num_outputs;
+  static constexpr std::size_t param_count = state::param_count, weight_count = state::weight_count;
+  using state::input_shapes, state::output_shapes, state::output_name;
+  /// The same model on backend B2 (what `strategy.make_model<Model>()` builds).
+  template <class B2>
+  using rebind = basic_model<B2, Graph>;
+
+  /// Builds the model on `device` and initialises its weights from `seed` (Keras' default initialisers,
+  /// drawn on the host: every backend starts from the same weights).
+  explicit basic_model(std::uint64_t seed = default_seed, B device = {}) : state(seed, std::move(device)) {}
+  basic_model(basic_model&&) noexcept = default;
+  basic_model& operator=(basic_model&&) noexcept = default;
+
+  // ---- compile and steps ------------------------------------------------------------------------
+
+  /// Keras `model.compile`: optimizer, loss (or one per output) and metrics (the loss is required).
+  void compile(compile_options o) {
+    if (!o.optimizer) throw usage_error("compile: an optimizer is required, e.g. .optimizer = dtrain::adam{}");
+    if (o.losses.empty()) {
+      if (!o.loss)
+        throw usage_error("compile: a loss is required, e.g. .loss = dtrain::sparse_categorical_crossentropy{}");
+      o.losses.assign(num_outputs, o.loss);
+    } else {
+      if (o.loss) throw usage_error("compile: give .loss (for every output) or .losses (one per output), not both");
+      if (o.losses.size() != num_outputs)
+        throw usage_error("compile: .losses has " + std::to_string(o.losses.size()) + " entries but the model has " +
+                          std::to_string(num_outputs) + " outputs");
+      for (std::size_t i = 0; i < o.losses.size(); ++i)
+        if (!o.losses[i]) throw usage_error("compile: .losses[" + std::to_string(i) + "] holds no loss");
+    }
+    if (o.loss_weights.empty()) o.loss_weights.assign(num_outputs, 1.0f);
+    if (o.loss_weights.size() != num_outputs)
+      throw usage_error("compile: .loss_weights has " + std::to_string(o.loss_weights.size()) +
+                        " entries but the model has " + std::to_string(num_outputs) + " outputs");
+    for (float w : o.loss_weights)
+      if (!std::isfinite(w)) throw value_error("compile: .loss_weights holds " + std::to_string(w));
+    if (!o.output_metrics.empty() && !o.metrics.empty())
+      throw usage_error("compile: give .metrics (for every output) or .output_metrics (a list per output), not both");
+    if (!o.output_metrics.empty() && o.output_metrics.size() != num_outputs)
+      throw usage_error("compile: .output_metrics has " + std::to_string(o.output_metrics.size()) +
+                        " lists but the model has " + std::to_string(num_outputs) + " outputs");
+    if (o.output_metrics.empty()) o.output_metrics.assign(num_outputs, o.metrics);
+    opt_ = std::move(o.optimizer);
+    opt_.set_replica_owned();  // each replica's model has its own
+    losses_ = std::move(o.losses);
+    loss_weights_ = std::move(o.loss_weights);
+    metrics_.clear(), metric_output_.clear(), output_loss_trackers_.clear();
+    for (std::size_t out = 0; out < num_outputs; ++out)
+      for (any_metric& m : o.output_metrics[out]) {
+        metric_output_.push_back(out);
+        metrics_.push_back(std::move(m));
+      }
+    if (num_outputs > 1)
+      for (std::size_t out = 0; out < num_outputs; ++out) output_loss_trackers_.emplace_back(output_name(out) + "_loss");
+    compiled_ = true;
+  }
+  bool compiled() const { return compiled_; }
+  any_optimizer& optimizer() { return require_compiled("optimizer"), opt_; }
+  const any_optimizer& optimizer() const { return require_compiled("optimizer"), opt_; }
+  /// The loss (of the first output).
+  const any_loss& loss() const { return require_compiled("loss"), losses_.front(); }
+  /// The compiled metrics, output by output.
+  std::vector<any_metric>& metrics() { return metrics_; }
+  const std::vector<any_metric>& metrics() const { return metrics_; }
+  /// The output each compiled metric is computed on.
+  const std::vector<std::size_t>& metric_outputs() const { return metric_output_; }
+  /// Each output's loss and its weight, as compiled.
+  const std::vector<any_loss>& losses() const { return losses_; }
+  const std::vector<float>& loss_weights() const { return loss_weights_; }
+  mean& loss_tracker() { return loss_tracker_; }
+  /// Each output's loss (before its weight, as Keras 3 logs it), tracked as "<output layer>_loss" (none
+  /// for a model of one output).
+  std::vector<mean>& output_loss_trackers() { return output_loss_trackers_; }
+
+  /// Keras `model.reset_metrics()`.
+  void reset_metrics() {
+    loss_tracker_.state().reset();  // this replica's: each replica's model has its own
+    for (auto& t : output_loss_trackers_) t.state().reset();
+    for (auto& m : metrics_) m.state().reset();
+  }
+  /// The running loss and metric results (what a step returns) of this replica's states: `fit` and
+  /// `evaluate` sum the replicas' states themselves.
+  dtrain::logs metric_results() const {
+    dtrain::logs l;
+    l.set("loss", loss_tracker_.state().result());
+    for (const auto& t : output_loss_trackers_) l.set(t.name(), t.state().result());
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      l.set((num_outputs == 1 ? "" : output_name(metric_output_[i]) + "_") + metrics_[i].name(),
+            metrics_[i].state().result());
+    return l;
+  }
+
+  /// One optimisation step on a batch (Keras `train_on_batch` / `train_step`): forward, loss averaged
+  /// over the batch plus the regularization penalty, backward, optimizer step, running metrics.
+  /// Under a strategy, `x` is this replica's share of a global batch of `global_rows` rows (default:
+  /// this batch's rows times the number of replicas): the loss is summed over the share and divided by
+  /// the global rows, so replicas with unequal shares (a short last batch) still give the global mean.
+  /// A replica whose share is empty (0 rows) adds no gradient but takes part in the step.
+  /// A model of several inputs or outputs takes `std::vector<tensor>`s: x one per input, y one per output.
+  dtrain::logs train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
+    return train_on(one(x), one(y), global_rows);
+  }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  dtrain::logs train_step(const X& x, const Y& y, std::size_t global_rows = 0) {
+    return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows);
+  }
+
+  /// Loss and metrics on a batch without training (Keras `test_on_batch` / `test_step`).
+  dtrain::logs test_step(const tensor& x, const tensor& y) { return test_on(one(x), one(y)); }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  dtrain::logs test_step(const X& x, const Y& y) {
+    return test_on(detail::as_tensors(x), detail::as_tensors(y));
+  }
+
+  // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
+
+  /// Keras `model.fit(dataset, ...)`: trains on batches of (x, y) and returns the history.
+  template <class D, class T = detail::trainer<basic_model>>
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
+  auto fit(const D& ds, typename T::fit_options o = {}) {
+    return T::fit(*this, ds, std::move(o));
+  }
+  /// Keras `model.fit(x, y, batch_size=, shuffle=, validation_split=, ...)` on in-memory arrays (lists
+  /// of them for a model of several inputs or outputs).
+  template <class X, class Y, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, Y>
+  auto fit(const X& x, const Y& y, typename T::fit_options o = {}) {
+    return T::fit(*this, detail::as_tensors(x), detail::as_tensors(y), std::move(o));
+  }
+  /// Keras `model.evaluate(dataset, steps=)`: the loss and metrics over the dataset.
+  template <class D, class T = detail::trainer<basic_model>>
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
+  dtrain::logs evaluate(const D& ds, typename T::evaluate_options o = {}) {
+    return T::evaluate(*this, ds, std::move(o));
+  }
+  template <class X, class Y, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, Y>
+  dtrain::logs evaluate(const X& x, const Y& y, typename T::evaluate_options o = {}) {
+    return T::evaluate(*this, detail::as_tensors(x), detail::as_tensors(y), std::move(o));
+  }
+  /// Keras `model.predict(dataset)`: the outputs of every batch, concatenated.
+  template <class D, class T = detail::trainer<basic_model>>
+    requires(!std::same_as<D, tensor> && !std::same_as<D, std::vector<tensor>>)
+  prediction_type predict(const D& ds, typename T::predict_options o = {}) {
+    return T::predict(*this, ds, std::move(o));
+  }
+  template <class X, class T = detail::trainer<basic_model>>
+    requires detail::tensor_args<X, X>
+  prediction_type predict(const X& x, typename T::predict_options o = {}) {
+    return T::predict(*this, detail::as_tensors(x), std::move(o));
+  }
+
+  /// The model's outputs for a batch, in inference mode (Keras `predict_on_batch`).
+  prediction_type predict_on_batch(const tensor& x) { return (*this)(x, false); }
+  prediction_type predict_on_batch(const std::vector<tensor>& x) { return (*this)(x, false); }
+
+  /// Keras `model(x, training=...)`.
+  prediction_type operator()(const tensor& x, bool training = false) { return prediction(call_on(one(x), training)); }
+  prediction_type operator()(const std::vector<tensor>& x, bool training = false) {
+    return prediction(call_on(x, training));
+  }
+
+  /// The GradientTape step of a custom training loop: forward in training mode, the loss, plus the
+  /// regularization penalty scaled by `scale_regularization_loss(..., num_replicas)`, and backward.
+  /// Fills `gradients()`, returns the loss. The loss follows `loss_object`'s reduction as TF's custom
+  /// loops do: `none` gives `compute_average_loss(per_example, global_batch_size)` (the guide's form;
+  /// as in TF, `global_batch_size = 0` means this batch's size times the number of replicas); `sum` the
+  /// sum over this replica's batch; `sum_over_batch_size` the mean over the batch, which under a strategy
+  /// of several replicas is an error (TF raises too: each replica would average its own share).
+  /// `num_replicas = 0` means the number of replicas (of the strategy that made the model; 1 without one).
+  /// No optimizer step and no metric is touched. Under a strategy an empty batch (this replica's share
+  /// of a short last batch) gives only its share of the penalty's gradient. A model of several outputs
+  /// adds `loss_object`'s loss of every output.
+  float value_and_gradients(const tensor& x, const tensor& y, const any_loss& loss_object,
+                            std::size_t global_batch_size = 0, std::size_t num_replicas = 0) {
+    return gradients_on(one(x), one(y), loss_object, global_batch_size, num_replicas);
+  }
+  template <class X, class Y>
+    requires detail::tensor_lists<X, Y>
+  float value_and_gradients(const X& x, const Y& y, const any_loss& loss_object, std::size_t global_batch_size = 0,
+                            std::size_t num_replicas = 0) {
+    return gradients_on(detail::as_tensors(x), detail::as_tensors(y), loss_object, global_batch_size, num_replicas);
+  }
+
+  /// The same with any differentiable loss: `f(predictions, d_predictions) -> loss`, where f writes
+  /// d loss / d predictions into its second argument (same shape as the first), on the host; both are
+  /// `prediction_type` (one tensor per output for a model of several).
+  template <class X, class F>
+    requires detail::tensor_args<X, X> && std::is_invocable_r_v<float, F&, const prediction_type&, prediction_type&>
+  float value_and_gradients(const X& x_arg, F&& f) {
+    const std::span<const tensor> x = detail::as_tensors(x_arg);
+    const std::size_t n = check_batch(x, nullptr);
+    forward(x, n, true);
+    std::vector<tensor> preds(num_outputs), dpreds(num_outputs);
+    for (std::size_t o = 0; o < num_outputs; ++o) preds[o] = output_tensor(o, n), dpreds[o] = zeros(extents_of(preds[o]));
+    prediction_type pred = prediction(std::move(preds)), dpred = prediction(std::move(dpreds));
+    const float l = f(std::as_const(pred), dpred);
+    const std::span<const tensor> ps = detail::as_tensors(pred), ds = detail::as_tensors(dpred);
+    if (ds.size() != num_outputs)
+      throw shape_error("value_and_gradients: the loss function left " + std::to_string(ds.size()) +
+                        " d_predictions for a model of " + std::to_string(num_outputs) + " outputs");
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      if (extents_of(ds[o]) != extents_of(ps[o]))
+        throw shape_error("value_and_gradients: the loss function changed d_predictions' shape to " +
+                          shape_str(ds[o].shape()) + " (predictions are " + shape_str(ps[o].shape()) + ")");
+      this->device_.upload(ds[o].size(), ds[o].data(), ensure(this->device_, deltas_[o], ds[o].size()));
+    }
+    synced_backward(n);
+    return l + regularization_scale_ * read_scalars()[penalty_slot];
+  }
+
+  /// Sum of the layers' regularization penalties (Keras `sum(model.losses)`).
+  float regularization_loss() {
+    add_penalties(ptr{}, 0.0f);
+    return read_scalars()[penalty_slot];
+  }
+
+  /// Runs backward from the loss gradients held in the delta buffers (one per output), adding the
+  /// layers' penalties (and their gradients, scaled by the regularization scale) on the way, and calling
+  /// `on_ready(I, offset, count)` as soon as layer I's gradients are final (last layer first): the hook
+  /// distributed training uses to launch the all-reduce of a bucket while backward goes on.
+  ///
+  /// Node by node from the last, each node's output gradient is complete when it runs (every node that
+  /// takes its output comes after it): the first input gradient a source receives is written in place
+  /// (an output's is its loss gradient), later ones (a source several nodes take) are added to it, and a
+  /// relabelling layer hands its output gradient to its source as is.
+  template <class Hook>
+  void backward(std::size_t n, Hook&& on_ready) {
+    grad_at_.fill(ptr{});
+    for (std::size_t o = 0; o < num_outputs; ++o) grad_at_[num_inputs + Graph::output_nodes[o]] = deltas_[o].data();
+    const ptr penalty = scalar_ptr() + penalty_slot;
+    this->device_.fill(1, 0.0f, penalty);
+    layer_context<B> ctx = context(true);
+    each_reversed([&]<std::size_t I>() {
+      constexpr auto src = Graph::template sources<I>;
+      ctx.state = this->template state_ptr<I>();
+      const ptr dy = grad_at_[num_inputs + I];
+      auto& l = std::get<I>(this->layers_);
+      if constexpr (detail::relabels_v<layer_type<I>>) {
+        if (wants_gradient(src[0])) {
+          if (!grad_at_[src[0]]) grad_at_[src[0]] = dy;
+          else this->device_.axpy(n * source_size(src[0]), 1.0f, dy, grad_at_[src[0]]);
+        }
+        on_ready(I, param_offsets[I], param_sizes[I]);
+        return;
+      }
+      std::array<ptr, src.size()> dx{};
+      std::array<bool, src.size()> add{};
+      for (std::size_t k = 0; k < src.size(); ++k) {
+        if (!wants_gradient(src[k])) continue;
+        const std::size_t e = n * source_size(src[k]);
+        if ((add[k] = bool(grad_at_[src[k]]))) {
+          if (scratch_grads_.size() <= k) scratch_grads_.resize(k + 1);
+          dx[k] = ensure(this->device_, scratch_grads_[k], e);
+        } else {
+          dx[k] = grad_at_[src[k]] = ensure(this->device_, source_grads_[src[k]], e);
+        }
+      }
+      if constexpr (detail::merges_v<layer_type<I>>)
+        l.backward(ctx, source_outputs<src>(), out_[I], dy, dx, n, this->template param_ptr<I>(), this->template grad_ptr<I>());
+      else
+        l.backward(ctx, source_output(src[0]), out_[I], dy, dx[0], n, this->template param_ptr<I>(), this->template grad_ptr<I>());
+      for (std::size_t k = 0; k < src.size(); ++k)
+        if (add[k]) this->device_.axpy(n * source_size(src[k]), 1.0f, dx[k], grad_at_[src[k]]);
+      l.regularization(ctx, this->template param_ptr<I>(), this->template grad_ptr<I>(), regularization_scale_, penalty);
+      on_ready(I, param_offsets[I], param_sizes[I]);
+    });
+    input_gradient_.rows = n;
+    for (std::size_t k = 0; k < num_inputs; ++k) input_gradient_.data[k] = watch_inputs_ ? grad_at_[k] : ptr{};
+  }
+
+  /// TF's `tape.watch(x)`: while on, every backward (`train_step`, `value_and_gradients`) also computes
+  /// the gradient of the loss with respect to the model's inputs, which `input_gradients()` returns
+  /// (adversarial examples, saliency, a generator trained through a discriminator). Every replica of a
+  /// strategy must watch alike.
+  void watch_inputs(bool on = true) { watch_inputs_ = on; }
+  /// d loss / d x of the last backward made while watching inputs (TF: `tape.gradient(loss, x)`): a host
+  /// tensor shaped like that x (one per input for a model of several).
+  input_gradient_type input_gradients() {
+    if (!watch_inputs_)
+      throw usage_error(
+          "input_gradients: call watch_inputs() before the step (TF: tape.watch(x)); nothing was recorded");
+    std::vector<tensor> g(num_inputs);
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      extents e{input_gradient_.rows};
+      e.insert(e.end(), input_shapes()[k].begin(), input_shapes()[k].end());
+      g[k] = zeros(e);
+      if (input_gradient_.rows > 0 && input_gradient_.data[k])
+        this->device_.download(g[k].size(), cptr(input_gradient_.data[k]), g[k].data());
+    }
+    if constexpr (num_inputs == 1) return std::move(g.front());
+    else return g;
+  }
+
+  /// Attaches the model to a strategy (what `strategy.make_model()` does): `r` is the strategy as the
+  /// training loop sees it, `g` sums this replica's gradients with the others' during backward (both
+  /// owned by the strategy, which outlives the model). The loss is then averaged over the GLOBAL batch
+  /// and the regularization penalty divided by the number of replicas (TF's scale_regularization_loss).
+  void set_strategy(replica_context* r, gradient_sync<B>* g) {
+    replica_ = r;
+    sync_ = g;
+    regularization_scale_ = 1.0f / static_cast<float>(replicas());
+  }
+  replica_context* replica() const { return replica_; }
+  /// The model's generator (dropout masks); saved with backups so a resumed run draws the same masks.
+  rng& generator() { return this->rng_; }
+  int replicas() const { return replica_ ? replica_->num_replicas_in_sync() : 1; }
+
+  /// Makes this model a replica of `from` (what `mirrored_strategy`'s model does before a step when
+  /// replica 0 changed): its weights, compile settings and optimizer with its state; metric states reset.
+  void replicate(const basic_model& from) {
+    this->set_weights(from.get_weights());
+    opt_ = from.opt_;
+    if (opt_) opt_.set_state(from.opt_.state());
+    losses_ = from.losses_;
+    loss_weights_ = from.loss_weights_;
+    metrics_ = from.metrics_;
+    metric_output_ = from.metric_output_;
+    output_loss_trackers_ = from.output_loss_trackers_;
+    compiled_ = from.compiled_;
+    reset_metrics();
+  }
+
+  /// Validates x (and y) against the model and returns the batch size: the errors a step on them gives.
+  std::size_t check_batch(std::span<const tensor> x, const std::span<const tensor>* y) const {
+    const std::string model = Graph::name;
+    if (x.size() != num_inputs)
+      throw shape_error(model + ": got " + std::to_string(x.size()) + " input arrays but the model takes " +
+                        std::to_string(num_inputs) +
+                        (num_inputs > 1 ? " (pass a std::vector<tensor>: one batch per input, in order)" : ""));
+    std::size_t rows = 0;
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      const auto ex = extents_of(x[k]);
+      const extents& want = input_shapes()[k];
+      if (ex.size() != want.size() + 1 || !std::equal(want.begin(), want.end(), ex.begin() + 1))
+        throw shape_error(model + ": input batch of shape " + shape_str(ex) + " does not match the model's input " +
+                          (num_inputs > 1 ? std::to_string(k) + " " : std::string()) + input_str(k) + " (layer '" +
+                          first_taker(k) + "' takes it)");
+      if (k > 0 && ex[0] != rows)
+        throw shape_error(model + ": input 0 has " + std::to_string(rows) + " samples but input " + std::to_string(k) +
+                          " has shape " + shape_str(ex));
+      rows = ex[0];
+    }
+    if (rows == 0) throw value_error(model + ": the batch is empty");
+    each([&]<std::size_t I>() {  // layers that read an input's values as indices check them first
+      if constexpr (requires { layer_type<I>::check_input(std::span<const float>{}, std::string{}); })
+        for (std::size_t s : Graph::template sources<I>)
+          if (s < num_inputs) layer_type<I>::check_input(std::span<const float>(x[s].data(), x[s].size()), this->names_[I]);
+    });
+    if (!y) return rows;
+    if (y->size() != num_outputs)
+      throw shape_error(model + ": got " + std::to_string(y->size()) + " target arrays but the model has " +
+                        std::to_string(num_outputs) + " outputs" +
+                        (num_outputs > 1 ? " (pass a std::vector<tensor>: one per output, in order)" : ""));
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const tensor& t = (*y)[o];
+      if (t.dimension() == 0 || t.shape()[0] != rows)
+        throw shape_error(model + ": x has " + std::to_string(rows) + " samples (shape " + shape_str(x[0].shape()) +
+                          ") but y" + (num_outputs > 1 ? "[" + std::to_string(o) + "]" : std::string()) +
+                          " has shape " + shape_str(t.shape()));
+    }
+    return rows;
+  }
+  void require_compiled(const char* what) const {
+    if (!compiled_) throw usage_error(std::string(what) + ": call compile() first (the model has no loss or optimizer)");
+  }
+
+ private:
+  using tensors = std::span<const tensor>;
+
+  /// The step's scalars in backend memory: the penalty sum, each output's loss sum, then each metric's
+  /// total.
+  static constexpr std::size_t penalty_slot = 0, loss_slot = 1, metric_slot = 1 + num_outputs;
+
+  /// What a step computes for a batch of targets, decided (and the targets checked) before it runs.
+  struct step_plan {
+    std::array<std::size_t, num_outputs> rows;  // loss rows of each output's predictions
+    std::array<float, num_outputs> loss_scale;  // 1 / rows, or 1 for a summed loss
+    std::vector<std::optional<metric_op>> metric_ops;  // per metric: its kernel, or none for a host metric
+  };
+
+
+  static tensors one(const tensor& t) { return tensors(&t, 1); }
+  static prediction_type prediction(std::vector<tensor> p) {
+    if constexpr (num_outputs == 1) return std::move(p.front());
+    else return p;
+  }
+
+  dtrain::logs train_on(tensors x, tensors y, std::size_t global_rows) {
+    require_compiled("train_step");
+    if (empty_share(x)) {
+      zero_gradients_step();
+      apply_update();
+      return metric_results();
+    }
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step(losses_, y, n);
+    forward(x, n, true);
+    const auto t = targets(y);
+    const bool uneven = global_rows != 0 && global_rows != n * std::size_t(replicas());
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      float scale = plan.loss_scale[o] / static_cast<float>(replicas());
+      if (uneven && losses_[o].get_reduction() != reduction::sum)
+        scale = plan.loss_scale[o] * static_cast<float>(n) / static_cast<float>(global_rows);
+      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true);
+    }
+    compute_metrics(plan, t, n);
+    synced_backward(n);
+    apply_update();
+    const float* s = read_scalars();
+    const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
+    track(plan, y, n, reg, s);
+    return metric_results();
+  }
+
+  dtrain::logs test_on(tensors x, tensors y) {
+    require_compiled("test_step");
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step(losses_, y, n);
+    forward(x, n, false);
+    const auto t = targets(y);
+    for (std::size_t o = 0; o < num_outputs; ++o) compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false);
+    compute_metrics(plan, t, n);
+    add_penalties(ptr{}, 0.0f);
+    const float* s = read_scalars();
+    track(plan, y, n, s[penalty_slot], s);
+    return metric_results();
+  }
+
+  /// Every output's predictions for a batch.
+  std::vector<tensor> call_on(tensors x, bool training) {
+    std::vector<tensor> out(num_outputs);
+    const std::size_t n = check_batch(x, nullptr);
+    forward(x, n, training);
+    for (std::size_t o = 0; o < num_outputs; ++o) out[o] = output_tensor(o, n);
+    return out;
+  }
+
+  float gradients_on(tensors x, tensors y, const any_loss& loss_object, std::size_t global_batch_size,
+                     std::size_t num_replicas) {
+    const reduction red = loss_object.get_reduction();
+    if (red == reduction::sum_over_batch_size && replicas() > 1)  // TF raises the same
+      throw value_error("value_and_gradients: the loss '" + loss_object.name() + "' has reduction sum_over_batch_size, "
+                        "which under a strategy of " + std::to_string(replicas()) + " replicas would average over "
+                        "each replica's batch only; use reduction::none (value_and_gradients then averages over "
+                        "the global batch, as compute_average_loss does) or reduction::sum");
+    const float scale = 1.0f / static_cast<float>(num_replicas ? num_replicas : std::size_t(replicas()));
+    const float saved = std::exchange(regularization_scale_, scale);
+    if (empty_share(x)) {
+      zero_gradients_step();
+      regularization_scale_ = saved;
+      return scale * read_scalars()[penalty_slot];
+    }
+    const std::size_t n = check_batch(x, &y);
+    const step_plan plan = plan_step({&loss_object, 1}, y, n, false);
+    forward(x, n, true);
+    const auto t = targets(y);
+    std::array<double, num_outputs> divisor{};  // none: the global batch; sum: 1; sum_over_batch_size: the batch
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      divisor[o] = red == reduction::sum                  ? 1.0
+                   : red == reduction::sum_over_batch_size ? double(plan.rows[o])
+                   : global_batch_size                     ? double(global_batch_size)
+                                                           : double(plan.rows[o] * std::size_t(replicas()));
+      compute_loss(o, loss_object, y[o], t[o], n, static_cast<float>(1.0 / divisor[o]), true);
+    }
+    synced_backward(n);
+    regularization_scale_ = saved;
+    const float* s = read_scalars();
+    float total = 0.0f;
+    for (std::size_t o = 0; o < num_outputs; ++o) total += static_cast<float>(s[loss_slot + o] / divisor[o]);
+    return total + scale * s[penalty_slot];
+  }
+
+  /// A pass' context; a training pass' layers may sum values over the replicas.
+  layer_context<B> context(bool training) {
+    layer_context<B> ctx{this->device_, this->rng_, training};
+    if (training && replica_ && replicas() > 1)
+      ctx.replicas = {replicas(), replica_, [](void* r, std::span<float> v) {
+                        static_cast<replica_context*>(r)->all_reduce(v, reduce_op::sum);
+                      }};
+    return ctx;
+  }
+  /// The optimizer's step with this replica's (summed) gradients.
+  void apply_update() {
+    opt_.apply_gradients(this->template span_of<float>(this->grads_.data(), param_count), this->template span_of<float>(this->params_.data(), param_count));
+  }
+  /// The first layer that takes input k.
+  std::string first_taker(std::size_t k) const {
+    std::string name;
+    each([&]<std::size_t I>() {
+      for (std::size_t s : Graph::template sources<I>)
+        if (s == k && name.empty()) name = this->names_[I];
+    });
+    return name;
+  }
+
+  /// Checks the targets against the losses (one, or one per output) and the compiled metrics before
+  /// anything runs.
+  step_plan plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true) {
+    step_plan p{};
+    std::array<extents, num_outputs> ey;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      ey[o] = extents_of(y[o]);
+      const batch_view tv{y[o].data(), ey[o]}, pv = output_view(o, n, nullptr);
+      const any_loss& loss = losses[losses.size() == 1 ? 0 : o];
+      try {
+        loss.validate(tv, pv);
+      } catch (const shape_error& e) {
+        if (num_outputs == 1) throw;
+        throw shape_error("output " + std::to_string(o) + " ('" + output_name(o) + "'): " + e.what());
+      } catch (const value_error& e) {
+        if (num_outputs == 1) throw;
+        throw value_error("output " + std::to_string(o) + " ('" + output_name(o) + "'): " + e.what());
+      }
+      p.rows[o] = detail::loss_rows(pv);
+      p.loss_scale[o] = loss.get_reduction() != reduction::sum ? 1.0f / static_cast<float>(p.rows[o]) : 1.0f;
+    }
+    if (with_metrics)
+      for (std::size_t i = 0; i < metrics_.size(); ++i) {
+        const std::size_t o = metric_output_[i];
+        p.metric_ops.push_back(metrics_[i].kernel({y[o].data(), ey[o]}, output_view(o, n, nullptr)));
+      }
+    return p;
+  }
+
+  /// A host array as the backend reads it: the array itself when the backend's memory is host memory,
+  /// else a copy in `staging`.
+  cptr to_device(const tensor& t, buffer_t<B, float>& staging) {
+    if constexpr (host_addressable_v<B>) {
+      return t.data();
+    } else {
+      const ptr p = ensure(this->device_, staging, t.size());
+      this->device_.upload(t.size(), t.data(), p);
+      return p;
+    }
+  }
+  /// Each output's targets as the backend reads them.
+  std::array<cptr, num_outputs> targets(tensors y) {
+    std::array<cptr, num_outputs> t;
+    for (std::size_t o = 0; o < num_outputs; ++o) t[o] = to_device(y[o], y_stage_[o]);
+    return t;
+  }
+
+  void forward(tensors x, std::size_t n, bool training) {
+    for (std::size_t k = 0; k < num_inputs; ++k) input_[k] = to_device(x[k], x_stage_[k]);
+    layer_context<B> ctx = context(training);
+    each([&]<std::size_t I>() {
+      constexpr auto src = Graph::template sources<I>;
+      if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
+        out_[I] = source_output(src[0]);
+        return;
+      }
+      const ptr out = ensure(this->device_, outputs_[I], n * output_sizes[I]);
+      ctx.state = this->template state_ptr<I>();
+      if constexpr (detail::merges_v<layer_type<I>>)
+        std::get<I>(this->layers_).forward(ctx, source_outputs<src>(), out, n, this->template param_ptr<I>());
+      else
+        std::get<I>(this->layers_).forward(ctx, source_output(src[0]), out, n, this->template param_ptr<I>());
+      out_[I] = out;
+    });
+  }
+  /// Source s's output of the last forward (k < K: input k, K + j: node j's).
+  cptr source_output(std::size_t s) const { return s < num_inputs ? input_[s] : out_[s - num_inputs]; }
+  template <auto Src>
+  std::array<cptr, Src.size()> source_outputs() const {
+    std::array<cptr, Src.size()> xs;
+    for (std::size_t k = 0; k < Src.size(); ++k) xs[k] = source_output(Src[k]);
+    return xs;
+  }
+
+  /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
+  /// backward when the gradients are in host memory, else once backward is done.
+  void synced_backward(std::size_t n) {
+    if (!sync_) return backward(n, [](std::size_t, std::size_t, std::size_t) {});
+    if constexpr (host_addressable_v<B>) {
+      sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
+      backward(n, [&](std::size_t, std::size_t offset, std::size_t count) { sync_->ready(offset, count); });
+      sync_->finish();
+    } else {
+      backward(n, [](std::size_t, std::size_t, std::size_t) {});
+      sync_gradients();
+    }
+  }
+  /// Sums the whole gradient buffer over the replicas, handing it over layer by layer from the last.
+  void sync_gradients() {
+    sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
+    for (std::size_t i = depth; i-- > 0;) sync_->ready(param_offsets[i], param_sizes[i]);
+    sync_->finish();
+  }
+
+  /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
+  /// step (the short last batch, or its own data ran out before the other workers').
+  bool empty_share(tensors x) const {
+    return replica_ && !x.empty() && x[0].dimension() > 0 && x[0].shape()[0] == 0;
+  }
+  /// Whether backward computes d loss / d source s's output.
+  bool wants_gradient(std::size_t s) const { return trains_upstream[s] || watch_inputs_; }
+  static constexpr std::size_t source_size(std::size_t s) {
+    return s < num_inputs ? input_sizes[s] : output_sizes[s - num_inputs];
+  }
+
+  /// The gradients of a replica without rows: only its share of the penalties' (so the replicas' sum
+  /// still counts them once), summed with the other replicas' gradients. Layers that talk to the other
+  /// replicas join their collectives where their forward and backward would (`join_forward`,
+  /// `join_backward`), in the order a step with rows issues them among the gradient buckets.
+  void zero_gradients_step() {
+    input_gradient_ = {};
+    this->device_.fill(param_count, 0.0f, this->grads_.data());
+    add_penalties(this->grads_.data(), regularization_scale_);
+    if constexpr (!joins_replicas) {
+      sync_gradients();
+    } else {
+      layer_context<B> ctx = context(true);
+      each([&]<std::size_t I>() {
+        if constexpr (detail::joins_replicas_v<layer_type<I>>) {
+          ctx.state = this->template state_ptr<I>();
+          std::get<I>(this->layers_).join_forward(ctx);
+        }
+      });
+      auto join_backward = [&]<std::size_t I>() {
+        if constexpr (detail::joins_replicas_v<layer_type<I>>) {
+          ctx.state = this->template state_ptr<I>();
+          std::get<I>(this->layers_).join_backward(ctx, wants_gradient(Graph::template sources<I>[0]));
+        }
+      };
+      if constexpr (host_addressable_v<B>) {
+        sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
+        each_reversed([&]<std::size_t I>() {
+          join_backward.template operator()<I>();
+          sync_->ready(param_offsets[I], param_sizes[I]);
+        });
+        sync_->finish();
+      } else {
+        each_reversed(join_backward);
+        sync_gradients();
+      }
+    }
+  }
+
+  /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot.
+  void add_penalties(ptr grads, float scale) {
+    const ptr penalty = scalar_ptr() + penalty_slot;
+    this->device_.fill(1, 0.0f, penalty);
+    layer_context<B> ctx{this->device_, this->rng_, false};
+    each([&]<std::size_t I>() {
+      std::get<I>(this->layers_).regularization(ctx, this->template param_ptr<I>(), grads ? grads + param_offsets[I] : ptr{}, scale,
+                                          penalty);
+    });
+  }
+
+  /// Extents of the last forward's predictions of output o (batch first) with `data`.
+  batch_view output_view(std::size_t o, std::size_t n, const float* data) {
+    out_extents_[o][0] = n;
+    return {data, out_extents_[o]};
+  }
+  /// Where output o's predictions of the last forward are.
+  cptr output_ptr(std::size_t o) const { return out_[Graph::output_nodes[o]]; }
+  /// A host copy of the last forward's predictions of output o.
+  batch_view host_predictions(std::size_t o, std::size_t n) {
+    const batch_view v = output_view(o, n, nullptr);
+    host_pred_.resize(v.size());
+    this->device_.download(host_pred_.size(), output_ptr(o), host_pred_.data());
+    return output_view(o, n, host_pred_.data());
+  }
+  tensor output_tensor(std::size_t o, std::size_t n) {
+    const batch_view v = host_predictions(o, n);
+    return from_span({v.data, v.size()}, extents(v.extents.begin(), v.extents.end()));
+  }
+
+  /// The loss of output o of the last forward on this replica's rows, summed into its loss slot; with
+  /// `grad`, `scale` times its gradient into the output's delta buffer.
+  void compute_loss(std::size_t o, const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad) {
+    const batch_view pv = output_view(o, n, nullptr);
+    const std::size_t rows = detail::loss_rows(pv);
+    const ptr per = ensure(this->device_, per_example_, rows);
+    const ptr d = grad ? ensure(this->device_, deltas_[o], pv.size()) : ptr{};
+    if (const auto k = loss.kernel()) {
+      std::visit([&](const auto& op) { this->device_.loss(op, rows, pv.last(), scale, t, output_ptr(o), per, d); }, *k);
+    } else {  // a host loss: on host copies of the predictions
+      const auto ey = extents_of(y);
+      const batch_view hp = host_predictions(o, n);
+      std::vector<float> hl(rows), hd(grad ? hp.size() : 0);
+      loss.per_example({y.data(), ey}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
+      this->device_.upload(rows, hl.data(), per);
+      if (grad) this->device_.upload(hd.size(), hd.data(), d);
+    }
+    this->device_.sum(rows, per, scalar_ptr() + loss_slot + o);
+  }
+
+  /// Each kernel metric's batch total into its slot (host metrics are updated in `track`).
+  void compute_metrics(const step_plan& plan, const std::array<cptr, num_outputs>& t, std::size_t n) {
+    for (std::size_t i = 0; i < plan.metric_ops.size(); ++i)
+      if (plan.metric_ops[i]) {
+        const std::size_t o = metric_output_[i];
+        const batch_view pv = output_view(o, n, nullptr);
+        std::visit([&](const auto& op) {
+          this->device_.metric(op, plan.rows[o], pv.last(), t[o], output_ptr(o), scalar_ptr() + metric_slot + i);
+        }, *plan.metric_ops[i]);
+      }
+  }
+
+  /// Adds a step's losses (the total: each output's weighted, plus `penalty`; each output's as it is,
+  /// as Keras 3 logs them) and metrics to the running ones.
+  void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s) {
+    float loss = penalty;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const float lo = s[loss_slot + o] * plan.loss_scale[o];
+      loss += loss_weights_[o] * lo;
+      if constexpr (num_outputs > 1) output_loss_trackers_[o].state().add({double(lo) * double(n), double(n)});
+    }
+    loss_tracker_.state().add({double(loss) * double(n), double(n)});
+    std::optional<batch_view> hp;  // the host copy of output hp_of's predictions
+    std::size_t hp_of = num_outputs;
+    for (std::size_t i = 0; i < plan.metric_ops.size(); ++i) {
+      const std::size_t o = metric_output_[i];
+      if (plan.metric_ops[i]) {
+        metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows[o])});
+      } else {
+        if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
+        const auto ey = extents_of(y[o]);
+        metrics_[i].state().add(metrics_[i].batch_update({y[o].data(), ey}, *hp));
+      }
+    }
+  }
+
+  ptr scalar_ptr() { return ensure(this->device_, scalars_, metric_slot + metrics_.size()); }
+  /// The step's scalars, downloaded (the step's one synchronisation with the host).
+  const float* read_scalars() {
+    scalar_values_.resize(metric_slot + metrics_.size());
+    this->device_.download(scalar_values_.size(), scalar_ptr(), scalar_values_.data());
+    return scalar_values_.data();
+  }
+
+
+  std::array<buffer_t<B, float>, depth> outputs_;  // layer outputs (unused by relabelling layers)
+  std::array<cptr, depth> out_{};                  // where each layer's output of the last forward is
+  buffer_t<B, float> per_example_, scalars_;
+  std::array<buffer_t<B, float>, num_inputs> x_stage_;              // inputs, for a non-host backend
+  std::array<buffer_t<B, float>, num_outputs> y_stage_, deltas_;    // targets; d loss / d each output
+  std::array<buffer_t<B, float>, num_sources> source_grads_;  // d loss / d each source's output (backward)
+  std::array<ptr, num_sources> grad_at_{};                    // where each source's gradient is (backward)
+  std::vector<buffer_t<B, float>> scratch_grads_;           // input gradients to add to a source's
+  std::vector<float> scalar_values_, host_pred_;
+  std::array<extents, num_outputs> out_extents_ = [] {  // each output's, batch first (set per step)
+    std::array<extents, num_outputs> e;
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      e[o] = {0};
+      e[o].insert(e[o].end(), output_shapes()[o].begin(), output_shapes()[o].end());
+    }
+    return e;
+  }();
+  std::array<cptr, num_inputs> input_{};
+  any_optimizer opt_;
+  std::vector<any_loss> losses_;  // one per output
+  std::vector<float> loss_weights_;
+  std::vector<any_metric> metrics_;        // every output's, output by output
+  std::vector<std::size_t> metric_output_;  // the output each metric is computed on
+  mean loss_tracker_{"loss"};
+  std::vector<mean> output_loss_trackers_;
+  float regularization_scale_ = 1.0f;
+  replica_context* replica_ = nullptr;
+  gradient_sync<B>* sync_ = nullptr;  // how gradients are summed over the replicas (null: no strategy)
+  bool compiled_ = false;
+  bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
+  struct {
+    std::array<ptr, num_inputs> data{};
+    std::size_t rows = 0;
+  } input_gradient_;  // where the last backward left d loss / d inputs
+};
+
+
+}  // namespace dtrain
