@@ -669,6 +669,8 @@ BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
     nlohmann::json value;  // null: the field is removed
   };
   for (const auto& d : {damage{"epoch", -1}, damage{"step", "abc"}, damage{"step", 1.5}, damage{"data", {1, 2}},
+                        damage{"data", nlohmann::json::object({{"iteration", 0}})},
+                        damage{"data", nlohmann::json::object({{"iteration", 0}, {"produced", -1}})},
                         damage{"world_size", 0}, damage{"global_batch", nullptr}, damage{"generator", "not a generator"},
                         damage{"generator", 7}}) {
     rewrite(good, file, [&](auto& meta, auto&) {
