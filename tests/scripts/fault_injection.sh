@@ -99,13 +99,19 @@ for trial in chief worker mid-write damaged fewer; do
       lp=$!
       wait_for_backups $lp "$b" 1 $trial
       deadline=$((SECONDS + 120))
-      until compgen -G "$b/.ckpt-*.tmp*" > /dev/null; do  # the chief is writing the next backup
-        kill -0 $lp 2>/dev/null && ((SECONDS < deadline)) || fail "mid-write: never saw a backup being written"
-      done
       pids=($(worker_pids $lp))
+      partial=""
+      # the chief is writing the next backup: stop it at once, and kill it if the temporary file is still
+      # there (the write is cut off); a write that finished meanwhile lets it go on to the next one
+      while [ -z "$partial" ]; do
+        until compgen -G "$b/.ckpt-*.tmp*" > /dev/null; do
+          kill -0 $lp 2>/dev/null && ((SECONDS < deadline)) || fail "mid-write: never caught a backup being written"
+        done
+        kill -STOP "${pids[0]}"
+        partial=$(compgen -G "$b/.ckpt-*.tmp*" | head -1)
+        [ -n "$partial" ] || kill -CONT "${pids[0]}"
+      done
       kill -9 "${pids[0]}"; killed=$(date +%s.%N)
-      partial=$(compgen -G "$b/.ckpt-*.tmp*" | head -1)  # still there: the write was cut off
-      [ -n "$partial" ] || fail "mid-write: the kill came after the write had finished; run again"
       partial=$(basename "$partial")
       resumed=$(when_resumed $lp "$log")
       wait $lp || fail "mid-write: the job did not finish (launcher exit $?)"
