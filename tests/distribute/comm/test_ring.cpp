@@ -1,5 +1,5 @@
 // The ring all-reduce over real loopback sockets: every world size from 1 to 8 as threads of this
-// process (each rank with its own sockets), sizes that exercise empty and uneven segments and 64 MiB,
+// process (each rank with its own sockets), sizes that exercise empty and uneven segments and 16 MiB (many chunks),
 // and the failure paths: a dead peer, a hung peer, strangers, garbage frames, latched errors. The
 // correctness tests run twice: over TCP, and through shared memory (shm.hpp: every rank here is on one
 // host); the shared memory's own failure paths come last, with a rank in another process that crashes.
@@ -160,8 +160,8 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
-  const std::size_t n = std::size_t{16} << 20;  // 64 MiB of floats
+BOOST_AUTO_TEST_CASE(random_values_16_mib_identical_on_every_rank) {
+  const std::size_t n = std::size_t{4} << 20;  // 16 MiB of floats: 16 chunks of 1 MiB
   for (bool shm : {false, true})
   for (int p : {2, 3, 5, 8}) {
     std::vector<std::vector<float>> out(static_cast<std::size_t>(p));
@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE(random_values_64_mib_identical_on_every_rank) {
         },
         [&](int r) {
           auto o = options(r, p, addrs);
-          o.chunk_bytes = std::size_t{4} << 20;
+          o.chunk_bytes = std::size_t{1} << 20;
           o.shared_memory = shm;
           return o;
         });
@@ -742,11 +742,11 @@ BOOST_AUTO_TEST_CASE(workers_with_different_tokens_or_tls_end_at_once_on_both_si
 }
 
 BOOST_AUTO_TEST_CASE(tls_on_the_data_plane_gives_the_same_results) {
-  // 64 MiB of random values crosses many TLS records per frame; small messages many frames
+  // 16 MiB of values crosses many TLS records (16 KiB each) per frame; small messages many frames
   for (int p : {2, 3}) {
     const auto addrs = free_addresses(p);
     log_sink log;
-    const std::size_t n = std::size_t{16} << 20;
+    const std::size_t n = std::size_t{4} << 20;
     std::vector<std::vector<float>> sums(static_cast<std::size_t>(p));
     require_ok(run_ranks(
         p,
