@@ -254,4 +254,24 @@ BOOST_AUTO_TEST_CASE(tensorboard_event_files_are_framed_records) {
   BOOST_CHECK_THROW(tensorboard({.update_freq = std::string("batch")}), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(backup_finding_reaches_every_worker_as_sent) {
+  using finding = dtrain::detail::backup_finding;
+  using outcome = finding::outcome;
+  BOOST_TEST(finding{}.encode().empty());
+  BOOST_TEST((finding::decode({}).what == outcome::none));
+  for (const finding& f : {finding{outcome::restore, "/b/ckpt-3.safetensors", {'a', '\0', 'b'}},
+                           finding{outcome::unusable, "backups exist but none is usable", {}},
+                           finding{outcome::mismatch, "another model", {}}}) {
+    const finding g = finding::decode(f.encode());
+    BOOST_TEST((g.what == f.what));
+    BOOST_TEST(g.text == f.text);
+    BOOST_TEST(g.bytes == f.bytes);
+  }
+  // a message that is not one: an unknown tag, or no end to the text
+  for (const std::vector<char>& bad : {std::vector<char>{'X', 'a', '\0'}, std::vector<char>{'S', 'a', 'b'}})
+    BOOST_CHECK_EXCEPTION(finding::decode(bad), dtrain::error, [](const dtrain::error& e) {
+      return std::strstr(e.what(), "malformed") != nullptr;
+    });
+}
+
 BOOST_AUTO_TEST_SUITE_END()

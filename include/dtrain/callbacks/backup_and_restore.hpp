@@ -27,6 +27,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <variant>
@@ -34,6 +35,7 @@
 
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/checkpoint/checkpoint_manager.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/core/preemption.hpp"
 
 namespace dtrain {
@@ -49,6 +51,39 @@ struct backup_and_restore_options {
   bool start_over_if_unusable = false;
 };
 
+namespace detail {
+/// What the chief found in the backup folder, as every worker learns it in one broadcast: nothing to
+/// restore, a backup to restore (its file and bytes, checked by the chief), or why training must not
+/// start: backups that exist but none reads, or a folder it cannot write (`unusable`, an io_error), or
+/// backups of another model or job (`mismatch`, a config_error).
+struct backup_finding {
+  enum class outcome : char { none = 0, restore = 'S', unusable = 'E', mismatch = 'M' };
+  outcome what = outcome::none;
+  std::string text;         // restore: the file; otherwise the error message
+  std::vector<char> bytes;  // restore: the backup's contents
+
+  /// One tag byte, the text, a zero byte, the bytes; nothing at all for `none`.
+  std::vector<char> encode() const {
+    if (what == outcome::none) return {};
+    std::vector<char> v;
+    v.reserve(text.size() + 2 + bytes.size());
+    v.push_back(char(what));
+    v.insert(v.end(), text.begin(), text.end());
+    v.push_back('\0');
+    v.insert(v.end(), bytes.begin(), bytes.end());
+    return v;
+  }
+  static backup_finding decode(const std::vector<char>& v) {
+    if (v.empty()) return {};
+    const auto text_end = std::find(v.begin() + 1, v.end(), '\0');
+    const auto tag = outcome(v[0]);
+    if ((tag != outcome::restore && tag != outcome::unusable && tag != outcome::mismatch) || text_end == v.end())
+      throw error("backup_and_restore: the chief's message about its backups is malformed");
+    return {tag, std::string(v.begin() + 1, text_end), std::vector<char>(text_end + 1, v.end())};
+  }
+};
+}  // namespace detail
+
 class backup_and_restore : public callback {
  public:
   explicit backup_and_restore(backup_and_restore_options o)
@@ -63,23 +98,21 @@ class backup_and_restore : public callback {
   void on_train_begin(const logs&) override {
     install_preemption_handler();
     auto& m = model();
-    // what the chief found, for every worker: nothing, 'S' file '\0' bytes, or 'E' (damage) / 'M'
-    // (another model or job) and the error message
-    std::vector<char> found;
+    using outcome = detail::backup_finding::outcome;
+    std::vector<char> message;
     if (m.is_chief()) try {
-        found = find_on_chief();
+        message = find_on_chief().encode();
       } catch (const error& e) {  // a mismatch: the chief throws it, the others learn it
-        found = tagged('M', e.what());
-        m.broadcast_from_chief(found);
+        message = detail::backup_finding{outcome::mismatch, e.what(), {}}.encode();
+        m.broadcast_from_chief(message);
         throw;
       }
-    m.broadcast_from_chief(found);
-    if (found.empty()) return;
-    const auto name_end = std::find(found.begin() + 1, found.end(), '\0');
-    const std::string name(found.begin() + 1, name_end);
-    if (found[0] == 'E') throw io_error(name);
-    if (found[0] == 'M') throw config_error(name);
-    training_state s = m.read_state(std::span<const char>(&*name_end + 1, std::size_t(found.end() - name_end - 1)), name);
+    m.broadcast_from_chief(message);
+    const auto found = detail::backup_finding::decode(message);
+    if (found.what == outcome::none) return;
+    if (found.what == outcome::unusable) throw io_error(found.text);
+    if (found.what == outcome::mismatch) throw config_error(found.text);
+    training_state s = m.read_state(found.bytes, found.text);
     m.resume = s.position;
     m.apply_state(std::move(s));
   }
@@ -126,8 +159,8 @@ class backup_and_restore : public callback {
                            "be removed (%s)\n", o_.backup_dir.string().c_str(), ec.message().c_str());
   }
 
-  /// A folder the chief cannot write backups to, found before any training: 'E' and the reason.
-  std::vector<char> check_writable() const {
+  /// A folder the chief cannot write backups to, found before any training: why.
+  std::optional<detail::backup_finding> check_writable() const {
     const auto probe = o_.backup_dir / ".dtrain-write-check";
     std::error_code ec;
     std::filesystem::create_directories(o_.backup_dir, ec);
@@ -137,18 +170,18 @@ class backup_and_restore : public callback {
       else
         ec.assign(errno, std::generic_category());
     }
-    if (!ec) return {};
-    return tagged('E', "backup_and_restore: cannot write backups to " + o_.backup_dir.string() + " (" + ec.message() +
-                           "): choose a backup_dir this worker can create and write");
+    if (!ec) return std::nullopt;
+    return detail::backup_finding{detail::backup_finding::outcome::unusable, "backup_and_restore: cannot write backups to " + o_.backup_dir.string() + " (" + ec.message() +
+                           "): choose a backup_dir this worker can create and write", {}};
   }
 
-  /// The newest backup that reads, as 'S' name '\0' bytes; nothing when there is none; 'E' and a message
-  /// when backups exist but none is usable (unless told to start over), or when the folder cannot be
-  /// written.
-  std::vector<char> find_on_chief() {
+  /// The newest backup that reads; nothing when there is none; `unusable` when backups exist but none
+  /// reads (unless told to start over), or when the folder cannot be written.
+  detail::backup_finding find_on_chief() {
+    using outcome = detail::backup_finding::outcome;
     std::error_code ec;
     const bool existed = std::filesystem::exists(o_.backup_dir, ec);
-    if (auto bad = check_writable(); !bad.empty()) return bad;
+    if (auto bad = check_writable()) return *bad;
     if (!existed) return {};
     std::vector<std::filesystem::path> candidates;  // newest first
     std::string damage;
@@ -177,9 +210,7 @@ class backup_and_restore : public callback {
           std::fprintf(stderr, "WARNING: backup_and_restore: the newer backups are unusable, falling back to an older one:%s\n", damage.c_str());
         std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", s.position.epoch + 1,
                      static_cast<long long>(s.position.step), file.string().c_str());
-        std::vector<char> found = tagged('S', file.string());
-        found.insert(found.end(), bytes.begin(), bytes.end());
-        return found;
+        return {outcome::restore, file.string(), std::move(bytes)};
       } catch (const io_error& e) {
         damage += std::string("\n  ") + e.what();
       }
@@ -194,14 +225,7 @@ class backup_and_restore : public callback {
                                 " but none is usable:" + damage +
                                 "\nRestore one from elsewhere, delete the folder to start over, or pass "
                                 "start_over_if_unusable = true";
-    return tagged('E', message);
-  }
-
-  static std::vector<char> tagged(char tag, const std::string& text) {
-    std::vector<char> v(text.size() + 2, '\0');
-    v[0] = tag;
-    std::copy(text.begin(), text.end(), v.begin() + 1);
-    return v;
+    return {outcome::unusable, message, {}};
   }
 
   backup_and_restore_options o_;
