@@ -25,9 +25,11 @@ class pointer {
   }
 };
 
-/// The backend concept's operations, each doing nothing.
-struct backend {
+/// What a model of dense layers needs of its backend (`model_backend` and the activation kernels), each
+/// operation doing nothing...
+struct dense_backend {
   static constexpr const char* name = "archetype";
+  static constexpr device_kind device = device_kind::cpu;
   template <class T>
   using pointer = archetype::pointer<T>;
   template <class T>
@@ -57,6 +59,21 @@ struct backend {
   void activation_forward(std::size_t, std::size_t, pointer<float>) const {}
   template <activation_kind>
   void activation_backward(std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
+  void leaky_relu_forward(std::size_t, float, pointer<const float>, pointer<float>) const {}
+  void leaky_relu_backward(std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>) const {}
+  template <class Op>
+  void loss(const Op&, std::size_t, std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>,
+            pointer<float>) const {}
+  template <class Op>
+  void metric(const Op&, std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
+  template <class Op>
+  void update(const Op&, std::size_t, pointer<const float>, pointer<float>, pointer<float>) const {}
+};
+static_assert(model_backend<dense_backend> && activation_kernels<dense_backend>);
+static_assert(!window_kernels<dense_backend> && !dtrain::backend<dense_backend>);
+
+/// ...and the whole backend concept: every other family too.
+struct backend : dense_backend {
   template <window_geometry>
   std::size_t conv2d_workspace(std::size_t) const {
     return 0;
@@ -83,8 +100,6 @@ struct backend {
   void zero_padding2d_forward(std::size_t, pointer<const float>, pointer<float>) const {}
   template <window_geometry>
   void zero_padding2d_backward(std::size_t, pointer<const float>, pointer<float>) const {}
-  void leaky_relu_forward(std::size_t, float, pointer<const float>, pointer<float>) const {}
-  void leaky_relu_backward(std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>) const {}
   void layer_normalization_forward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
                                    pointer<const float>, pointer<float>, pointer<float>, pointer<float>) const {}
   void layer_normalization_backward(std::size_t, std::size_t, pointer<const float>, pointer<const float>,
@@ -109,13 +124,6 @@ struct backend {
                           pointer<const float>, pointer<float>) const {}
   void dropout(std::size_t, float, std::uint64_t, pointer<const float>, pointer<float>, pointer<float>) const {}
   void l2(std::size_t, float, float, pointer<const float>, pointer<float>, pointer<float>) const {}
-  template <class Op>
-  void loss(const Op&, std::size_t, std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>,
-            pointer<float>) const {}
-  template <class Op>
-  void metric(const Op&, std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  template <class Op>
-  void update(const Op&, std::size_t, pointer<const float>, pointer<float>, pointer<float>) const {}
 };
 static_assert(dtrain::backend<backend>);
 static_assert(!host_addressable_v<backend>);
@@ -214,6 +222,9 @@ static_assert(strategy_for<strategy, model>);
 template class dtrain::basic_model<
     archetype::backend, dtrain::detail::graph<dtrain::detail::sequential_name, dtrain::input<4>, archetype::layer_spec,
                                               dtrain::dense<3, dtrain::relu>, dtrain::dense<2>>>;
+template class dtrain::basic_model<archetype::dense_backend,
+                                   dtrain::detail::graph<dtrain::detail::sequential_name, dtrain::input<4>,
+                                                         dtrain::dense<3, dtrain::relu>, dtrain::dense<2>>>;
 static_assert(dtrain::strategy_for<dtrain::multi_worker_mirrored_strategy<archetype::communicator>, archetype::model>);
 static_assert(dtrain::strategy_for<dtrain::mirrored_strategy<>, archetype::model>);
 static_assert(dtrain::strategy_for<dtrain::one_device_strategy<>, archetype::model>);

@@ -6,8 +6,10 @@
 /// backend whose pointers cannot be used as host pointers: code that compiles against it touches no
 /// memory behind the backend's back.
 ///
-/// Contract (`backend`), for a backend `B` and an object `b` of it:
-/// - `B` is a cheap handle: copies refer to the same device and stream. `B::name` names it.
+/// Contract (`backend_memory`, then the kernel families), for a backend `B` and an object `b` of it:
+/// - `B` is a cheap handle: copies refer to the same device and stream. `B::name` names it; `B::device`
+///   declares its device kind (a `device_kind::gpu` backend is made from an ordinal, `B(i)`, and has
+///   `B::device_count()`).
 /// - Memory. `B::pointer<T>` addresses elements of type T (float; `std::uint32_t` for indices) in B's
 ///   memory. It is default-constructible (null), tests for null with `!p` / `bool(p)`, converts to
 ///   `pointer<const T>`, and moves by `p + n` elements; nothing else is promised (it need not be a host
@@ -22,19 +24,24 @@
 ///   not reused before they have run (the backend's job, so callers may drop a buffer at any time). An
 ///   output must not overlap an input unless the kernel says it works in place.
 ///
-/// The kernels, by what uses them (`cpu.hpp` documents each one's exact arithmetic):
-/// - BLAS-like: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
-///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows`
-///   (every row of y = x), `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
-/// - layers: `activation_forward<A>` / `activation_backward<A>` (in place), `conv2d_forward<G, A>` /
-///   `conv2d_backward<G, A>` with the workspace sizes `conv2d_workspace<G>` (forward's, which backward
-///   reads) and `conv2d_backward_workspace<G>` (backward's scratch), `max_pooling2d_*` and
-///   `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `leaky_relu_*`, `layer_normalization_*`,
-///   `batch_normalization_*` with `squared_deviations` and `moving_average` (the batch statistics come
-///   from `column_sums`), `depthwise_conv2d_*<G>`, `embedding_*`, `dropout` (mask from a counter-based generator keyed by the model's), `l2`
+/// The kernel families, each a concept (`cpu.hpp` documents each kernel's exact arithmetic):
+/// - `blas_kernels`: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
+///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
+///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
+/// - `activation_kernels`: `activation_forward<A>` / `activation_backward<A>` (in place), `leaky_relu_*`.
+/// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` with the workspace sizes
+///   `conv2d_workspace<G>` (forward's, which backward reads) and `conv2d_backward_workspace<G>`
+///   (backward's scratch), `depthwise_conv2d_*<G>`, `max_pooling2d_*` and `average_pooling2d_*<G>`,
+///   `zero_padding2d_*<G>`.
+/// - `normalization_kernels`: `layer_normalization_*`, `batch_normalization_*` with `squared_deviations`
+///   and `moving_average` (the batch statistics come from `column_sums`).
+/// - `embedding_kernels`: `embedding_*`.
+/// - `regularization_kernels`: `dropout` (mask from a counter-based generator keyed by the model's), `l2`
 ///   (penalty and its gradient).
-/// - losses, metrics and optimizers, described by the `op::` values below: `loss(op, ...)`,
+/// - `loss_kernels` and `update_kernels`, described by the `op::` values below: `loss(op, ...)`,
 ///   `metric(op, ...)`, `update(op, ...)`.
+/// A model asks for `model_backend` (memory, BLAS-like, losses and metrics, updates) and each layer for
+/// the families it runs; `backend` is every family.
 
 #include <concepts>
 #include <cstddef>
@@ -46,6 +53,9 @@
 #include <vector>
 
 namespace dtrain {
+
+/// The kind of device a backend's memory lives on (TF's device types "CPU" and "GPU").
+enum class device_kind { cpu, gpu };
 
 /// Whether a GEMM operand is used as stored or transposed.
 enum class transpose : bool { no = false, yes = true };
@@ -151,14 +161,22 @@ namespace detail {
 inline constexpr window_geometry probe_window{4, 4, 1, 2, 2, 2, 2, 0, 0, 2, 2, 1};
 }  // namespace detail
 
+/// The memory core every backend has; kernels come in families (below), each a concept of its own, so
+/// that a layer, loss or optimizer asks only for the families it runs and a new backend can be brought up
+/// family by family. Capabilities are declared, not guessed: `B::device` says which kind of device B's
+/// memory is on; a `device_kind::gpu` backend is made from a device ordinal, `B(i)`, and counts its devices
+/// with `B::device_count()` (the strategies place replicas by them).
 template <class B>
-concept backend =
+concept backend_memory =
     std::copyable<B> &&
-    requires(const B& b, std::size_t n, float s, std::uint64_t key, const float* host_in, float* host_out,
-             pointer_t<B, float> p, pointer_t<B, const float> cp, pointer_t<B, std::uint32_t> ip,
-             pointer_t<B, const std::uint32_t> cip) {
+    requires(const B& b, std::size_t n, const float* host_in, float* host_out, pointer_t<B, float> p,
+             pointer_t<B, const float> cp) {
       { B::name } -> std::convertible_to<const char*>;
-      // memory
+      { B::device } -> std::convertible_to<device_kind>;
+      requires B::device != device_kind::gpu || requires {
+        B(0);
+        { B::device_count() } -> std::convertible_to<int>;
+      };
       { b.template allocate<float>(n) } -> std::same_as<buffer_t<B, float>>;
       { b.template allocate<std::uint32_t>(n) } -> std::same_as<buffer_t<B, std::uint32_t>>;
       { std::as_const(std::declval<buffer_t<B, float>&>()).data() } -> std::convertible_to<pointer_t<B, float>>;
@@ -173,55 +191,112 @@ concept backend =
       b.upload(n, host_in, p);
       b.download(n, cp, host_out);
       b.synchronize();
-      // BLAS-like
-      b.fill(n, s, p);
-      b.copy(n, cp, p);
-      b.copy_columns(n, n, cp, n, p, n);
-      b.axpy(n, s, cp, p);
-      b.multiply(n, cp, cp, p);
-      b.gemm(transpose::no, transpose::yes, n, n, n, s, cp, n, cp, n, s, p, n);
-      b.broadcast_rows(n, n, cp, p);
-      b.column_sums(n, n, cp, p);
-      b.sum(n, cp, p);
-      // layers
-      b.template activation_forward<activation_kind::relu>(n, n, p);
-      b.template activation_backward<activation_kind::relu>(n, n, cp, cp, p);
-      { b.template conv2d_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
-      { b.template conv2d_backward_workspace<detail::probe_window>(n, true) } -> std::convertible_to<std::size_t>;
-      b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
-      b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p);
-      b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);
-      b.template max_pooling2d_backward<detail::probe_window>(n, cp, cip, p);
-      b.template average_pooling2d_forward<detail::probe_window>(n, cp, p);
-      b.template average_pooling2d_backward<detail::probe_window>(n, cp, p);
-      b.template zero_padding2d_forward<detail::probe_window>(n, cp, p);
-      b.template zero_padding2d_backward<detail::probe_window>(n, cp, p);
-      b.leaky_relu_forward(n, s, cp, p);
-      b.leaky_relu_backward(n, s, cp, cp, p);
-      b.layer_normalization_forward(n, n, s, cp, cp, cp, p, p, p);
-      b.layer_normalization_backward(n, n, cp, cp, cp, cp, p);
-      b.squared_deviations(n, n, cp, cp, p);
-      b.moving_average(n, s, cp, p);
-      b.batch_normalization_forward(n, n, s, cp, cp, cp, cp, cp, p, p, p);
-      b.batch_normalization_backward(n, n, s, cp, cp, cp, cp, cp, p);
-      b.template depthwise_conv2d_forward<detail::probe_window>(n, cp, cp, cp, p);
-      b.template depthwise_conv2d_backward<detail::probe_window>(n, cp, cp, cp, p, p);
-      b.embedding_forward(n, n, n, cp, cp, p);
-      b.embedding_backward(n, n, cip, cip, cp, p);
-      b.dropout(n, s, key, cp, p, p);
-      b.l2(n, s, s, cp, p, p);
-      // losses, metrics, optimizer steps
-      b.loss(op::sparse_categorical_crossentropy{}, n, n, s, cp, cp, p, p);
-      b.loss(op::categorical_crossentropy{}, n, n, s, cp, cp, p, p);
-      b.loss(op::binary_crossentropy{}, n, n, s, cp, cp, p, p);
-      b.loss(op::mean_squared_error{}, n, n, s, cp, cp, p, p);
-      b.metric(op::sparse_categorical_accuracy{}, n, n, cp, cp, p);
-      b.metric(op::categorical_accuracy{}, n, n, cp, cp, p);
-      b.metric(op::binary_accuracy{}, n, n, cp, cp, p);
-      b.update(op::sgd{}, n, cp, p, p);
-      b.update(op::adam{}, n, cp, p, p);
-      b.update(op::rmsprop{}, n, cp, p, p);
     };
+
+/// BLAS-like kernels: what a model's own step and every dense layer run.
+template <class B>
+concept blas_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, pointer_t<B, float> p,
+                                                     pointer_t<B, const float> cp) {
+  b.fill(n, s, p);
+  b.copy(n, cp, p);
+  b.copy_columns(n, n, cp, n, p, n);
+  b.axpy(n, s, cp, p);
+  b.multiply(n, cp, cp, p);
+  b.gemm(transpose::no, transpose::yes, n, n, n, s, cp, n, cp, n, s, p, n);
+  b.broadcast_rows(n, n, cp, p);
+  b.column_sums(n, n, cp, p);
+  b.sum(n, cp, p);
+};
+
+/// Elementwise activations (in place) and leaky_relu.
+template <class B>
+concept activation_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, pointer_t<B, float> p,
+                                                           pointer_t<B, const float> cp) {
+  b.template activation_forward<activation_kind::relu>(n, n, p);
+  b.template activation_backward<activation_kind::relu>(n, n, cp, cp, p);
+  b.leaky_relu_forward(n, s, cp, p);
+  b.leaky_relu_backward(n, s, cp, cp, p);
+};
+
+/// Sliding windows over images: conv2d (with its workspaces), depthwise conv2d, pooling, zero padding.
+template <class B>
+concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n, pointer_t<B, float> p,
+                                                       pointer_t<B, const float> cp, pointer_t<B, std::uint32_t> ip,
+                                                       pointer_t<B, const std::uint32_t> cip) {
+  { b.template conv2d_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
+  { b.template conv2d_backward_workspace<detail::probe_window>(n, true) } -> std::convertible_to<std::size_t>;
+  b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
+  b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p);
+  b.template depthwise_conv2d_forward<detail::probe_window>(n, cp, cp, cp, p);
+  b.template depthwise_conv2d_backward<detail::probe_window>(n, cp, cp, cp, p, p);
+  b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);
+  b.template max_pooling2d_backward<detail::probe_window>(n, cp, cip, p);
+  b.template average_pooling2d_forward<detail::probe_window>(n, cp, p);
+  b.template average_pooling2d_backward<detail::probe_window>(n, cp, p);
+  b.template zero_padding2d_forward<detail::probe_window>(n, cp, p);
+  b.template zero_padding2d_backward<detail::probe_window>(n, cp, p);
+};
+
+/// Layer and batch normalization, and the batch statistics' helpers.
+template <class B>
+concept normalization_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, pointer_t<B, float> p,
+                                                              pointer_t<B, const float> cp) {
+  b.layer_normalization_forward(n, n, s, cp, cp, cp, p, p, p);
+  b.layer_normalization_backward(n, n, cp, cp, cp, cp, p);
+  b.squared_deviations(n, n, cp, cp, p);
+  b.moving_average(n, s, cp, p);
+  b.batch_normalization_forward(n, n, s, cp, cp, cp, cp, cp, p, p, p);
+  b.batch_normalization_backward(n, n, s, cp, cp, cp, cp, cp, p);
+};
+
+/// Table lookups by index (embedding) and their gradient's scatter.
+template <class B>
+concept embedding_kernels = backend_memory<B> && requires(const B& b, std::size_t n, pointer_t<B, float> p,
+                                                          pointer_t<B, const float> cp,
+                                                          pointer_t<B, const std::uint32_t> cip) {
+  b.embedding_forward(n, n, n, cp, cp, p);
+  b.embedding_backward(n, n, cip, cip, cp, p);
+};
+
+/// Keras' regularization: dropout's mask and the l2 penalty.
+template <class B>
+concept regularization_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, std::uint64_t key,
+                                                               pointer_t<B, float> p, pointer_t<B, const float> cp) {
+  b.dropout(n, s, key, cp, p, p);
+  b.l2(n, s, s, cp, p, p);
+};
+
+/// The losses and metrics `compile()` chooses (the `op::` values above).
+template <class B>
+concept loss_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, pointer_t<B, float> p,
+                                                     pointer_t<B, const float> cp) {
+  b.loss(op::sparse_categorical_crossentropy{}, n, n, s, cp, cp, p, p);
+  b.loss(op::categorical_crossentropy{}, n, n, s, cp, cp, p, p);
+  b.loss(op::binary_crossentropy{}, n, n, s, cp, cp, p, p);
+  b.loss(op::mean_squared_error{}, n, n, s, cp, cp, p, p);
+  b.metric(op::sparse_categorical_accuracy{}, n, n, cp, cp, p);
+  b.metric(op::categorical_accuracy{}, n, n, cp, cp, p);
+  b.metric(op::binary_accuracy{}, n, n, cp, cp, p);
+};
+
+/// The optimizers' steps.
+template <class B>
+concept update_kernels = backend_memory<B> && requires(const B& b, std::size_t n, pointer_t<B, float> p,
+                                                       pointer_t<B, const float> cp) {
+  b.update(op::sgd{}, n, cp, p, p);
+  b.update(op::adam{}, n, cp, p, p);
+  b.update(op::rmsprop{}, n, cp, p, p);
+};
+
+/// What a model needs of its backend for itself (its layers ask for their own families): memory, the
+/// BLAS-like kernels, losses and metrics, and the optimizer steps.
+template <class B>
+concept model_backend = blas_kernels<B> && loss_kernels<B> && update_kernels<B>;
+
+/// A complete backend: every family (cpu, cuda and opaque are).
+template <class B>
+concept backend = model_backend<B> && activation_kernels<B> && window_kernels<B> && normalization_kernels<B> &&
+                  embedding_kernels<B> && regularization_kernels<B>;
 
 /// Whether B's memory is host memory (its pointers are plain pointers): host code may then read and
 /// write it, and the model passes host arrays to its kernels without copying them.

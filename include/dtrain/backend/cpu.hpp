@@ -28,6 +28,7 @@ namespace dtrain {
 
 struct cpu {
   static constexpr const char* name = "cpu";
+  static constexpr device_kind device = device_kind::cpu;
 
   template <class T>
   using pointer = T*;

@@ -28,6 +28,7 @@ class opaque {
 
  public:
   static constexpr const char* name = "opaque";
+  static constexpr device_kind device = device_kind::cpu;
 
   /// An element of an allocation: no `*`, `[]` or conversion to a host pointer.
   template <class T>

@@ -68,7 +68,7 @@ class mirrored_strategy final : public replica_context, public local_replicas {
   static_assert(!backend<CrossDeviceOps>,
                 "mirrored_strategy<CrossDeviceOps, B>: the first argument is how gradients are summed (comm::threads, "
                 "comm::nccl), the backend comes second: mirrored_strategy<comm::threads, cuda>");
-  static_assert(backend<B>, "mirrored_strategy<CrossDeviceOps, B>: B must be a backend (dtrain::cpu, dtrain::cuda)");
+  static_assert(model_backend<B>, "mirrored_strategy<CrossDeviceOps, B>: B must be a backend (dtrain::cpu, dtrain::cuda)");
   static constexpr bool device_ops = detail::local_device_ops<CrossDeviceOps, B>;
   static_assert(std::is_same_v<CrossDeviceOps, comm::threads> || device_ops,
                 "mirrored_strategy<CrossDeviceOps, B>: CrossDeviceOps is comm::threads, or a communicator of B's "
@@ -293,15 +293,13 @@ class mirrored_strategy final : public replica_context, public local_replicas {
   };
 
   static std::vector<std::string> default_devices() {
-    if constexpr (requires { B::device_count(); }) {
+    if constexpr (B::device == device_kind::gpu) {
       std::vector<std::string> d;
       for (int i = 0; i < B::device_count(); ++i) d.push_back("/gpu:" + std::to_string(i));
       if (d.empty())
         throw config_error("mirrored_strategy on " + std::string(B::name) + ": no CUDA device (no GPU or no driver on "
                            "this machine)");
       return d;
-    } else if constexpr (std::is_constructible_v<B, int>) {
-      return {"/gpu:0"};
     } else {
       return {"/cpu:0"};
     }

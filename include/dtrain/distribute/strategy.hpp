@@ -97,7 +97,7 @@ struct step_archetype {
 template <class S>
 concept strategy = requires(S& s, const S& cs, data::any_dataset<data::example> d) {
   typename S::backend_type;
-  requires backend<typename S::backend_type>;
+  requires model_backend<typename S::backend_type>;
   { cs.num_replicas_in_sync() } -> std::convertible_to<int>;
   { cs.is_chief() } -> std::convertible_to<bool>;
   { cs.cluster_resolver() } -> std::same_as<task_info>;
@@ -215,10 +215,10 @@ inline std::optional<int> cpu_index(const std::string& d) { return device_index(
 /// The backend object for the TF device name `name`, for strategy `who`: a GPU by index for a GPU
 /// backend; for the cpu backend "/cpu:0", or with `logical_cpus` any "/cpu:N" (TF's logical CPU
 /// devices, each a replica thread). Errors say which backend type a name needs.
-template <backend B>
+template <backend_memory B>
 B device_for(const std::string& name, const std::string& who, bool logical_cpus = false) {
   const auto gpu = gpu_index(name);
-  if constexpr (std::is_constructible_v<B, int>) {
+  if constexpr (B::device == device_kind::gpu) {
     if (!gpu)
       throw config_error(who + "<" + std::string(B::name) + ">: '" + name +
                          "' is not a GPU device name (use \"/gpu:N\"; the CPU is " + who + "<>)");
@@ -243,9 +243,9 @@ B device_for(const std::string& name, const std::string& who, bool logical_cpus 
 /// process sees (so workers sharing a host take a GPU each; with more workers than GPUs they share them
 /// round-robin, which NCCL refuses: use the TCP ring then); one visible GPU (a launcher pinned
 /// CUDA_VISIBLE_DEVICES) is that one. On the cpu backend, the cpu.
-template <backend B>
+template <backend_memory B>
 B device_for_local_rank(const cluster_info& c) {
-  if constexpr (std::is_constructible_v<B, int> && requires { B::device_count(); }) {
+  if constexpr (B::device == device_kind::gpu) {
     const int n = B::device_count();
     return B(n > 1 ? c.local_rank % n : 0);
   } else {
@@ -258,11 +258,11 @@ B device_for_local_rank(const cluster_info& c) {
 /// default) the device is "/cpu:0"; on a GPU backend, `one_device_strategy<cuda>("/gpu:1")`, it is a
 /// GPU by TF's names ("/gpu:N", "/device:GPU:N"). A backend is a compile-time choice in dtrain, so a
 /// GPU name given to the cpu strategy is an error that says which type to use.
-template <backend B = cpu>
+template <model_backend B = cpu>
 class one_device_strategy : public default_strategy {
  public:
   using backend_type = B;
-  explicit one_device_strategy(std::string device = std::is_constructible_v<B, int> ? "/gpu:0" : "/cpu:0")
+  explicit one_device_strategy(std::string device = B::device == device_kind::gpu ? "/gpu:0" : "/cpu:0")
       : name_(std::move(device)), device_(detail::device_for<B>(name_, "one_device_strategy")) {}
   const std::string& device() const { return name_; }
 

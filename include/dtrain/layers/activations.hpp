@@ -19,6 +19,7 @@ namespace detail {
 /// The standalone-layer form of an activation policy `A`.
 template <class A, class In, class B>
 struct activation_layer : no_params {
+  static_assert(activation_kernels<B>, "activation: the backend lacks the activation kernels (activation_kernels)");
   using input_shape = In;
   using output_shape = In;
   using ptr = pointer_t<B, float>;
@@ -108,6 +109,7 @@ struct leaky_relu {
 
   template <class In, class B>
   struct bind : detail::no_params {
+    static_assert(activation_kernels<B>, "leaky_relu: the backend lacks the activation kernels (activation_kernels)");
     using input_shape = In;
     using output_shape = In;
     using ptr = pointer_t<B, float>;

@@ -105,7 +105,7 @@ using bind_t = typename L::template bind<In, B>;
 
 /// Satisfied by a bound layer that keeps the contract above on backend B.
 template <class L, class B>
-concept layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
+concept layer = backend_memory<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
                                        pointer_t<B, const float> cx, pointer_t<B, float> x, std::size_t n, float scale) {
   requires static_shape<typename L::input_shape>;
   requires static_shape<typename L::output_shape>;
@@ -123,7 +123,7 @@ concept layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx,
 /// - `forward(ctx, xs, y, n, params)` with `xs` a `std::array` of `arity` input pointers;
 /// - `backward(ctx, xs, y, dy, dxs, n, params, grads)` writing each non-null `dxs[i]`.
 template <class L, class B>
-concept merge_layer = backend<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
+concept merge_layer = backend_memory<B> && requires(L& l, const L& cl, layer_context<B>& ctx, rng& r, std::span<float> host,
                                              const std::array<pointer_t<B, const float>, L::arity>& xs,
                                              const std::array<pointer_t<B, float>, L::arity>& dxs,
                                              pointer_t<B, const float> cx, pointer_t<B, float> x, std::size_t n,

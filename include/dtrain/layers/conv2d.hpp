@@ -28,6 +28,7 @@ struct conv2d {
 
   template <class In, class B>
   struct bind {
+    static_assert(window_kernels<B>, "conv2d: the backend lacks the window kernels (window_kernels)");
     using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, Kernel, stride_type, padding_type>;
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;

@@ -22,6 +22,7 @@ struct dense {
 
   template <class In, class B>
   struct bind {
+    static_assert(activation_kernels<B>, "dense: the backend lacks the activation kernels (activation_kernels)");
     static_assert(In::rank >= 1, "dense: the input needs at least one axis");
     using input_shape = In;
     using output_shape = typename detail::replace_last<In, Units>::type;

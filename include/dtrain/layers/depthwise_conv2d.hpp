@@ -54,6 +54,8 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
 
   template <class In, class B>
   struct bind {
+    static_assert(window_kernels<B> && activation_kernels<B>,
+                  "depthwise_conv2d: the backend lacks the window or activation kernels (window_kernels, activation_kernels)");
     using geo = typename base::template geometry<In, detail::window_layer::depthwise_conv2d>;
     static constexpr std::size_t f = geo::c * base::multiplier;
     using input_shape = In;
@@ -103,6 +105,8 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
 
   template <class In, class B>
   struct bind {
+    static_assert(window_kernels<B> && activation_kernels<B>,
+                  "separable_conv2d: the backend lacks the window or activation kernels (window_kernels, activation_kernels)");
     using geo = typename base::template geometry<In, detail::window_layer::separable_conv2d>;
     static constexpr std::size_t mid = geo::c * base::multiplier;  // the depthwise part's channels
     using input_shape = In;

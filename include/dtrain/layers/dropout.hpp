@@ -15,6 +15,7 @@ struct dropout {
 
   template <class In, class B>
   struct bind : detail::no_params {
+    static_assert(regularization_kernels<B>, "dropout: the backend lacks the regularization kernels (regularization_kernels)");
     using input_shape = In;
     using output_shape = In;
     using ptr = pointer_t<B, float>;

@@ -38,6 +38,7 @@ struct embedding {
 
   template <class In, class B>
   struct bind {
+    static_assert(embedding_kernels<B>, "embedding: the backend lacks the embedding kernels (embedding_kernels)");
     using input_shape = In;
     using output_shape = typename detail::append_dim<In, OutputDim>::type;
     using ptr = pointer_t<B, float>;

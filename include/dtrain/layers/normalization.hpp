@@ -28,6 +28,7 @@ struct layer_normalization {
 
   template <class In, class B>
   struct bind {
+    static_assert(normalization_kernels<B>, "layer_normalization: the backend lacks the normalization kernels (normalization_kernels)");
     static_assert(In::rank >= 1, "layer_normalization: the input needs at least one axis");
     using input_shape = In;
     using output_shape = In;
@@ -84,6 +85,7 @@ struct batch_normalization {
 
   template <class In, class B>
   struct bind {
+    static_assert(normalization_kernels<B>, "batch_normalization: the backend lacks the normalization kernels (normalization_kernels)");
     static_assert(In::rank >= 1, "batch_normalization: the input needs at least one axis");
     using input_shape = In;
     using output_shape = In;

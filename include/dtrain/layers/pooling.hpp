@@ -22,6 +22,7 @@ namespace detail {
 /// pooling's argmax (input index within the sample of each output's maximum) kept for backward.
 template <bool Max, window_geometry G, class In, class Out, class B>
 struct pooling_layer : no_params {
+  static_assert(window_kernels<B>, "pooling: the backend lacks the window kernels (window_kernels)");
   using input_shape = In;
   using output_shape = Out;
   using ptr = pointer_t<B, float>;

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "dtrain/backend/backend.hpp"
+
 namespace dtrain {
 
 /// No penalty (the default).
@@ -30,6 +32,7 @@ struct l2 {
   static constexpr float factor = Factor;
   template <class B, class C, class P>
   static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
+    static_assert(regularization_kernels<B>, "l2: the backend lacks the regularization kernels (regularization_kernels)");
     device.l2(n, Factor, scale, w, g, penalty);
   }
 };

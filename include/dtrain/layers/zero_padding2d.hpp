@@ -25,6 +25,7 @@ struct zero_padding2d {
 
   template <class In, class B>
   struct bind : detail::no_params {
+    static_assert(window_kernels<B>, "zero_padding2d: the backend lacks the window kernels (window_kernels)");
     static_assert(In::rank == 3, "zero_padding2d: the input must be (height, width, channels)");
     static constexpr std::size_t h = In::dims[0], w = In::dims[1], c = In::dims[2];
     static constexpr std::size_t oh = h + pads[0] + pads[1], ow = w + pads[2] + pads[3];

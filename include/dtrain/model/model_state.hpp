@@ -52,7 +52,7 @@ struct layer_info {
 
 template <class B, class Graph>
 class model_state {
-  static_assert(backend<B>, "model: the first template argument must be a backend (dtrain::cpu)");
+  static_assert(model_backend<B>, "model: the first template argument must be a backend (dtrain::cpu) with the BLAS-like, loss and update kernels (model_backend)");
 
  protected:
   using ptr = pointer_t<B, float>;

@@ -60,6 +60,7 @@ class basic_cuda {
 
  public:
   static constexpr const char* name = Runtime::name;
+  static constexpr device_kind device = device_kind::gpu;
 
   template <class T>
   using pointer = cuda_detail::device_pointer<T>;
