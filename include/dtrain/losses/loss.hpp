@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtrain/backend/cpu.hpp"
+#include "dtrain/backend/cpu/losses.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/view.hpp"
@@ -58,7 +58,7 @@ template <loss_function L>
 void host_per_example(const L& l, batch_view t, batch_view p, float* losses, float* d, float scale) {
   if constexpr (kernel_loss<L>) {
     l.validate(t, p);
-    std::visit([&](const auto& o) { cpu{}.loss(o, loss_rows(p), p.last(), scale, t.data, p.data, losses, d); },
+    std::visit([&](const auto& o) { loss_kernel(o, loss_rows(p), p.last(), scale, t.data, p.data, losses, d); },
                loss_op(l.kernel()));
   } else {
     l.per_example(t, p, losses, d, scale);

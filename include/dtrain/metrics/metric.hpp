@@ -20,7 +20,7 @@
 #include <string>
 #include <utility>
 
-#include "dtrain/backend/cpu.hpp"
+#include "dtrain/backend/cpu/losses.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/replica_group.hpp"
 #include "dtrain/core/tensor.hpp"
@@ -163,9 +163,9 @@ class any_metric {
     }
     metric_update update(batch_view t, batch_view p) override {
       if constexpr (kernel_metric<M>) {
-        float total = 0.0f;
-        std::visit([&](const auto& o) { cpu{}.metric(o, std::size_t(detail::metric_rows(p)), p.last(), t.data, p.data, &total); },
-                   metric_op(m_.kernel(t, p)));
+        const float total = std::visit(
+            [&](const auto& o) { return detail::metric_kernel(o, std::size_t(detail::metric_rows(p)), p.last(), t.data, p.data); },
+            metric_op(m_.kernel(t, p)));
         return {total, detail::metric_rows(p)};
       } else {
         return m_.update(t, p);

@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/backend/cpu.hpp"
+#include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu/updates.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/replica_group.hpp"
 #include "dtrain/optimizers/schedules.hpp"
@@ -59,7 +60,7 @@ class optimizer_slots {
     host_ = std::move(v);
   }
   /// The `n` values on backend `b`, made there (from the restored values, else zeros) when they are not.
-  template <backend B>
+  template <blas_kernels B>
   pointer_t<B, float> on(const B& b, std::size_t n) {
     if (auto* s = dynamic_cast<store_on<B>*>(store_.get()); s && s->size() == n) return s->data();
     std::vector<float> init = values();
@@ -70,6 +71,16 @@ class optimizer_slots {
     store_ = std::move(s);
     host_.clear();
     return data;
+  }
+  /// The `n` values in host memory (the host path's), brought back from a backend, or made from the
+  /// restored values, else zeros, when they are not there.
+  float* host(std::size_t n) {
+    if (store_) {
+      host_ = store_->values();
+      store_.reset();
+    }
+    if (host_.size() != n) host_.assign(n, 0.0f);  // nothing restored (begin_step has checked): zeros
+    return host_.data();
   }
 
  private:
@@ -122,14 +133,21 @@ namespace detail {
 template <class O>
 class gradient_steps {
  public:
-  /// One step over a whole parameter buffer in host memory (the cpu backend)...
+  /// One step over a whole parameter buffer in host memory, with the host's update kernels...
   void apply_gradients(std::span<const float> grads, std::span<float> params) {
-    apply(cpu{}, grads.size(), grads.data(), params.size(), params.data());
+    const std::size_t n = params.size();
+    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots) {
+      update_kernel(step, n, grads.data(), slots.host(slot_count(step) * n), params.data());
+    });
   }
-  /// ...or in a backend's memory (a model's `gradients()` and `parameters()`).
-  template <class G, backend B>
+  /// ...or in a backend's memory (a model's `gradients()` and `parameters()`), with its own.
+  template <class G, update_kernels B>
   void apply_gradients(device_span<G, B> grads, device_span<float, B> params) {
-    apply(params.device(), grads.size(), grads.data(), params.size(), params.data());
+    const B& b = params.device();
+    const std::size_t n = params.size();
+    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots) {
+      b.update(step, n, grads.data(), slots.on(b, slot_count(step) * n), params.data());
+    });
   }
   /// Marks an optimizer that one replica alone steps (what a model does with its compiled one).
   void set_replica_owned() { replica_owned_ = true; }
@@ -139,16 +157,16 @@ class gradient_steps {
   void variables_replaced() { replica_copies_.clear(); }
 
  private:
-  template <class B>
-  void apply(const B& b, std::size_t ng, pointer_t<B, const float> g, std::size_t n, pointer_t<B, float> p) {
+  /// Checks the sizes, picks the variables this replica steps, and runs `update(step, slots)`.
+  template <class Update>
+  void apply(std::size_t ng, std::size_t n, Update update) {
     O& self = static_cast<O&>(*this);
     if (ng != n)
       throw shape_error(self.name() + ".apply_gradients: " + std::to_string(ng) + " gradients for " +
                         std::to_string(n) + " parameters");
     if (current_local_replica() < 0) replica_copies_.clear();  // a step outside a run: the copies fall behind
     optimizer_variables& v = replica_owned_ ? self.variables() : replica_copies_.get(self.variables(), copy_of);
-    std::visit([&](const auto& step) { b.update(step, n, g, v.slots.on(b, slot_count(step) * n), p); },
-               optimizer_op(self.begin_step(n, v)));
+    std::visit([&](const auto& step) { update(step, v.slots); }, optimizer_op(self.begin_step(n, v)));
   }
 
   static optimizer_variables copy_of(const optimizer_variables& own) {
