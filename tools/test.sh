@@ -13,8 +13,8 @@ set -u
 cd "$(dirname "$0")/.."
 tools/install-deps.sh --test || exit 1
 
-# budgets in seconds (2 cores, cold ccache; a fresh clone on an AMD EPYC Zen 4 took 1145, 390 and 191)
-budget_release=1200
+# budgets in seconds (2 cores, cold ccache; a fresh clone on an AMD EPYC Zen 4 took 880, 373 and 177)
+budget_release=1000
 budget_asan=420
 budget_tsan=240
 
