@@ -2,7 +2,7 @@
 /// \file
 /// The cpu backend's activation kernels, in place on `rows` rows of `cols` values (softmax works along
 /// each row). Backward turns d loss / d output into d loss / d input, given the input `z` (read by gelu
-/// only) and the output `y`.
+/// only) and the output `y`; and leaky_relu.
 
 #include <algorithm>
 #include <cmath>
@@ -63,5 +63,25 @@ void activation_backward(std::size_t rows, std::size_t cols, const float* z, con
     }
   }
 }
+
+/// The cpu backend's activation family (`activation_kernels`).
+struct cpu_activation_kernels {
+  template <activation_kind A>
+  void activation_forward(std::size_t rows, std::size_t cols, float* v) const {
+    detail::activation_forward<A>(rows, cols, v);
+  }
+  template <activation_kind A>
+  void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) const {
+    detail::activation_backward<A>(rows, cols, z, y, d);
+  }
+  /// y = x where x > 0, else slope x (TF's LeakyRelu).
+  void leaky_relu_forward(std::size_t n, float slope, const float* x, float* y) const {
+    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+  }
+  /// dx = dy where x > 0, else slope dy (TF's LeakyReluGrad; dx may be dy).
+  void leaky_relu_backward(std::size_t n, float slope, const float* x, const float* dy, float* dx) const {
+    for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : slope * dy[i];
+  }
+};
 
 }  // namespace dtrain::detail

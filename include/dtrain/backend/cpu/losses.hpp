@@ -136,4 +136,19 @@ inline float metric_kernel(op::binary_accuracy o, std::size_t rows, std::size_t 
   return static_cast<float>(hits / static_cast<double>(c));
 }
 
+/// The cpu backend's loss and metric family (`loss_kernels`).
+struct cpu_loss_kernels {
+  template <class Op>
+  void loss(const Op& o, std::size_t rows, std::size_t cols, float scale, const float* y_true, const float* y_pred,
+            float* losses, float* d) const {
+    detail::loss_kernel(o, rows, cols, scale, y_true, y_pred, losses, d);
+  }
+  /// out[0] = the batch's metric total (correct rows; binary accuracy: correct values / cols).
+  template <class Op>
+  void metric(const Op& o, std::size_t rows, std::size_t cols, const float* y_true, const float* y_pred,
+              float* out) const {
+    *out = detail::metric_kernel(o, rows, cols, y_true, y_pred);
+  }
+};
+
 }  // namespace dtrain::detail

@@ -103,4 +103,12 @@ inline void update_kernel(const op::rmsprop& o, std::size_t n, const float* g, f
   else with.template operator()<false, false>();
 }
 
+/// The cpu backend's optimizer steps (`update_kernels`).
+struct cpu_update_kernels {
+  template <class Op>
+  void update(const Op& o, std::size_t n, const float* g, float* slots, float* p) const {
+    detail::update_kernel(o, n, g, slots, p);
+  }
+};
+
 }  // namespace dtrain::detail

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The cpu backend's sliding-window kernels: conv2d as im2col + GEMM in blocks of output rows that stay
-/// in cache (spread over the thread budget), and max / average pooling.
+/// in cache (spread over the thread budget), max / average pooling, zero padding and depthwise conv2d.
 
 #include <algorithm>
 #include <cstddef>
@@ -195,6 +195,136 @@ struct pooling_kernels {
         }
       }
     });
+  }
+};
+
+/// Zero padding (window G: kh = kw = 1): y (oh x ow x c) is zero but for the input, placed at row pt,
+/// column pl; backward crops the input's place out of dy.
+template <window_geometry G>
+struct zero_padding2d_kernels {
+  static void forward(std::size_t n, const float* x, float* y) {
+    std::fill_n(y, n * G.out_size(), 0.0f);
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t iy = 0; iy < G.h; ++iy) std::copy_n(x + (s * G.h + iy) * G.w * G.c, G.w * G.c, y + row(s, iy));
+  }
+  static void backward(std::size_t n, const float* dy, float* dx) {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t iy = 0; iy < G.h; ++iy) std::copy_n(dy + row(s, iy), G.w * G.c, dx + (s * G.h + iy) * G.w * G.c);
+  }
+  /// Where input row iy of sample s starts in the output.
+  static constexpr std::size_t row(std::size_t s, std::size_t iy) { return ((s * G.oh + iy + G.pt) * G.ow + G.pl) * G.c; }
+};
+
+/// Depthwise convolution, window G with f = c m outputs (m per channel), zero padding:
+/// y[s][oy][ox][ch m + j] = b[ch m + j] (0 without b) + the sum over the window's taps inside the input,
+/// row by row, of x[s][iy][ix][ch] w[ky][kx][ch][j]. Backward: gw (the kernel's gradient, w's layout;
+/// summed over samples and pixels in order) and, when not null, dx.
+template <window_geometry G>
+struct depthwise_conv2d_kernels {
+  static constexpr std::size_t m = G.f / G.c;
+  static constexpr std::size_t npos = std::size_t(-1);
+
+  static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y) {
+    for_each_tap(n, [&](std::size_t out, std::size_t in, std::size_t tap, bool first) {
+      for (std::size_t ch = 0; ch < G.c; ++ch)
+        for (std::size_t j = 0; j < m; ++j) {
+          float& o = y[out + ch * m + j];
+          if (first) o = b ? b[ch * m + j] : 0.0f;
+          if (in != npos) o += x[in + ch] * w[tap + ch * m + j];
+        }
+    });
+  }
+  static void backward(std::size_t n, const float* x, const float* w, const float* dy, float* gw, float* dx) {
+    std::fill_n(gw, G.kh * G.kw * G.f, 0.0f);
+    if (dx) std::fill_n(dx, n * G.in_size(), 0.0f);
+    for_each_tap(n, [&](std::size_t out, std::size_t in, std::size_t tap, bool) {
+      if (in == npos) return;
+      for (std::size_t ch = 0; ch < G.c; ++ch)
+        for (std::size_t j = 0; j < m; ++j) {
+          const float d = dy[out + ch * m + j];
+          gw[tap + ch * m + j] += x[in + ch] * d;
+          if (dx) dx[in + ch] += w[tap + ch * m + j] * d;
+        }
+    });
+  }
+  /// Calls f(output pixel offset, input pixel offset or npos (padding), tap offset in w, first tap) for
+  /// every tap of every output pixel, taps in the kernel's row-major order.
+  template <class F>
+  static void for_each_tap(std::size_t n, F&& f) {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t oy = 0; oy < G.oh; ++oy)
+        for (std::size_t ox = 0; ox < G.ow; ++ox) {
+          const std::size_t out = ((s * G.oh + oy) * G.ow + ox) * G.f;
+          for (std::size_t ky = 0; ky < G.kh; ++ky)
+            for (std::size_t kx = 0; kx < G.kw; ++kx) {
+              const std::ptrdiff_t iy = std::ptrdiff_t(oy * G.sh + ky) - std::ptrdiff_t(G.pt);
+              const std::ptrdiff_t ix = std::ptrdiff_t(ox * G.sw + kx) - std::ptrdiff_t(G.pl);
+              const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(G.h) && ix < std::ptrdiff_t(G.w);
+              f(out, inside ? ((s * G.h + std::size_t(iy)) * G.w + std::size_t(ix)) * G.c : npos,
+                (ky * G.kw + kx) * G.f, ky == 0 && kx == 0);
+            }
+        }
+  }
+};
+
+/// The cpu backend's window family (`window_kernels`).
+struct cpu_window_kernels {
+  /// Floats of workspace a conv2d of window G needs for a batch of n: forward's (what it leaves there,
+  /// backward reads: the im2col rows) and backward's own (scratch; larger with an input gradient).
+  template <window_geometry G>
+  std::size_t conv2d_workspace(std::size_t n) const {
+    return detail::conv2d_kernels<G, activation_kind::linear>::workspace(n);
+  }
+  template <window_geometry G>
+  std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
+    return detail::conv2d_kernels<G, activation_kind::linear>::backward_workspace(n, input_gradient);
+  }
+  /// y = A(conv(x, w) + b) for n samples; z = the pre-activation when A needs it (else null).
+  template <window_geometry G, activation_kind A>
+  void conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                      float* work) const {
+    detail::conv2d_kernels<G, A>::forward(n, x, w, b, y, z, work);
+  }
+  /// From d loss / d y (`dy`, overwritten): the kernel and bias gradients into `g` and, when `dx` is not
+  /// null, d loss / d x. `work` is what the last forward left; `scratch` is backward's workspace.
+  template <window_geometry G, activation_kind A>
+  void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
+                       float* scratch, float* g, float* dx) const {
+    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, g, dx);
+  }
+  template <window_geometry G>
+  void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {
+    detail::pooling_kernels<G, true>::forward(n, x, y, argmax);
+  }
+  template <window_geometry G>
+  void max_pooling2d_backward(std::size_t n, const float* dy, const std::uint32_t* argmax, float* dx) const {
+    detail::pooling_kernels<G, true>::backward(n, dy, argmax, dx);
+  }
+  template <window_geometry G>
+  void average_pooling2d_forward(std::size_t n, const float* x, float* y) const {
+    detail::pooling_kernels<G, false>::forward(n, x, y, nullptr);
+  }
+  template <window_geometry G>
+  void average_pooling2d_backward(std::size_t n, const float* dy, float* dx) const {
+    detail::pooling_kernels<G, false>::backward(n, dy, nullptr, dx);
+  }
+
+  template <window_geometry G>
+  void zero_padding2d_forward(std::size_t n, const float* x, float* y) const {
+    detail::zero_padding2d_kernels<G>::forward(n, x, y);
+  }
+  template <window_geometry G>
+  void zero_padding2d_backward(std::size_t n, const float* dy, float* dx) const {
+    detail::zero_padding2d_kernels<G>::backward(n, dy, dx);
+  }
+  template <window_geometry G>
+  void depthwise_conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y) const {
+    detail::depthwise_conv2d_kernels<G>::forward(n, x, w, b, y);
+  }
+  template <window_geometry G>
+  void depthwise_conv2d_backward(std::size_t n, const float* x, const float* w, const float* dy, float* gw,
+                                 float* dx) const {
+    detail::depthwise_conv2d_kernels<G>::backward(n, x, w, dy, gw, dx);
   }
 };
 
