@@ -111,7 +111,6 @@ struct cpu : detail::cpu_activation_kernels,
     for (std::size_t i = 0; i < n; ++i) s += x[i];
     *out = static_cast<float>(s);
   }
-
 };
 
 static_assert(backend<cpu>);
