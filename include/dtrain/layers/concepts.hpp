@@ -19,7 +19,9 @@
 ///   `dy` is scratch and may be overwritten; the call follows a `forward` with the same `n`;
 /// - `regularization(ctx, params, grads, scale, penalty)`: adds the layer's penalty (Keras `layer.losses`)
 ///   to `penalty[0]` and, when `grads` is not null, `scale` times its gradient to `grads`.
-/// Every access to memory goes through `ctx.device`; `backend/opaque.hpp` proves it at compile time.
+/// Every access to memory goes through `ctx.device`; `backend/opaque.hpp` proves it at compile time. A
+/// layer needs the backend's memory core (and the BLAS-like kernels every model has); it asserts any other
+/// kernel family it runs when it binds (`static_assert(window_kernels<B>, "conv2d: ...")`).
 /// Buffers a layer keeps between forward and backward grow to the largest batch seen and are reused:
 /// a layer allocates nothing on a training step once the batch size is stable.
 ///
