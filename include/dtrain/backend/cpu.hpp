@@ -24,7 +24,6 @@
 #include "dtrain/backend/cpu/regularization.hpp"
 #include "dtrain/backend/cpu/updates.hpp"
 #include "dtrain/backend/cpu/window.hpp"
-#include "dtrain/core/random.hpp"
 #include "dtrain/core/tensor.hpp"
 
 namespace dtrain {
