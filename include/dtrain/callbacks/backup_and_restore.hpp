@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -73,13 +74,16 @@ struct backup_finding {
     v.insert(v.end(), bytes.begin(), bytes.end());
     return v;
   }
-  static backup_finding decode(const std::vector<char>& v) {
+  /// Takes the message over: the backup's bytes stay in its buffer (a model-sized file is not copied).
+  static backup_finding decode(std::vector<char> v) {
     if (v.empty()) return {};
     const auto text_end = std::find(v.begin() + 1, v.end(), '\0');
     const auto tag = outcome(v[0]);
     if ((tag != outcome::restore && tag != outcome::unusable && tag != outcome::mismatch) || text_end == v.end())
       throw error("backup_and_restore: the chief's message about its backups is malformed");
-    return {tag, std::string(v.begin() + 1, text_end), std::vector<char>(text_end + 1, v.end())};
+    std::string text(v.begin() + 1, text_end);
+    v.erase(v.begin(), text_end + 1);
+    return {tag, std::move(text), std::move(v)};
   }
 };
 }  // namespace detail
@@ -108,7 +112,7 @@ class backup_and_restore : public callback {
         throw;
       }
     m.broadcast_from_chief(message);
-    const auto found = detail::backup_finding::decode(message);
+    const auto found = detail::backup_finding::decode(std::move(message));
     if (found.what == outcome::none) return;
     if (found.what == outcome::unusable) throw io_error(found.text);
     if (found.what == outcome::mismatch) throw config_error(found.text);
