@@ -118,6 +118,51 @@ BOOST_AUTO_TEST_CASE(batch_logs_are_the_global_running_values_on_every_worker) {
   }
 }
 
+/// The loopback ring, counting the blocking all-reduces each worker makes (the gradients' are asynchronous).
+struct counting_ring : comm::ring_tcp {
+  using comm::ring_tcp::ring_tcp;
+  static counting_ring connect(const cluster_info& c, const communication_options& o) {
+    return counting_ring(options_for(c, o));
+  }
+  void all_reduce(std::span<float> data, reduce_op op) {
+    ++blocking;
+    comm::ring_tcp::all_reduce(data, op);
+  }
+  int blocking = 0;
+};
+
+BOOST_AUTO_TEST_CASE(a_step_adds_one_flag_collective_to_its_gradients_the_logs_ride_with_them) {
+  // The global batch logs travel with the last gradient bucket; what is left is the stop/preemption
+  // agreement after the batch's callbacks: one small blocking all-reduce per step (plus a few per epoch).
+  // The logs stay the global running values (the test above).
+  constexpr int epochs = 2, steps = 4;  // 48 examples, global batch 12
+  for (int p : {2, 3}) {
+    std::vector<int> blocking(std::size_t(p), 0);
+    std::vector<std::vector<float>> losses(static_cast<std::size_t>(p));
+    auto [x, y] = dtrain_test::three_class_problem(48);
+    dtrain_test::on_workers<cpu, counting_ring>(p, [&](auto& s, int r) {
+      auto model = s.template make_model<net>(3);
+      model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                     .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+      const int before = s.communicator().blocking;
+      model.fit(data::from_tensor_slices(x, y) | data::batch(12),
+                {.epochs = epochs,
+                 .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs& l) {
+                   losses[std::size_t(r)].push_back(l["loss"]);
+                 }})},
+                 .verbose = 0});
+      blocking[std::size_t(r)] = s.communicator().blocking - before;
+    });
+    BOOST_TEST_CONTEXT("p = " << p) {
+      for (int r = 0; r < p; ++r) {
+        BOOST_TEST(blocking[std::size_t(r)] >= epochs * steps);
+        BOOST_TEST(blocking[std::size_t(r)] < 2 * epochs * steps);  // the logs cost none of their own
+        BOOST_TEST(losses[std::size_t(r)] == losses[0], tt::per_element());
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(model_checkpoint_in_every_mode_decides_alike_and_only_the_chief_writes) {
   // save_best_only with a numeric save_freq decides on batch logs: the chief's decision is everyone's
   // (the logs are the same on every worker now; the decision stays the chief's for any callback's sake)

@@ -79,7 +79,8 @@ class mirrored_model : private M {
   // ---- what needs no replica: replica 0's -------------------------------------------------------------
   using M::device, M::non_trainable_weights, M::count_params, M::get_weights, M::source_name, M::output_name;
   using M::layers, M::summary, M::compiled, M::loss, M::metrics, M::metric_outputs, M::losses, M::loss_weights;
-  using M::loss_tracker, M::output_loss_trackers, M::reset_metrics, M::metric_results, M::regularization_loss;
+  using M::loss_tracker, M::output_loss_trackers, M::reset_metrics, M::metric_results, M::worker_results,
+      M::regularization_loss;
   using M::replica, M::replicas, M::check_batch, M::layer, M::layer_parameters;
 
   // ---- what changes the replicas' shared state: copied to them before the next step -------------------

@@ -172,13 +172,16 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// The running loss and metric results (what a step returns) of this replica's states: `fit` and
   /// `evaluate` sum the replicas' states themselves.
   dtrain::logs metric_results() const {
-    dtrain::logs l;
-    l.set("loss", loss_tracker_.state().result());
-    for (const auto& t : output_loss_trackers_) l.set(t.name(), t.state().result());
-    for (std::size_t i = 0; i < metrics_.size(); ++i)
-      l.set((num_outputs == 1 ? "" : output_name(metric_output_[i]) + "_") + metrics_[i].name(),
-            metrics_[i].state().result());
-    return l;
+    return results_of([&](std::size_t i) { return i == 0 ? loss_tracker_.state()
+                                                  : i <= output_loss_trackers_.size() ? output_loss_trackers_[i - 1].state()
+                                                  : metrics_[i - 1 - output_loss_trackers_.size()].state(); });
+  }
+  /// After a training step under a multi-worker strategy: the running loss and metrics over every
+  /// worker, which the step summed with its gradients (what `fit` reports each step, as tf.keras does).
+  /// Otherwise this replica's.
+  dtrain::logs worker_results() const {
+    if (worker_sums_.size() != 2 * (1 + output_loss_trackers_.size() + metrics_.size())) return metric_results();
+    return results_of([&](std::size_t i) { return metric_state{{worker_sums_[2 * i], worker_sums_[2 * i + 1]}}; });
   }
 
   /// One optimisation step on a batch (Keras `train_on_batch` / `train_step`): forward, loss averaged
@@ -482,7 +485,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   dtrain::logs train_on(tensors x, tensors y, std::size_t global_rows) {
     require_compiled("train_step");
     if (empty_share(x)) {
-      zero_gradients_step();
+      zero_gradients_step(worker_side());
       apply_update();
       return metric_results();
     }
@@ -498,11 +501,19 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true);
     }
     compute_metrics(plan, t, n);
-    synced_backward(n);
-    apply_update();
-    const float* s = read_scalars();
-    const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
-    track(plan, y, n, reg, s);
+    auto track_step = [&] {
+      const float* s = read_scalars();
+      const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
+      track(plan, y, n, reg, s);
+    };
+    if (sums_workers()) {  // the running states go out with the last gradients
+      synced_backward(n, worker_side(), [&] { track_step(), pack_worker_states(); });
+      apply_update();
+    } else {  // the scalars are read once the update is queued (a device runs on meanwhile)
+      synced_backward(n);
+      apply_update();
+      track_step();
+    }
     return metric_results();
   }
 
@@ -575,7 +586,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   }
   /// The optimizer's step with this replica's (summed) gradients.
   void apply_update() {
-    opt_.apply_gradients(this->template span_of<float>(this->grads_.data(), param_count), this->template span_of<float>(this->params_.data(), param_count));
+    opt_.apply_gradients(this->gradients(), this->parameters());
   }
   /// The first layer that takes input k.
   std::string first_taker(std::size_t k) const {
@@ -662,23 +673,67 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   }
 
   /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
-  /// backward when the gradients are in host memory, else once backward is done.
-  void synced_backward(std::size_t n) {
-    if (!sync_) return backward(n, [](std::size_t, std::size_t, std::size_t) {});
+  /// backward when the gradients are in host memory, else once backward is done. `side` (host floats)
+  /// is summed in the same collective as the last gradients, once `local_done()` has filled it.
+  template <class Local = void (*)()>
+  void synced_backward(std::size_t n, std::span<float> side = {}, Local local_done = [] {}) {
+    if (!sync_) {
+      backward(n, [](std::size_t, std::size_t, std::size_t) {});
+      return local_done();
+    }
     if constexpr (host_addressable_v<B>) {
-      sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
-      backward(n, [&](std::size_t, std::size_t offset, std::size_t count) { sync_->ready(offset, count); });
-      sync_->finish();
+      sync_begin(side.size());
+      backward(n, [&](std::size_t, std::size_t offset, std::size_t count) { sync_ready(offset, count); });
     } else {
       backward(n, [](std::size_t, std::size_t, std::size_t) {});
-      sync_gradients();
+      sync_begin(side.size());
+      for (std::size_t i = depth; i-- > 0;) sync_ready(param_offsets[i], param_sizes[i]);
     }
+    local_done();
+    sync_finish(side);
   }
-  /// Sums the whole gradient buffer over the replicas, handing it over layer by layer from the last.
-  void sync_gradients() {
-    sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
-    for (std::size_t i = depth; i-- > 0;) sync_->ready(param_offsets[i], param_sizes[i]);
+  /// Sums the whole gradient buffer (and `side`) over the replicas, handing it over layer by layer from
+  /// the last.
+  void sync_gradients(std::span<float> side = {}) {
+    sync_begin(side.size());
+    for (std::size_t i = depth; i-- > 0;) sync_ready(param_offsets[i], param_sizes[i]);
+    sync_finish(side);
+  }
+  /// The gradient sync sees the gradients with k side values in front: the region backward completes
+  /// last, so they ride in the last collective.
+  void sync_begin(std::size_t k) {
+    side_count_ = k;  // (worker_side() reserved the room)
+    sync_->begin(this->template span_of<float>(this->gradient_prefix(k), k + param_count));
+  }
+  void sync_ready(std::size_t offset, std::size_t count) { sync_->ready(side_count_ + offset, count); }
+  void sync_finish(std::span<float> side) {
+    const std::size_t k = std::exchange(side_count_, 0);
+    if (k) {
+      this->device_.upload(k, static_cast<const float*>(side.data()), this->gradient_prefix(k));
+      sync_->ready(0, k);
+    }
     sync_->finish();
+    if (k) this->device_.download(k, cptr(this->gradient_prefix(k)), side.data());
+  }
+
+  /// Under a multi-worker strategy a training step sums every worker's running loss and metric states
+  /// with its gradients (PyTorch's Join carries its flags the same way), so `fit` shows the global running
+  /// values each step at no extra round trip: `worker_side()` is where they go, filled at the end of
+  /// backward and holding the sums after the step.
+  bool sums_workers() const { return sync_ && replica_ && replica_->num_input_pipelines() > 1; }
+  std::span<float> worker_side() {
+    if (!sums_workers()) return {};
+    worker_sums_.resize(2 * (1 + output_loss_trackers_.size() + metrics_.size()));
+    this->reserve_gradient_prefix(worker_sums_.size());  // before backward writes the gradients
+    return worker_sums_;
+  }
+  /// Copies the running states into `worker_sums_` (in the order of `checkpoint::metric_states`).
+  void pack_worker_states() {
+    float* v = worker_sums_.data();
+    auto put = [&](const metric_state& st) { v = std::copy(st.values.begin(), st.values.end(), v); };
+    put(loss_tracker_.state());
+    for (const auto& t : output_loss_trackers_) put(t.state());
+    for (const auto& m : metrics_) put(m.state());
   }
 
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
@@ -696,12 +751,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// still counts them once), summed with the other replicas' gradients. Layers that talk to the other
   /// replicas join their collectives where their forward and backward would (`join_forward`,
   /// `join_backward`), in the order a step with rows issues them among the gradient buckets.
-  void zero_gradients_step() {
+  void zero_gradients_step(std::span<float> side = {}) {
     input_gradient_ = {};
-    this->device_.fill(param_count, 0.0f, this->grads_.data());
-    add_penalties(this->grads_.data(), regularization_scale_);
+    this->device_.fill(param_count, 0.0f, this->grad_base());
+    add_penalties(this->grad_base(), regularization_scale_);
+    if (!side.empty()) pack_worker_states();
     if constexpr (!joins_replicas) {
-      sync_gradients();
+      sync_gradients(side);
     } else {
       layer_context<B> ctx = context(true);
       each([&]<std::size_t I>() {
@@ -717,15 +773,15 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         }
       };
       if constexpr (host_addressable_v<B>) {
-        sync_->begin(this->template span_of<float>(this->grads_.data(), param_count));
+        sync_begin(side.size());
         each_reversed([&]<std::size_t I>() {
           join_backward.template operator()<I>();
-          sync_->ready(param_offsets[I], param_sizes[I]);
+          sync_ready(param_offsets[I], param_sizes[I]);
         });
-        sync_->finish();
+        sync_finish(side);
       } else {
         each_reversed(join_backward);
-        sync_gradients();
+        sync_gradients(side);
       }
     }
   }
@@ -792,6 +848,19 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       }
   }
 
+  /// The logs of the loss trackers' and metrics' states, `state(i)` being the i-th (the loss tracker,
+  /// each output's, each metric's).
+  template <class State>
+  dtrain::logs results_of(State state) const {
+    dtrain::logs l;
+    l.set("loss", state(0).result());
+    std::size_t i = 1;
+    for (const auto& t : output_loss_trackers_) l.set(t.name(), state(i++).result());
+    for (std::size_t k = 0; k < metrics_.size(); ++k)
+      l.set((num_outputs == 1 ? "" : output_name(metric_output_[k]) + "_") + metrics_[k].name(), state(i++).result());
+    return l;
+  }
+
   /// Adds a step's losses (the total: each output's weighted, plus `penalty`; each output's as it is,
   /// as Keras 3 logs them) and metrics to the running ones.
   void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s) {
@@ -853,6 +922,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   float regularization_scale_ = 1.0f;
   replica_context* replica_ = nullptr;
   gradient_sync<B>* sync_ = nullptr;  // how gradients are summed over the replicas (null: no strategy)
+  std::size_t side_count_ = 0;         // side values in front of the gradients in the sync under way
+  std::vector<float> worker_sums_;     // the running states, summed over the workers by the last step
   bool compiled_ = false;
   bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
   struct {

@@ -166,26 +166,18 @@ void aggregate_metrics(Model& m) {
 /// Under a strategy: a training step's logs over every worker (their running loss and metric states
 /// summed), as tf.keras aggregates them every step, so the progress bar, `on_train_batch_end`, TensorBoard's
 /// batch scalars and `model_checkpoint`'s batch decisions see the same global values on every worker.
-/// The same small all-reduce carries the preemption flag, which becomes every worker's if any has it.
-/// The model keeps its own states (the epoch's end sums them once).
+/// The step summed the states with its last gradients (`worker_results`); the model keeps its own states
+/// (the epoch's end sums them once).
 template <class Model>
-logs global_batch_logs(Model& m, logs step_logs, bool& preempt) {
+logs global_batch_logs(Model& m, logs step_logs) {
   if (!replicated(m)) return step_logs;
-  const std::vector<float> own = checkpoint::metric_states(m);
-  std::vector<float> v = own;
-  v.push_back(preempt ? 1.0f : 0.0f);
-  m.replica()->all_reduce(v, reduce_op::sum);
-  preempt = v.back() > 0.0f;
-  v.pop_back();
-  checkpoint::set_metric_states(m, v);
-  logs l = m.metric_results();
-  checkpoint::set_metric_states(m, own);
-  return l;
+  return m.worker_results();
 }
 
 /// Under a strategy: stop (or take a preemption) when any replica asks to, so all replicas run the
-/// same steps. One tiny all-reduce per step carries both flags (after the batch's callbacks, which may
-/// stop training).
+/// same steps. One tiny all-reduce per step carries both flags: the batch's callbacks, which may stop
+/// training, run after the step's gradients are summed, so their decision cannot ride with them (it
+/// would take undoing the next step's updates of weights, moving statistics and metrics).
 template <class Model>
 std::pair<bool, bool> agree_to_stop(Model& m, bool stop, bool preempt) {
   if (!replicated(m)) return {stop, preempt};
@@ -443,11 +435,10 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
       at(epoch, step + 1, it->state());
-      bool preempted_here = preemption_requested();
-      l = global_batch_logs(m, std::move(l), preempted_here);
+      l = global_batch_logs(m, std::move(l));
       cbs.on_train_batch_end(step++, l);
-      const auto [stop, preempt] =  // a SIGTERM during the callbacks counts at this step too
-          agree_to_stop(m, handle.stop_training, preempted_here || preemption_requested());
+      const auto [stop, preempt] =  // a SIGTERM during the step or its callbacks counts at this step
+          agree_to_stop(m, handle.stop_training, preemption_requested());
       if (preempt) {
         cbs.on_preemption(l);  // the backup at this step boundary
         throw preempted("fit: preempted (SIGTERM) after epoch " + std::to_string(epoch + 1) + ", batch " +

@@ -202,8 +202,8 @@ class model_state {
   span_t<B, float> parameters() { return span_of<float>(params_.data(), param_count); }
   span_t<B, const float> parameters() const { return span_of<const float>(params_.data(), param_count); }
   /// Gradients of the last `train_step` / `value_and_gradients`, laid out like `parameters()`.
-  span_t<B, float> gradients() { return span_of<float>(grads_.data(), param_count); }
-  span_t<B, const float> gradients() const { return span_of<const float>(grads_.data(), param_count); }
+  span_t<B, float> gradients() { return span_of<float>(grad_base(), param_count); }
+  span_t<B, const float> gradients() const { return span_of<const float>(grad_base(), param_count); }
   /// Parameters of layer I.
   template <std::size_t I>
   span_t<B, float> layer_parameters() {
@@ -330,9 +330,19 @@ class model_state {
   ptr param_ptr() const {
     return params_.data() + param_offsets[I];
   }
+  /// Where the gradients start in grads_, and the k floats right before them (k <= the reserved prefix).
+  ptr grad_base() const { return grads_.data() + grad_prefix_; }
+  ptr gradient_prefix(std::size_t k) const { return grads_.data() + (grad_prefix_ - k); }
+  /// Room for at least k floats right before the gradients, which a step can sum over the replicas in
+  /// the same collective as the gradients (basic_model's worker sums). Keeps the gradients 64-byte aligned.
+  void reserve_gradient_prefix(std::size_t k) {
+    if (k <= grad_prefix_) return;
+    grad_prefix_ = (k + 15) / 16 * 16;
+    grads_ = device_.template allocate<float>(grad_prefix_ + param_count);
+  }
   template <std::size_t I>
   ptr grad_ptr() const {
-    return grads_.data() + param_offsets[I];
+    return grad_base() + param_offsets[I];
   }
   /// Layer I's non-trainable variables (null for a layer without).
   template <std::size_t I>
@@ -359,6 +369,7 @@ class model_state {
   layer_types layers_;
   std::array<std::string, depth> names_;
   buffer_t<B, float> params_, grads_;
+  std::size_t grad_prefix_ = 0;  // floats before the gradients in grads_ (see reserve_gradient_prefix)
   rng rng_;
 };
 
