@@ -48,6 +48,8 @@ class logs {
     throw value_error("logs: no entry named '" + name + "'");
   }
   float operator[](const std::string& name) const { return at(name); }
+  /// The value of the i-th entry (in order): for logs updated in place step after step.
+  float& value_at(std::size_t i) { return items_.at(i).second; }
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
   std::size_t size() const { return items_.size(); }

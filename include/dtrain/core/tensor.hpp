@@ -46,6 +46,8 @@ using tensor = xt::xarray<float, xt::layout_type::row_major>;
 using extents = std::vector<std::size_t>;
 
 inline extents extents_of(const tensor& t) { return extents(t.shape().begin(), t.shape().end()); }
+/// The same extents, viewed where the tensor keeps them (no copy: what a step's checks use).
+inline std::span<const std::size_t> dims_of(const tensor& t) { return {t.shape().data(), t.shape().size()}; }
 
 /// A tensor of the given extents, filled with zeros.
 inline tensor zeros(const extents& e) { return tensor(tensor::shape_type(e.begin(), e.end()), 0.0f); }

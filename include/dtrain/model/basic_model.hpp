@@ -144,6 +144,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     if (num_outputs > 1)
       for (std::size_t out = 0; out < num_outputs; ++out) output_loss_trackers_.emplace_back(output_name(out) + "_loss");
     compiled_ = true;
+    step_logs_ = metric_results();  // the names a step's logs keep
   }
   bool compiled() const { return compiled_; }
   any_optimizer& optimizer() { return require_compiled("optimizer"), opt_; }
@@ -172,9 +173,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// The running loss and metric results (what a step returns) of this replica's states: `fit` and
   /// `evaluate` sum the replicas' states themselves.
   dtrain::logs metric_results() const {
-    return results_of([&](std::size_t i) { return i == 0 ? loss_tracker_.state()
-                                                  : i <= output_loss_trackers_.size() ? output_loss_trackers_[i - 1].state()
-                                                  : metrics_[i - 1 - output_loss_trackers_.size()].state(); });
+    return results_of([&](std::size_t i) { return state_at(i); });
   }
   /// After a training step under a multi-worker strategy: the running loss and metrics over every
   /// worker, which the step summed with its gradients (what `fit` reports each step, as tf.keras does).
@@ -191,12 +190,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// the global rows, so replicas with unequal shares (a short last batch) still give the global mean.
   /// A replica whose share is empty (0 rows) adds no gradient but takes part in the step.
   /// A model of several inputs or outputs takes `std::vector<tensor>`s: x one per input, y one per output.
-  dtrain::logs train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
+  /// The logs returned are the model's, updated in place by the next step (a step allocates nothing).
+  const dtrain::logs& train_step(const tensor& x, const tensor& y, std::size_t global_rows = 0) {
     return train_on(one(x), one(y), global_rows);
   }
   template <class X, class Y>
     requires detail::tensor_lists<X, Y>
-  dtrain::logs train_step(const X& x, const Y& y, std::size_t global_rows = 0) {
+  const dtrain::logs& train_step(const X& x, const Y& y, std::size_t global_rows = 0) {
     return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows);
   }
 
@@ -414,6 +414,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     metric_output_ = from.metric_output_;
     output_loss_trackers_ = from.output_loss_trackers_;
     compiled_ = from.compiled_;
+    step_logs_ = from.step_logs_;
     reset_metrics();
   }
 
@@ -426,7 +427,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                         (num_inputs > 1 ? " (pass a std::vector<tensor>: one batch per input, in order)" : ""));
     std::size_t rows = 0;
     for (std::size_t k = 0; k < num_inputs; ++k) {
-      const auto ex = extents_of(x[k]);
+      const auto ex = dims_of(x[k]);
       const extents& want = input_shapes()[k];
       if (ex.size() != want.size() + 1 || !std::equal(want.begin(), want.end(), ex.begin() + 1))
         throw shape_error(model + ": input batch of shape " + shape_str(ex) + " does not match the model's input " +
@@ -482,15 +483,15 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     else return p;
   }
 
-  dtrain::logs train_on(tensors x, tensors y, std::size_t global_rows) {
+  const dtrain::logs& train_on(tensors x, tensors y, std::size_t global_rows) {
     require_compiled("train_step");
     if (empty_share(x)) {
       zero_gradients_step(worker_side());
       apply_update();
-      return metric_results();
+      return step_results();
     }
     const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step(losses_, y, n);
+    const step_plan& plan = plan_step(losses_, y, n);
     forward(x, n, true);
     const auto t = targets(y);
     const bool uneven = global_rows != 0 && global_rows != n * std::size_t(replicas());
@@ -514,13 +515,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       apply_update();
       track_step();
     }
-    return metric_results();
+    return step_results();
   }
 
   dtrain::logs test_on(tensors x, tensors y) {
     require_compiled("test_step");
     const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step(losses_, y, n);
+    const step_plan& plan = plan_step(losses_, y, n);
     forward(x, n, false);
     const auto t = targets(y);
     for (std::size_t o = 0; o < num_outputs; ++o) compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false);
@@ -556,7 +557,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       return scale * read_scalars()[penalty_slot];
     }
     const std::size_t n = check_batch(x, &y);
-    const step_plan plan = plan_step({&loss_object, 1}, y, n, false);
+    const step_plan& plan = plan_step({&loss_object, 1}, y, n, false);
     forward(x, n, true);
     const auto t = targets(y);
     std::array<double, num_outputs> divisor{};  // none: the global batch; sum: 1; sum_over_batch_size: the batch
@@ -600,12 +601,12 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
 
   /// Checks the targets against the losses (one, or one per output) and the compiled metrics before
   /// anything runs.
-  step_plan plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true) {
-    step_plan p{};
-    std::array<extents, num_outputs> ey;
+  /// The plan is the model's (`plan_`), reused by every step so that a step allocates nothing.
+  const step_plan& plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true) {
+    step_plan& p = plan_;
+    p.metric_ops.clear();
     for (std::size_t o = 0; o < num_outputs; ++o) {
-      ey[o] = extents_of(y[o]);
-      const batch_view tv{y[o].data(), ey[o]}, pv = output_view(o, n, nullptr);
+      const batch_view tv{y[o].data(), dims_of(y[o])}, pv = output_view(o, n, nullptr);
       const any_loss& loss = losses[losses.size() == 1 ? 0 : o];
       try {
         loss.validate(tv, pv);
@@ -622,7 +623,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     if (with_metrics)
       for (std::size_t i = 0; i < metrics_.size(); ++i) {
         const std::size_t o = metric_output_[i];
-        p.metric_ops.push_back(metrics_[i].kernel({y[o].data(), ey[o]}, output_view(o, n, nullptr)));
+        p.metric_ops.push_back(metrics_[i].kernel({y[o].data(), dims_of(y[o])}, output_view(o, n, nullptr)));
       }
     return p;
   }
@@ -826,10 +827,9 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     if (const auto k = loss.kernel()) {
       std::visit([&](const auto& op) { this->device_.loss(op, rows, pv.last(), scale, t, output_ptr(o), per, d); }, *k);
     } else {  // a host loss: on host copies of the predictions
-      const auto ey = extents_of(y);
       const batch_view hp = host_predictions(o, n);
       std::vector<float> hl(rows), hd(grad ? hp.size() : 0);
-      loss.per_example({y.data(), ey}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
+      loss.per_example({y.data(), dims_of(y)}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
       this->device_.upload(rows, hl.data(), per);
       if (grad) this->device_.upload(hd.size(), hd.data(), d);
     }
@@ -848,8 +848,18 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       }
   }
 
-  /// The logs of the loss trackers' and metrics' states, `state(i)` being the i-th (the loss tracker,
-  /// each output's, each metric's).
+  /// The i-th running state: the loss tracker's, then each output's loss tracker's, then each metric's.
+  const metric_state& state_at(std::size_t i) const {
+    if (i == 0) return loss_tracker_.state();
+    if (i <= output_loss_trackers_.size()) return output_loss_trackers_[i - 1].state();
+    return metrics_[i - 1 - output_loss_trackers_.size()].state();
+  }
+  /// The running results in `step_logs_`, whose names compile() set.
+  const dtrain::logs& step_results() {
+    for (std::size_t i = 0; i < step_logs_.size(); ++i) step_logs_.value_at(i) = state_at(i).result();
+    return step_logs_;
+  }
+  /// The logs of the loss trackers' and metrics' states, `state(i)` being the i-th (see state_at).
   template <class State>
   dtrain::logs results_of(State state) const {
     dtrain::logs l;
@@ -879,8 +889,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows[o])});
       } else {
         if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
-        const auto ey = extents_of(y[o]);
-        metrics_[i].state().add(metrics_[i].batch_update({y[o].data(), ey}, *hp));
+        metrics_[i].state().add(metrics_[i].batch_update({y[o].data(), dims_of(y[o])}, *hp));
       }
     }
   }
@@ -922,6 +931,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   float regularization_scale_ = 1.0f;
   replica_context* replica_ = nullptr;
   gradient_sync<B>* sync_ = nullptr;  // how gradients are summed over the replicas (null: no strategy)
+  step_plan plan_;                     // the step's (see plan_step)
+  dtrain::logs step_logs_;             // what train_step returns, updated in place
   std::size_t side_count_ = 0;         // side values in front of the gradients in the sync under way
   std::vector<float> worker_sums_;     // the running states, summed over the workers by the last step
   bool compiled_ = false;
