@@ -413,6 +413,30 @@ BOOST_AUTO_TEST_CASE(interleave_follows_tf_order) {
   BOOST_CHECK_THROW(data::interleave(open_csv, 2, 0), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(file_sharding_gives_a_sharded_copy_and_leaves_the_pipeline_as_it_is) {
+  temp_dir t;
+  write_parts(t.path, {3, 2, 1, 4, 2});
+  // a lambda stage makes the pipeline impossible to assign: the sharded pipeline is built anew
+  auto ds = data::list_files((t.path / "part-*.csv").string()) | data::interleave(open_csv, 2, 1) |
+            data::map([](data::example e) { return e; }) | data::batch(4);
+  static_assert(data::file_shardable<decltype(ds)>);
+  static_assert(!data::file_shardable<decltype(data::from_tensor_slices(zeros({4, 2})) | data::batch(2))>);
+  const auto all = labels(ds);
+  auto [w1, found] = data::sharded_by_files(ds, 2, 1);
+  BOOST_TEST(found.files == 5u);
+  BOOST_TEST(found.global_batch.value_or(0) == 4u);
+  // worker 1 of 2: parts 1 and 3, in batches of 4 / 2
+  BOOST_TEST(labels(w1) == (std::vector<float>{10, 30, 11, 31, 32, 33}), boost::test_tools::per_element());
+  BOOST_TEST(w1.iterate(0).next()->second.shape()[0] == 2u);
+  BOOST_TEST(labels(ds) == all, boost::test_tools::per_element());  // the original is untouched
+  BOOST_TEST(ds.iterate(0).next()->second.shape()[0] == 4u);
+  // the outermost batch is the one divided; one that does not divide is noted and left for the caller
+  auto [w0, odd] = data::sharded_by_files(ds | data::batch(3), 2, 0);
+  BOOST_TEST(odd.global_batch.value_or(0) == 3u);
+  BOOST_TEST(w0.size == 3u);
+  BOOST_TEST(w0.up.size == 4u);  // an inner batch is left as it is
+}
+
 BOOST_AUTO_TEST_CASE(list_files_shard_interleave_and_resume) {
   temp_dir t;
   write_parts(t.path, {3, 2, 1, 4, 2});  // part-0: 0 1 2, part-1: 10 11, part-2: 20, part-3: 30..33, part-4: 40 41

@@ -96,6 +96,16 @@ struct batch_dataset : detail::over<D> {
     if (c < 0) return c;
     return drop_remainder ? c / b : (c + b - 1) / b;
   }
+  /// FILE sharding: the outermost batch becomes the per-replica batch (when the global one divides).
+  void shard_by_files(file_sharding& s)
+    requires file_shardable<D>
+  {
+    if (!s.global_batch) {
+      s.global_batch = size;
+      if (size % s.workers == 0) size /= s.workers;
+    }
+    this->up.shard_by_files(s);
+  }
 
   class iterator {
    public:

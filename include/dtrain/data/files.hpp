@@ -55,10 +55,11 @@ class file_list {
   data::options options() const { return {}; }
   /// The matching names, sorted (the order of a pass when not shuffled).
   const std::vector<std::string>& names() const { return *names_; }
-  /// Keeps every `num_shards`-th name from `index` on: FILE auto-sharding gives each worker its files.
-  void shard(std::size_t num_shards, std::size_t index) {
+  /// FILE auto-sharding: keeps every `s.workers`-th name from `s.worker` on.
+  void shard_by_files(file_sharding& s) {
+    s.files = names_->size();
     auto kept = std::make_shared<std::vector<std::string>>();
-    for (std::size_t i = index; i < names_->size(); i += num_shards) kept->push_back((*names_)[i]);
+    for (std::size_t i = s.worker; i < names_->size(); i += s.workers) kept->push_back((*names_)[i]);
     names_ = std::move(kept);
   }
   const std::string& pattern() const { return pattern_; }
@@ -120,6 +121,11 @@ struct interleave_dataset {
     return c == 0 ? 0 : c == infinite ? infinite : unknown;
   }
   data::options options() const { return up.options(); }
+  void shard_by_files(file_sharding& s)
+    requires file_shardable<D>
+  {
+    up.shard_by_files(s);
+  }
 
   class iterator {
    public:

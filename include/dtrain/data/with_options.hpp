@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "dtrain/data/dataset.hpp"
+#include "dtrain/data/stage_base.hpp"
 
 namespace dtrain::data {
 
@@ -18,6 +18,11 @@ struct options_dataset {
   data::options opt;
   std::int64_t cardinality() const { return up.cardinality(); }
   data::options options() const { return opt; }
+  void shard_by_files(file_sharding& s)
+    requires file_shardable<D>
+  {
+    up.shard_by_files(s);
+  }
   auto iterate(std::uint64_t pass) const { return up.iterate(pass); }
 };
 struct options_stage {

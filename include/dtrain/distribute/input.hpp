@@ -30,9 +30,8 @@
 #include <optional>
 
 #include "dtrain/data/dataset.hpp"
-#include "dtrain/data/batch.hpp"
-#include "dtrain/data/files.hpp"
 #include "dtrain/data/sources.hpp"
+#include "dtrain/data/stage_base.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
@@ -124,23 +123,6 @@ class step_agreement {
   std::vector<extents> x_shape_, y_shape_;
 };
 
-/// Calls `f(stage)` on the dataset `d` and on every dataset upstream of it, outermost first.
-template <class D, class F>
-void each_stage(D& d, F&& f) {
-  f(d);
-  if constexpr (requires { d.up; }) each_stage(d.up, f);
-}
-/// Whether the pipeline `D` reads from `list_files` (its source, through each stage's `up`).
-template <class D>
-constexpr bool lists_files() {
-  if constexpr (std::is_same_v<D, data::file_list>) return true;
-  else if constexpr (requires(D& d) { d.up; }) return lists_files<std::remove_cvref_t<decltype(std::declval<D&>().up)>>();
-  else return false;
-}
-template <class S>
-struct is_batch_stage : std::false_type {};
-template <class D>
-struct is_batch_stage<data::batch_dataset<D>> : std::true_type {};
 }  // namespace detail
 
 template <data::dataset D>
@@ -154,25 +136,25 @@ class distributed_dataset {
 
   /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
   distributed_dataset(D d, int replicas, int replica_id, replica_context* agree = nullptr)
-      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_.options().auto_shard),
+      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_->options().auto_shard),
         agree_(agree) {
     if (policy_ == data::auto_shard_policy::auto_ || policy_ == data::auto_shard_policy::file) shard_files();
   }
 
   std::int64_t cardinality() const {
-    const auto c = up_.cardinality();
+    const auto c = up_->cardinality();
     if (policy_ == data::auto_shard_policy::file) return c >= 0 ? data::unknown : c;  // ends with the longest
     return policy_ == data::auto_shard_policy::off && c >= 0 ? c * std::int64_t(p_) : c;
   }
   /// The policy in effect: DATA, FILE or OFF (AUTO resolved).
   data::auto_shard_policy policy() const { return policy_; }
-  data::options options() const { return up_.options(); }
+  data::options options() const { return up_->options(); }
   std::size_t replicas() const { return p_; }
 
   class iterator {
    public:
     iterator(const distributed_dataset& d, std::uint64_t pass)
-        : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)), agree_(d.agree_) {}
+        : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_->iterate(pass)), agree_(d.agree_) {}
     std::optional<element_type> next() {
       if (policy_ == data::auto_shard_policy::file) {  // this worker's own files, already per replica
         auto e = agree_.next(agree_.done() ? std::nullopt : up_.next());
@@ -225,33 +207,27 @@ class distributed_dataset {
   iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
 
  private:
-  /// AUTO and FILE: shards the pipeline's file list and divides its outermost batch when FILE can apply,
-  /// else AUTO falls back to DATA (with a warning when the pipeline reads files) and FILE is refused.
+  /// AUTO and FILE: the pipeline sharded by files (its stages' own protocol, data/stage_base.hpp) when FILE
+  /// can apply, else AUTO falls back to DATA (with a warning when the pipeline reads files) and FILE is
+  /// refused.
   void shard_files() {
     const bool asked = policy_ == data::auto_shard_policy::file;
     policy_ = data::auto_shard_policy::data;
-    if constexpr (!detail::lists_files<D>()) {
+    if constexpr (!data::file_shardable<D>) {
       if (asked) throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: the pipeline does not "
                                     "read from list_files (for other sources, build a per-worker pipeline with "
                                     "distribute_datasets_from_function)");
     } else if (p_ > 1) {
-      data::file_list* files = nullptr;
-      std::size_t* batch = nullptr;
-      detail::each_stage(up_, [&](auto& s) {
-        using S = std::remove_cvref_t<decltype(s)>;
-        if constexpr (std::is_same_v<S, data::file_list>) files = &s;
-        else if constexpr (detail::is_batch_stage<S>::value) if (!files && !batch) batch = &s.size;
-      });
-      const std::size_t n = files->names().size();
+      auto [mine, found] = data::sharded_by_files(*up_, p_, r_);
+      const std::size_t n = found.files;
       std::string why;
       if (n < p_) why = "it lists " + std::to_string(n) + (n == 1 ? " file" : " files") + " for " + std::to_string(p_) + " workers";
-      else if (!batch) why = "it has no batch stage after list_files to cut into per-replica batches";
-      else if (*batch % p_ != 0)
-        why = "its global batch of " + std::to_string(*batch) + " does not divide among " + std::to_string(p_) + " workers";
+      else if (!found.global_batch) why = "it has no batch stage after list_files to cut into per-replica batches";
+      else if (*found.global_batch % p_ != 0)
+        why = "its global batch of " + std::to_string(*found.global_batch) + " does not divide among " + std::to_string(p_) + " workers";
       else if (!agree_) why = "it was not made by a strategy (strategy.distribute_dataset), which keeps workers in step";
       if (why.empty()) {
-        files->shard(p_, r_);
-        *batch /= p_;
+        up_.emplace(std::move(mine));
         policy_ = data::auto_shard_policy::file;
       } else if (asked) {
         throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: " + why);
@@ -262,7 +238,7 @@ class distributed_dataset {
     }
   }
 
-  D up_;
+  std::optional<D> up_;  // (optional: a pipeline of lambdas can be built anew, not assigned)
   std::size_t p_, r_;
   data::auto_shard_policy policy_;
   replica_context* agree_;
