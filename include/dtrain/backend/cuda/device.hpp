@@ -31,7 +31,8 @@
 /// This header defines `basic_cuda` (its buffers and the kernel forwarders, the member functions that
 /// launch cuda/kernels.hpp's kernels) and includes its parts: the runtime seam (cuda/runtime.hpp), the
 /// device pointer (cuda/device_pointer.hpp), the recorded operations (cuda/operation.hpp) and the
-/// per-stream context, allocator, recording and graphs (cuda/context.hpp).
+/// per-stream context (cuda/context.hpp), which puts the caching allocator (cuda/allocator.hpp) and the
+/// recorder with its graphs (cuda/recorder.hpp) together.
 
 #include <algorithm>
 #include <cstddef>
@@ -145,7 +146,7 @@ class basic_cuda {
   /// The most bytes the backend's buffers held at once.
   std::size_t peak_bytes_in_use() const { return c_->peak_bytes_in_use(); }
   /// How the segments so far were issued (launched, captured as a graph, replayed).
-  auto issued() const { return c_->issued(); }
+  auto issued() const { return c_->work().issued(); }
   Runtime& runtime() const { return c_->runtime(); }
 
   template <class T>
@@ -160,17 +161,17 @@ class basic_cuda {
   /// (comm::nccl's collectives), in order with its kernels.
   template <class F>
   decltype(auto) enqueue(F&& f) const {
-    return c_->enqueue(std::forward<F>(f));
+    return c_->work().enqueue(std::forward<F>(f));
   }
   template <class T>
   void upload(std::size_t n, const T* host, pointer<T> p) const {
-    c_->upload(p.get(), host, n * sizeof(T));
+    c_->work().upload(p.get(), host, n * sizeof(T));
   }
   template <class T>
   void download(std::size_t n, pointer<T> p, std::remove_const_t<T>* host) const {
-    c_->download(host, p.get(), n * sizeof(T));
+    c_->work().download(host, p.get(), n * sizeof(T));
   }
-  void synchronize() const { c_->synchronize(); }
+  void synchronize() const { c_->work().synchronize(); }
 
   // ---- BLAS-like ---------------------------------------------------------------------------------------
   void fill(std::size_t n, float v, pointer<float> x) const { run<kernel::dtrain_fill>(n, n, v, x); }
@@ -196,7 +197,7 @@ class basic_cuda {
                            std::to_string(k) + " (leading dimensions " + std::to_string(lda) + ", " +
                            std::to_string(ldb) + ", " + std::to_string(ldc) + ") exceeds cuBLAS' 32-bit sizes");
     const auto i = [](std::size_t v) { return static_cast<int>(std::max<std::size_t>(v, 1)); };
-    c_->gemm({tb == transpose::yes, ta == transpose::yes, static_cast<int>(n), static_cast<int>(m),
+    c_->work().gemm({tb == transpose::yes, ta == transpose::yes, static_cast<int>(n), static_cast<int>(m),
               static_cast<int>(k), alpha, b.get(), i(ldb), a.get(), i(lda), beta, c.get(), i(ldc)});
   }
   void broadcast_rows(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<float> y) const {
@@ -402,7 +403,7 @@ class basic_cuda {
   template <kernel K, class... A>
   void run(std::size_t threads, A... a) const {
     if (threads == 0) return;
-    c_->template launch<K>(threads, a...);
+    c_->work().template launch<K>(threads, a...);
   }
   template <window_geometry G>
   static cuda_kernels::window geometry() {
