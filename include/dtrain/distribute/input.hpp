@@ -136,25 +136,25 @@ class distributed_dataset {
 
   /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
   distributed_dataset(D d, int replicas, int replica_id, replica_context* agree = nullptr)
-      : up_(std::move(d)), p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(up_->options().auto_shard),
-        agree_(agree) {
-    if (policy_ == data::auto_shard_policy::auto_ || policy_ == data::auto_shard_policy::file) shard_files();
-  }
+      : p_(std::size_t(replicas)), r_(std::size_t(replica_id)), policy_(d.options().auto_shard), agree_(agree),
+        up_(policy_ == data::auto_shard_policy::auto_ || policy_ == data::auto_shard_policy::file
+                ? shard_files(std::move(d))
+                : std::move(d)) {}
 
   std::int64_t cardinality() const {
-    const auto c = up_->cardinality();
+    const auto c = up_.cardinality();
     if (policy_ == data::auto_shard_policy::file) return c >= 0 ? data::unknown : c;  // ends with the longest
     return policy_ == data::auto_shard_policy::off && c >= 0 ? c * std::int64_t(p_) : c;
   }
   /// The policy in effect: DATA, FILE or OFF (AUTO resolved).
   data::auto_shard_policy policy() const { return policy_; }
-  data::options options() const { return up_->options(); }
+  data::options options() const { return up_.options(); }
   std::size_t replicas() const { return p_; }
 
   class iterator {
    public:
     iterator(const distributed_dataset& d, std::uint64_t pass)
-        : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_->iterate(pass)), agree_(d.agree_) {}
+        : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)), agree_(d.agree_) {}
     std::optional<element_type> next() {
       if (policy_ == data::auto_shard_policy::file) {  // this worker's own files, already per replica
         auto e = agree_.next(agree_.done() ? std::nullopt : up_.next());
@@ -210,7 +210,7 @@ class distributed_dataset {
   /// AUTO and FILE: the pipeline sharded by files (its stages' own protocol, data/stage_base.hpp) when FILE
   /// can apply, else AUTO falls back to DATA (with a warning when the pipeline reads files) and FILE is
   /// refused.
-  void shard_files() {
+  D shard_files(D d) {
     const bool asked = policy_ == data::auto_shard_policy::file;
     policy_ = data::auto_shard_policy::data;
     if constexpr (!data::file_shardable<D>) {
@@ -218,7 +218,7 @@ class distributed_dataset {
                                     "read from list_files (for other sources, build a per-worker pipeline with "
                                     "distribute_datasets_from_function)");
     } else if (p_ > 1) {
-      auto [mine, found] = data::sharded_by_files(*up_, p_, r_);
+      auto [mine, found] = data::sharded_by_files(d, p_, r_);
       const std::size_t n = found.files;
       std::string why;
       if (n < p_) why = "it lists " + std::to_string(n) + (n == 1 ? " file" : " files") + " for " + std::to_string(p_) + " workers";
@@ -227,21 +227,20 @@ class distributed_dataset {
         why = "its global batch of " + std::to_string(*found.global_batch) + " does not divide among " + std::to_string(p_) + " workers";
       else if (!agree_) why = "it was not made by a strategy (strategy.distribute_dataset), which keeps workers in step";
       if (why.empty()) {
-        up_.emplace(std::move(mine));
         policy_ = data::auto_shard_policy::file;
-      } else if (asked) {
-        throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: " + why);
-      } else {
-        std::fprintf(stderr, "WARNING: distribute_dataset: AUTO sharding by file is not possible (%s); sharding by "
-                     "data instead: every worker reads every file and keeps its share of each batch.\n", why.c_str());
+        return std::move(mine);
       }
+      if (asked) throw config_error("distribute_dataset: auto_shard_policy::file cannot apply: " + why);
+      std::fprintf(stderr, "WARNING: distribute_dataset: AUTO sharding by file is not possible (%s); sharding by "
+                   "data instead: every worker reads every file and keeps its share of each batch.\n", why.c_str());
     }
+    return d;
   }
 
-  std::optional<D> up_;  // (optional: a pipeline of lambdas can be built anew, not assigned)
   std::size_t p_, r_;
   data::auto_shard_policy policy_;
   replica_context* agree_;
+  D up_;  // (last: built from the members above)
 };
 
 namespace detail {
