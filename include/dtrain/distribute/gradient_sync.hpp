@@ -2,7 +2,8 @@
 /// \file
 /// How a model's gradients are summed over the replicas: `gradient_sync<B>`, typed on the memory of the
 /// model's backend B, which a strategy hands to each model it makes. Its contract:
-/// - `begin(g)` before backward, `g` being the model's gradient buffer;
+/// - `begin(g)` before backward, `g` being the model's gradient buffer (under a multi-worker strategy
+///   with a few values in front that the step sums with the gradients: its running metric states);
 /// - `ready(offset, count)` each time a region of `g` is final. Backward goes from the last layer to
 ///   the first, so the ready region grows from the end of `g` towards its start; a model whose memory
 ///   is not host memory calls it layer by layer once backward is done (its kernels run on ahead);

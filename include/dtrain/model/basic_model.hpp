@@ -508,7 +508,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       track(plan, y, n, reg, s);
     };
     if (sums_workers()) {  // the running states go out with the last gradients
-      synced_backward(n, worker_side(), [&] { track_step(), pack_worker_states(); });
+      synced_backward(n, worker_side(), [&] {
+        track_step();
+        pack_worker_states();
+      });
       apply_update();
     } else {  // the scalars are read once the update is queued (a device runs on meanwhile)
       synced_backward(n);
@@ -718,9 +721,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   }
 
   /// Under a multi-worker strategy a training step sums every worker's running loss and metric states
-  /// with its gradients (PyTorch's Join carries its flags the same way), so `fit` shows the global running
-  /// values each step at no extra round trip: `worker_side()` is where they go, filled at the end of
-  /// backward and holding the sums after the step.
+  /// with its gradients, so `fit` shows the global running values each step at no extra round trip:
+  /// `worker_side()` is where they go, filled at the end of backward and holding the sums after the step.
   bool sums_workers() const { return sync_ && replica_ && replica_->num_input_pipelines() > 1; }
   std::span<float> worker_side() {
     if (!sums_workers()) return {};
@@ -728,13 +730,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     this->reserve_gradient_prefix(worker_sums_.size());  // before backward writes the gradients
     return worker_sums_;
   }
-  /// Copies the running states into `worker_sums_` (in the order of `checkpoint::metric_states`).
+  /// Copies the running states into `worker_sums_` (in the order of state_at).
   void pack_worker_states() {
-    float* v = worker_sums_.data();
-    auto put = [&](const metric_state& st) { v = std::copy(st.values.begin(), st.values.end(), v); };
-    put(loss_tracker_.state());
-    for (const auto& t : output_loss_trackers_) put(t.state());
-    for (const auto& m : metrics_) put(m.state());
+    for (std::size_t i = 0; i < worker_sums_.size() / 2; ++i)
+      std::copy_n(state_at(i).values.begin(), 2, worker_sums_.begin() + std::ptrdiff_t(2 * i));
   }
 
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
