@@ -179,7 +179,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// worker, which the step summed with its gradients (what `fit` reports each step, as tf.keras does).
   /// Otherwise this replica's.
   dtrain::logs worker_results() const {
-    if (worker_sums_.size() != 2 * (1 + output_loss_trackers_.size() + metrics_.size())) return metric_results();
+    if (worker_sums_.size() != 2 * state_count()) return metric_results();
     return results_of([&](std::size_t i) { return metric_state{{worker_sums_[2 * i], worker_sums_[2 * i + 1]}}; });
   }
 
@@ -726,13 +726,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   bool sums_workers() const { return sync_ && replica_ && replica_->num_input_pipelines() > 1; }
   std::span<float> worker_side() {
     if (!sums_workers()) return {};
-    worker_sums_.resize(2 * (1 + output_loss_trackers_.size() + metrics_.size()));
+    worker_sums_.resize(2 * state_count());
     this->reserve_gradient_prefix(worker_sums_.size());  // before backward writes the gradients
     return worker_sums_;
   }
   /// Copies the running states into `worker_sums_` (in the order of state_at).
   void pack_worker_states() {
-    for (std::size_t i = 0; i < worker_sums_.size() / 2; ++i)
+    for (std::size_t i = 0; i < state_count(); ++i)
       std::copy_n(state_at(i).values.begin(), 2, worker_sums_.begin() + std::ptrdiff_t(2 * i));
   }
 
@@ -847,7 +847,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       }
   }
 
-  /// The i-th running state: the loss tracker's, then each output's loss tracker's, then each metric's.
+  /// The running states: the loss tracker's, then each output's loss tracker's, then each metric's.
+  std::size_t state_count() const { return 1 + output_loss_trackers_.size() + metrics_.size(); }
   const metric_state& state_at(std::size_t i) const {
     if (i == 0) return loss_tracker_.state();
     if (i <= output_loss_trackers_.size()) return output_loss_trackers_[i - 1].state();

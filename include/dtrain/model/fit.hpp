@@ -163,17 +163,6 @@ void aggregate_metrics(Model& m) {
   checkpoint::set_metric_states(m, v);
 }
 
-/// Under a strategy: a training step's logs over every worker (their running loss and metric states
-/// summed), as tf.keras aggregates them every step, so the progress bar, `on_train_batch_end`, TensorBoard's
-/// batch scalars and `model_checkpoint`'s batch decisions see the same global values on every worker.
-/// The step summed the states with its last gradients (`worker_results`); the model keeps its own states
-/// (the epoch's end sums them once).
-template <class Model>
-logs global_batch_logs(Model& m, logs step_logs) {
-  if (!replicated(m)) return step_logs;
-  return m.worker_results();
-}
-
 /// Under a strategy: stop (or take a preemption) when any replica asks to, so all replicas run the
 /// same steps. One tiny all-reduce per step carries both flags: the batch's callbacks, which may stop
 /// training, run after the step's gradients are summed, so their decision cannot ride with them (it
@@ -434,8 +423,10 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       same_batch(rows, workers(m));  // before the step: a refused resume changes nothing
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       l = m.train_step(b->first, b->second, it->global_rows());
+      // under a strategy the batch logs are every worker's running values, as tf.keras shows them each
+      // step: the step summed the states with its last gradients (the model keeps its own)
+      if (replicated(m)) l = m.worker_results();
       at(epoch, step + 1, it->state());
-      l = global_batch_logs(m, std::move(l));
       cbs.on_train_batch_end(step++, l);
       const auto [stop, preempt] =  // a SIGTERM during the step or its callbacks counts at this step
           agree_to_stop(m, handle.stop_training, preemption_requested());
