@@ -2,7 +2,9 @@
 // are the global ones on every worker, every decision that leads to a collective is the same on every
 // worker, only the chief writes, and a backup written by N workers resumes on M when the global batch is
 // the same.
+#include <csignal>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "support/helpers.hpp"
@@ -131,34 +133,156 @@ struct counting_ring : comm::ring_tcp {
   int blocking = 0;
 };
 
-BOOST_AUTO_TEST_CASE(a_step_adds_one_flag_collective_to_its_gradients_the_logs_ride_with_them) {
-  // The global batch logs travel with the last gradient bucket; what is left is the stop/preemption
-  // agreement after the batch's callbacks: one small blocking all-reduce per step (plus a few per epoch).
-  // The logs stay the global running values (the test above).
-  constexpr int epochs = 2, steps = 4;  // 48 examples, global batch 12
+BOOST_AUTO_TEST_CASE(a_step_adds_no_collective_to_its_gradients_the_logs_flags_and_data_agreement_ride_with_them) {
+  // The global batch logs, the stop and preemption flags and, for per-worker pipelines, the agreement on
+  // the next batch travel with the last gradient bucket: the blocking all-reduces a fit makes do not grow
+  // with its steps (only a few per epoch remain). The logs stay the global running values (the test above).
+  constexpr int epochs = 2;
   for (int p : {2, 3}) {
-    std::vector<int> blocking(std::size_t(p), 0);
-    std::vector<std::vector<float>> losses(static_cast<std::size_t>(p));
-    auto [x, y] = dtrain_test::three_class_problem(48);
-    dtrain_test::on_workers<cpu, counting_ring>(p, [&](auto& s, int r) {
-      auto model = s.template make_model<net>(3);
-      model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
-                     .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
-      const int before = s.communicator().blocking;
-      model.fit(data::from_tensor_slices(x, y) | data::batch(12),
-                {.epochs = epochs,
-                 .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs& l) {
-                   losses[std::size_t(r)].push_back(l["loss"]);
-                 }})},
-                 .verbose = 0});
-      blocking[std::size_t(r)] = s.communicator().blocking - before;
-    });
+    for (bool per_worker : {false, true}) {
+      std::map<std::size_t, std::vector<int>> blocking;  // examples -> each worker's count
+      std::vector<std::vector<float>> losses(static_cast<std::size_t>(p));
+      for (std::size_t n : {48, 96}) {  // 4 and 8 steps an epoch
+        blocking[n].assign(std::size_t(p), 0);
+        auto [x, y] = dtrain_test::three_class_problem(n);
+        dtrain_test::on_workers<cpu, counting_ring>(p, [&](auto& s, int r) {
+          auto model = s.template make_model<net>(3);
+          model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                         .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+          const int before = s.communicator().blocking;
+          const fit_options o{.epochs = epochs,
+                              .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs& l) {
+                                if (n == 48) losses[std::size_t(r)].push_back(l["loss"]);
+                              }})},
+                              .verbose = 0};
+          if (per_worker)  // worker r reads rows [r n / p, (r + 1) n / p): the workers agree on every batch
+            model.fit(s.distribute_datasets_from_function([&](const input_context& c) {
+              const std::size_t from = n * std::size_t(c.input_pipeline_id) / std::size_t(p),
+                                to = n * std::size_t(c.input_pipeline_id + 1) / std::size_t(p);
+              return data::from_tensor_slices(dtrain::detail::rows_of(x, from, to), dtrain::detail::rows_of(y, from, to)) |
+                     data::batch(5);
+            }), o);
+          else
+            model.fit(data::from_tensor_slices(x, y) | data::batch(12), o);
+          blocking[n][std::size_t(r)] = s.communicator().blocking - before;
+        });
+      }
+      BOOST_TEST_CONTEXT("p = " << p << (per_worker ? ", per-worker pipelines" : ", DATA sharding")) {
+        for (int r = 0; r < p; ++r) {
+          BOOST_TEST(blocking[96][std::size_t(r)] == blocking[48][std::size_t(r)]);
+          BOOST_TEST(losses[std::size_t(r)] == losses[0], tt::per_element());
+        }
+      }
+    }
+  }
+}
+
+namespace {
+/// A net with moving statistics and dropout: a step changes more than its weights.
+using stateful_net = sequential<input<6>, dense<16, relu>, batch_normalization<>, dropout<0.25f>, dense<3>>;
+
+struct run_record {
+  std::vector<float> weights;
+  history hist;
+  std::int64_t iterations = 0, begun = 0, ended = 0, after_one_more = 0;
+  std::uint64_t next_draw = 0;  // the generator's next value after fit
+};
+
+
+/// Each worker's record of a fit of 3 epochs of 4 batches (`stop`: the last worker's callback stops
+/// after batch 3), or of one that trains 3 steps and ends.
+template <class B>
+std::vector<run_record> stop_run(int p, bool stop) {
+  auto [x, y] = dtrain_test::three_class_problem(48);
+  std::vector<run_record> out(static_cast<std::size_t>(p));
+  dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
+    auto model = s.template make_model<stateful_net>(3);
+    model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                   .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+    auto& mine = out[std::size_t(r)];
+    struct stop_after : callback {
+      run_record* rec;
+      bool mine;
+      stop_after(run_record* c, bool m) : rec(c), mine(m) {}
+      void on_train_batch_begin(std::int64_t, const logs&) override { ++rec->begun; }
+      void on_train_batch_end(std::int64_t b, const logs&) override {
+        ++rec->ended;
+        if (mine && b == 2) model().stop_training = true;
+      }
+    };
+    auto ds = data::from_tensor_slices(x, y) | data::batch(12);
+    if (stop)
+      mine.hist = model.fit(ds, {.epochs = 3, .callbacks = {stop_after(&mine, r == p - 1)}, .verbose = 0});
+    else
+      mine.hist = model.fit(ds | data::repeat(), {.epochs = 1, .steps_per_epoch = 3, .callbacks = {stop_after(&mine, false)}, .verbose = 0});
+    mine.weights = model.get_weights();
+    mine.iterations = model.optimizer().iterations();
+    mine.next_draw = model.generator().next();
+    model.train_step(dtrain::detail::rows_of(x, 0, 12), dtrain::detail::rows_of(y, 0, 12));  // the veto is spent
+    mine.after_one_more = model.optimizer().iterations();
+  });
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_workers_stop_after_a_batch_ends_every_worker_there_as_if_no_later_step_ran, B,
+                              std::tuple<cpu, cuda_emulated>) {
+  // The last worker's callback stops after batch 3 of epoch 1 (of 4). Its flag reaches the others with
+  // the next step, which every worker drops: all end after 3 updates with the weights, moving statistics,
+  // metrics and generator of a run that trains 3 steps and stops; the other workers' callbacks saw batch 4
+  // begin, never end. (cuda_emulated: the riders and the moving statistics in device memory.)
+  for (int p : {2, 3}) {
+    const auto stopped = stop_run<B>(p, true), three = stop_run<B>(p, false);
     BOOST_TEST_CONTEXT("p = " << p) {
       for (int r = 0; r < p; ++r) {
-        BOOST_TEST(blocking[std::size_t(r)] >= epochs * steps);
-        BOOST_TEST(blocking[std::size_t(r)] < 2 * epochs * steps);  // the logs cost none of their own
-        BOOST_TEST(losses[std::size_t(r)] == losses[0], tt::per_element());
+        const auto& got = stopped[std::size_t(r)];
+        BOOST_TEST_CONTEXT("worker " << r) {
+          BOOST_TEST(got.iterations == 3);
+          BOOST_TEST(got.after_one_more == 4);
+          BOOST_TEST(got.weights == three[0].weights, tt::per_element());  // moving statistics included
+          BOOST_TEST(got.hist.history == three[0].hist.history);           // the running metrics
+          BOOST_TEST(got.next_draw == three[std::size_t(r)].next_draw);    // the generator
+          BOOST_TEST(got.ended == 3);
+          BOOST_TEST(got.begun == (r == p - 1 ? 3 : 4));
+        }
       }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_sigterm_on_one_worker_preempts_every_worker_at_the_same_step_and_resumes_exactly) {
+  // A SIGTERM during worker 1's callbacks after batch 5 (epoch 2, batch 1): the flag rides with the next
+  // step, so every worker writes the backup and throws after epoch 2, batch 2; the restarted job resumes
+  // there and ends with the weights of an uninterrupted run.
+  for (int p : {2, 3}) {
+    BOOST_TEST_CONTEXT("p = " << p) {
+      const auto straight = train(p, [](int) { return std::vector<callback_ref>{}; });
+      temp_dir t;
+      std::vector<std::string> errors(static_cast<std::size_t>(p));
+      auto [x, y] = dtrain_test::three_class_problem(48);
+      dtrain_test::on_workers(p, [&](auto& s, int r) {
+        auto model = s.template make_model<net>(3 + std::uint64_t(r));
+        model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                       .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+        std::int64_t seen = 0;
+        try {
+          model.fit(data::from_tensor_slices(x, y) | data::batch(12),
+                    {.epochs = 4,
+                     .callbacks = {backup_and_restore({.backup_dir = t.path}),
+                                   lambda_callback({.on_train_batch_end = [&, r](std::int64_t, const logs&) {
+                                     if (++seen == 5 && r == 1) std::raise(SIGTERM);
+                                   }})},
+                     .verbose = 0});
+        } catch (const preempted& e) {
+          errors[std::size_t(r)] = e.what();
+        }
+        WORKER_CHECK(model.optimizer().iterations() == 6);
+      });
+      for (const auto& e : errors) BOOST_TEST(e.find("preempted (SIGTERM) after epoch 2, batch 2") != std::string::npos, e);
+      const auto resumed = train(p, [&](int) { return std::vector<callback_ref>{backup_and_restore({.backup_dir = t.path})}; });
+      std::signal(SIGTERM, SIG_DFL);
+      same_on_every_worker(resumed);
+      BOOST_TEST(resumed[0].weights == straight[0].weights, tt::per_element());
     }
   }
 }

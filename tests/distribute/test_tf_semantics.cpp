@@ -237,6 +237,15 @@ BOOST_AUTO_TEST_CASE(workers_whose_pipelines_run_out_at_different_steps_end_the_
     compile(model);
     const history h = model.fit(per_worker, {.epochs = 2, .callbacks = {lambda_callback({.on_train_batch_end = [&](std::int64_t, const logs&) { ++steps[std::size_t(r)]; }})}, .verbose = 0});
     WORKER_CHECK(h["loss"].size() == 2u);
+    // fit carries the agreement on each next batch with the step's gradients; a hand loop, whose
+    // iterator agrees by itself at every batch, trains the same
+    auto hand = s.template make_model<net>(3);
+    compile(hand);
+    for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+      auto it = per_worker.iterate(epoch);
+      while (auto b = it.next()) hand.train_step(b->first, b->second, it.global_rows());
+    }
+    WORKER_CHECK(hand.get_weights() == model.get_weights());
     // evaluation sees every worker's examples: 48 + 12 weighted into the aggregated metrics
     const logs l = model.evaluate(per_worker, {.verbose = 0});
     WORKER_CHECK(std::isfinite(l.at("loss")));

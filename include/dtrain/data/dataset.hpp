@@ -14,6 +14,7 @@
 /// `data::iterator` saves that and restores by starting the same pass and skipping, which yields
 /// exactly the elements an uninterrupted iterator would (sources and 1:1 stages skip without work).
 
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <optional>
@@ -113,6 +114,17 @@ class iterator {
   std::size_t global_rows() const {
     if constexpr (requires { it_->global_rows(); }) return it_->global_rows();
     else return 0;
+  }
+  /// Over a distributed dataset whose workers agree on every batch (FILE sharding, per-worker
+  /// pipelines): reads the next element early and returns this worker's part of the agreement on it
+  /// (has data, rows), for a caller that sums it over the workers with its own collective; `agreed`
+  /// hands back the sums, and the next `next()` then makes no collective of its own. Elsewhere: none.
+  std::optional<std::array<float, 2>> ahead() {
+    if constexpr (requires { it_->ahead(); }) return it_->ahead();
+    else return std::nullopt;
+  }
+  void agreed(std::array<float, 2> sums) {
+    if constexpr (requires { it_->agreed(sums); }) it_->agreed(sums);
   }
 
   /// Moves to a saved position: the same pass, `produced` elements in.

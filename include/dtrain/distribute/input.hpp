@@ -21,11 +21,13 @@
 ///
 /// `per_replica_dataset` (from `distribute_datasets_from_function`) holds this worker's own pipeline,
 /// which may yield more or fewer batches than the other workers'. Its iterator makes the workers agree:
-/// at each batch one small all-reduce tells whether any worker still has data and the global rows; a
+/// at each batch a sum over the workers tells whether any worker still has data and the global rows (one
+/// small all-reduce, or, in `fit`, a few floats riding with the previous step's gradients); a
 /// worker that ran out yields empty batches (0 rows) until every worker has, and then all end at the
 /// same step, so no worker ever issues a collective the others do not (TF's distributed iterator and
 /// PyTorch's `Join` behave the same way).
 
+#include <array>
 #include <cstdio>
 #include <optional>
 
@@ -62,26 +64,43 @@ inline std::vector<extents> shapes_of(const std::vector<tensor>& ts) {
 /// Keeps workers whose pipelines differ in length in step (see the file comment): for each element, one
 /// all-reduce of (has data, rows) over `rc`; a worker that ran out gets an empty element while any
 /// other has data, and the pass ends for all when none has. Without `rc` elements pass through.
+/// `pull()` reads this worker's next element.
+///
+/// A caller that already sums a few values over the workers at every step (`fit`, with the gradients)
+/// can carry the agreement there instead: `ahead(pull)` reads the next element early and returns this
+/// worker's part of the agreement on it, `agreed(sums)` takes the workers' sums, and the `next` that
+/// yields that element then makes no collective of its own.
 template <class E>
 class step_agreement {
  public:
+  using part = std::array<float, 2>;  // (has data, rows)
   explicit step_agreement(replica_context* rc) : rc_(rc) {}
-  /// Whether this worker's own pipeline has ended (then `next(std::nullopt)`).
-  bool done() const { return done_; }
-  std::optional<E> next(std::optional<E> e) {
+  template <class Pull>
+  std::optional<E> next(Pull pull) {
+    std::optional<E> e = peeked_ ? std::move(*peeked_) : read(pull);
+    peeked_.reset();
     done_ = !e;
     if (e && x_shape_.empty()) remember(*e);  // past the batch axis, every batch has the same shape
     if (!rc_) {
       global_rows_ = e ? batch_rows(*e) : 0;
       return e;
     }
-    float f[2] = {e ? 1.0f : 0.0f, e ? float(batch_rows(*e)) : 0.0f};  // workers with data, global rows
-    rc_->all_reduce(std::span<float>(f, 2), reduce_op::sum);
+    part f = agreed_ ? *agreed_ : part_of(e);  // workers with data, global rows
+    if (!agreed_) rc_->all_reduce(std::span<float>(f), reduce_op::sum);
+    agreed_.reset();
     if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
     global_rows_ = std::size_t(f[1]);
     if (e) return e;
     return empty();  // this worker is out, another is not: an empty element keeps it in step
   }
+  /// Reads the next element now; this worker's part of the agreement on it, for the caller to sum.
+  template <class Pull>
+  part ahead(Pull pull) {
+    if (!peeked_) peeked_.emplace(read(pull));
+    return part_of(*peeked_);
+  }
+  /// The workers' sums of `ahead`'s parts: the next `next` agrees without a collective.
+  void agreed(part sums) { agreed_ = sums; }
   /// After this worker skipped `got` of `n` elements: the position the workers agree on (the furthest).
   std::int64_t skip(std::int64_t got, std::int64_t n) {
     done_ = got < n;
@@ -90,6 +109,8 @@ class step_agreement {
     rc_->all_reduce(std::span<float>(&f, 1), reduce_op::max);
     return std::int64_t(f);
   }
+  /// Whether this worker's own pipeline has ended (then its skips read nothing).
+  bool done() const { return done_; }
   std::size_t global_rows() const { return global_rows_; }
 
  private:
@@ -97,6 +118,12 @@ class step_agreement {
     x_shape_ = shapes_of(features(e));
     if constexpr (data::is_supervised_v<E>) y_shape_ = shapes_of(e.second);
   }
+  template <class Pull>
+  std::optional<E> read(Pull& pull) {
+    if (done_) return std::nullopt;
+    return pull();
+  }
+  static part part_of(const std::optional<E>& e) { return {e ? 1.0f : 0.0f, e ? float(batch_rows(*e)) : 0.0f}; }
   static tensor no_rows(extents e) {
     if (e.empty()) e.push_back(0);
     e[0] = 0;
@@ -120,6 +147,8 @@ class step_agreement {
   replica_context* rc_;
   bool done_ = false;
   std::size_t global_rows_ = 0;
+  std::optional<std::optional<E>> peeked_;  // the element `ahead` read
+  std::optional<part> agreed_;              // the sums of its parts
   std::vector<extents> x_shape_, y_shape_;
 };
 
@@ -157,7 +186,7 @@ class distributed_dataset {
         : p_(d.p_), r_(d.r_), policy_(d.policy_), up_(d.up_.iterate(pass)), agree_(d.agree_) {}
     std::optional<element_type> next() {
       if (policy_ == data::auto_shard_policy::file) {  // this worker's own files, already per replica
-        auto e = agree_.next(agree_.done() ? std::nullopt : up_.next());
+        auto e = agree_.next([&] { return up_.next(); });
         global_rows_ = agree_.global_rows();
         return e;
       }
@@ -178,6 +207,13 @@ class distributed_dataset {
     }
     /// Rows of the global batch the last element is this replica's share of.
     std::size_t global_rows() const { return global_rows_; }
+    /// FILE sharding: the agreement on the next element, to be summed by the caller (see
+    /// step_agreement); no value where the workers need none.
+    std::optional<typename detail::step_agreement<element_type>::part> ahead() {
+      if (policy_ != data::auto_shard_policy::file) return std::nullopt;
+      return agree_.ahead([&] { return up_.next(); });
+    }
+    void agreed(typename detail::step_agreement<element_type>::part sums) { agree_.agreed(sums); }
     std::int64_t skip(std::int64_t n) {
       if (policy_ == data::auto_shard_policy::file) return agree_.skip(agree_.done() ? 0 : up_.skip(n), n);
       if (policy_ != data::auto_shard_policy::off) return up_.skip(n);
@@ -280,10 +316,15 @@ struct per_replica_dataset {
   class iterator {
    public:
     iterator(const per_replica_dataset& d, std::uint64_t pass) : up_(d.up.iterate(pass)), agree_(d.agree) {}
-    std::optional<element_type> next() { return agree_.next(agree_.done() ? std::nullopt : up_.next()); }
+    std::optional<element_type> next() { return agree_.next([&] { return up_.next(); }); }
     std::int64_t skip(std::int64_t n) { return agree_.skip(agree_.done() ? 0 : up_.skip(n), n); }
     /// Rows of the global batch the last element is this worker's share of (summed over the workers).
     std::size_t global_rows() const { return agree_.global_rows(); }
+    /// The agreement on the next element, to be summed by the caller (see step_agreement).
+    std::optional<typename detail::step_agreement<element_type>::part> ahead() {
+      return agree_.ahead([&] { return up_.next(); });
+    }
+    void agreed(typename detail::step_agreement<element_type>::part sums) { agree_.agreed(sums); }
 
    private:
     decltype(std::declval<const D&>().iterate(0)) up_;

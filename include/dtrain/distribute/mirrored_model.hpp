@@ -80,7 +80,8 @@ class mirrored_model : private M {
   using M::device, M::non_trainable_weights, M::count_params, M::get_weights, M::source_name, M::output_name;
   using M::layers, M::summary, M::compiled, M::loss, M::metrics, M::metric_outputs, M::losses, M::loss_weights;
   using M::loss_tracker, M::output_loss_trackers, M::reset_metrics, M::metric_results, M::worker_results,
-      M::regularization_loss;
+      M::regularization_loss, M::riders, M::rider_sums, M::step_dropped,
+      M::sums_workers;
   using M::replica, M::replicas, M::check_batch, M::layer, M::layer_parameters;
 
   // ---- what changes the replicas' shared state: copied to them before the next step -------------------

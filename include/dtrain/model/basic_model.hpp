@@ -179,9 +179,24 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// worker, which the step summed with its gradients (what `fit` reports each step, as tf.keras does).
   /// Otherwise this replica's.
   dtrain::logs worker_results() const {
-    if (worker_sums_.size() != 2 * state_count()) return metric_results();
+    if (worker_sums_.size() != 2 * state_count() + rider_count) return metric_results();
     return results_of([&](std::size_t i) { return metric_state{{worker_sums_[2 * i], worker_sums_[2 * i + 1]}}; });
   }
+
+  /// Under a multi-worker strategy a training step sums a few floats of the caller's over the workers in
+  /// its last gradient collective, at no round trip of their own (`fit` sends its stop and preemption
+  /// flags and the data's agreement on the next batch there): set `riders()` before the step (which
+  /// consumes them: they are zero after it), read `rider_sums()` after it. The first is a veto: when any
+  /// worker's is non-zero, every worker drops the step, which then changes nothing a checkpoint holds (no
+  /// update; moving statistics, running metrics and the generator as before it), and `step_dropped()`
+  /// says so. So one worker's decision to stop reaches the others with the next step, which they all drop.
+  static constexpr std::size_t rider_count = 4;
+  std::span<float, rider_count> riders() { return riders_; }
+  std::span<const float, rider_count> rider_sums() const { return rider_sums_; }
+  bool step_dropped() const { return dropped_; }
+  /// Whether training steps sum the workers' running states and riders with the gradients (a model of a
+  /// multi-worker strategy).
+  bool sums_workers() const { return sync_ && replica_ && replica_->num_input_pipelines() > 1; }
 
   /// One optimisation step on a batch (Keras `train_on_batch` / `train_step`): forward, loss averaged
   /// over the batch plus the regularization penalty, backward, optimizer step, running metrics.
@@ -485,9 +500,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
 
   const dtrain::logs& train_on(tensors x, tensors y, std::size_t global_rows) {
     require_compiled("train_step");
+    begin_transaction();
     if (empty_share(x)) {
       zero_gradients_step(worker_side());
-      apply_update();
+      if (stands()) apply_update();
       return step_results();
     }
     const std::size_t n = check_batch(x, &y);
@@ -512,7 +528,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         track_step();
         pack_worker_states();
       });
-      apply_update();
+      if (stands()) apply_update();
     } else {  // the scalars are read once the update is queued (a device runs on meanwhile)
       synced_backward(n);
       apply_update();
@@ -721,20 +737,48 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   }
 
   /// Under a multi-worker strategy a training step sums every worker's running loss and metric states
-  /// with its gradients, so `fit` shows the global running values each step at no extra round trip:
-  /// `worker_side()` is where they go, filled at the end of backward and holding the sums after the step.
-  bool sums_workers() const { return sync_ && replica_ && replica_->num_input_pipelines() > 1; }
+  /// (and the riders) with its gradients, so `fit` shows the global running values each step at no extra
+  /// round trip: `worker_side()` is where they go, filled at the end of backward and holding the sums
+  /// after the step.
   std::span<float> worker_side() {
     if (!sums_workers()) return {};
-    worker_sums_.resize(2 * state_count());
+    worker_sums_.resize(2 * state_count() + rider_count);
     this->reserve_gradient_prefix(worker_sums_.size());  // before backward writes the gradients
     return worker_sums_;
   }
-  /// Copies the running states into `worker_sums_` (in the order of state_at).
+  /// Copies the running states (in the order of state_at), then the riders, into `worker_sums_`.
   void pack_worker_states() {
     for (std::size_t i = 0; i < state_count(); ++i)
       std::copy_n(state_at(i).values.begin(), 2, worker_sums_.begin() + std::ptrdiff_t(2 * i));
+    std::copy(riders_.begin(), riders_.end(), worker_sums_.end() - rider_count);
   }
+
+  /// A step any worker may veto (see riders()) keeps what it changes before its update, a checkpoint's
+  /// worth apart from the weights: the generator, the running states and the moving statistics.
+  void begin_transaction() {
+    dropped_ = false;
+    if (!sums_workers()) return;
+    undo_.generator = this->rng_;
+    undo_.states.resize(state_count());
+    for (std::size_t i = 0; i < state_count(); ++i) undo_.states[i] = state_at(i);
+    if constexpr (moving_count > 0)
+      this->device_.copy(moving_count, cptr(this->params_.data() + param_count),
+                         ensure(this->device_, undo_.moving, moving_count));
+  }
+  /// After the step's collectives: whether it stands (no worker vetoed it); if not, it is undone.
+  bool stands() {
+    if (!sums_workers()) return true;
+    std::copy(worker_sums_.end() - rider_count, worker_sums_.end(), rider_sums_.begin());
+    riders_ = {};
+    if (rider_sums_[0] == 0.0f) return true;
+    dropped_ = true;
+    this->rng_ = undo_.generator;
+    for (std::size_t i = 0; i < state_count(); ++i) mutable_state_at(i) = undo_.states[i];
+    if constexpr (moving_count > 0)
+      this->device_.copy(moving_count, cptr(undo_.moving.data()), this->params_.data() + param_count);
+    return false;
+  }
+  static constexpr std::size_t moving_count = weight_count - param_count;  // the non-trainable variables
 
   /// Whether `x` is an empty share of a global batch: under a strategy, a replica may have no rows in a
   /// step (the short last batch, or its own data ran out before the other workers').
@@ -854,6 +898,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     if (i <= output_loss_trackers_.size()) return output_loss_trackers_[i - 1].state();
     return metrics_[i - 1 - output_loss_trackers_.size()].state();
   }
+  metric_state& mutable_state_at(std::size_t i) { return const_cast<metric_state&>(state_at(i)); }
   /// The running results in `step_logs_`, whose names compile() set.
   const dtrain::logs& step_results() {
     for (std::size_t i = 0; i < step_logs_.size(); ++i) step_logs_.value_at(i) = state_at(i).result();
@@ -934,7 +979,14 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   step_plan plan_;                     // the step's (see plan_step)
   dtrain::logs step_logs_;             // what train_step returns, updated in place
   std::size_t side_count_ = 0;         // side values in front of the gradients in the sync under way
-  std::vector<float> worker_sums_;     // the running states, summed over the workers by the last step
+  std::vector<float> worker_sums_;     // the running states and riders, summed over the workers by a step
+  std::array<float, rider_count> riders_{}, rider_sums_{};  // this worker's, for the next step; the last sums
+  bool dropped_ = false;  // the last training step was vetoed
+  struct {
+    rng generator;
+    std::vector<metric_state> states;
+    buffer_t<B, float> moving;
+  } undo_;  // what a vetoed step restores (see begin_transaction)
   bool compiled_ = false;
   bool watch_inputs_ = false;              // backward computes d loss / d inputs (watch_inputs)
   struct {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "dtrain/callbacks/callback.hpp"
@@ -164,9 +165,7 @@ void aggregate_metrics(Model& m) {
 }
 
 /// Under a strategy: stop (or take a preemption) when any replica asks to, so all replicas run the
-/// same steps. One tiny all-reduce per step carries both flags: the batch's callbacks, which may stop
-/// training, run after the step's gradients are summed, so their decision cannot ride with them (it
-/// would take undoing the next step's updates of weights, moving statistics and metrics).
+/// same steps: at an epoch's end (within one, the flags ride with the steps' gradients, see run_fit).
 template <class Model>
 std::pair<bool, bool> agree_to_stop(Model& m, bool stop, bool preempt) {
   if (!replicated(m)) return {stop, preempt};
@@ -412,8 +411,15 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
     }
     at(epoch, step, it->state());
     l = m.metric_results();
+    // Under a multi-worker strategy the stop and preemption flags and the data's agreement on the next
+    // batch ride with each step's gradients (the model's riders): a worker whose callbacks stop after a
+    // batch says so in the next step, which every worker then drops, so all stop after the same batch
+    // (the others' callbacks saw that next batch begin). A SIGTERM counts at the next step on all.
+    const bool rides = replicated(m) && m.sums_workers();
+    bool stopping = false;  // this worker's callbacks stopped after the last batch; the others learn it now
+    bool dropped = false;   // ...and the step that told them read a batch no step trained on
     while (steps < 0 || step < steps) {
-      cbs.on_train_batch_begin(step, l);
+      if (!stopping) cbs.on_train_batch_begin(step, l);
       auto b = it->next();
       if (!b) {
         if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
@@ -421,28 +427,50 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       }
       const auto rows = static_cast<std::int64_t>(it->global_rows() ? it->global_rows() : batch_rows(*b));
       same_batch(rows, workers(m));  // before the step: a refused resume changes nothing
-      handle.position.global_batch = std::max(handle.position.global_batch, rows);
-      l = m.train_step(b->first, b->second, it->global_rows());
-      // under a strategy the batch logs are every worker's running values, as tf.keras shows them each
-      // step: the step summed the states with its last gradients (the model keeps its own)
-      if (replicated(m)) l = m.worker_results();
-      at(epoch, step + 1, it->state());
-      cbs.on_train_batch_end(step++, l);
-      const auto [stop, preempt] =  // a SIGTERM during the step or its callbacks counts at this step
-          agree_to_stop(m, handle.stop_training, preemption_requested());
-      if (preempt) {
+      auto take_preemption = [&] {
         cbs.on_preemption(l);  // the backup at this step boundary
         throw preempted("fit: preempted (SIGTERM) after epoch " + std::to_string(epoch + 1) + ", batch " +
                         std::to_string(step) + "; the job can restart and resume from its backup");
+      };
+      bool preempt = false;
+      if (rides) {
+        const auto ahead = it->ahead();
+        const auto r = m.riders();
+        r[0] = stopping ? 1.0f : 0.0f, r[1] = preemption_requested() ? 1.0f : 0.0f;
+        r[2] = ahead ? (*ahead)[0] : 0.0f, r[3] = ahead ? (*ahead)[1] : 0.0f;
+        m.train_step(b->first, b->second, it->global_rows());
+        const auto sums = m.rider_sums();
+        preempt = sums[1] > 0.0f;
+        if (m.step_dropped()) {  // a worker stopped after the last batch: this step never happened
+          handle.stop_training = dropped = true;
+          if (preempt) take_preemption();
+          break;
+        }
+        if (ahead) it->agreed({sums[2], sums[3]});
+        // the batch logs are every worker's running values, as tf.keras shows them each step: the step
+        // summed the states with its last gradients (the model keeps its own)
+        l = m.worker_results();
+      } else {
+        l = m.train_step(b->first, b->second, it->global_rows());
       }
-      handle.stop_training = stop;
+      handle.position.global_batch = std::max(handle.position.global_batch, rows);
+      at(epoch, step + 1, it->state());
+      cbs.on_train_batch_end(step++, l);
+      if (rides) {
+        if (preempt) take_preemption();
+        stopping = handle.stop_training;
+        continue;
+      }
+      // a SIGTERM during the step or its callbacks counts at this step
+      std::tie(handle.stop_training, preempt) = agree_to_stop(m, handle.stop_training, preemption_requested());
+      if (preempt) take_preemption();
       if (handle.stop_training) break;
     }
     if (step == 0) break;  // nothing was trained this epoch: no logs to report
     aggregate_metrics(m);
     l = m.metric_results();
     // at the epoch's end a backup resumes at the next epoch's start
-    if (o.steps_per_epoch > 0) at(epoch + 1, 0, it->state());
+    if (o.steps_per_epoch > 0) at(epoch + 1, 0, dropped ? handle.position.data : it->state());
     else at(epoch + 1, 0, data::iterator_state{std::uint64_t(epoch + 1), 0});
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
       const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
