@@ -23,7 +23,7 @@ struct fake_model : training_model {
   training_state read_state(std::span<const char>, const std::string&) override { return {}; }
   void apply_state(training_state) override {}
   void save_weights(const std::filesystem::path&) override {}
-  void broadcast_from_chief(std::vector<char>&) override {}
+  void broadcast_from_chief(chief_message&) override {}
   bool chief_decides(bool d) override { return d; }
   bool is_chief() const override { return true; }
   int num_replicas_in_sync() const override { return 1; }
@@ -252,26 +252,6 @@ BOOST_AUTO_TEST_CASE(tensorboard_event_files_are_framed_records) {
   BOOST_TEST(files == 2u);
   std::filesystem::remove_all(dir);
   BOOST_CHECK_THROW(tensorboard({.update_freq = std::string("batch")}), value_error);
-}
-
-BOOST_AUTO_TEST_CASE(backup_finding_reaches_every_worker_as_sent) {
-  using finding = dtrain::detail::backup_finding;
-  using outcome = finding::outcome;
-  BOOST_TEST(finding{}.encode().empty());
-  BOOST_TEST((finding::decode({}).what == outcome::none));
-  for (const finding& f : {finding{outcome::restore, "/b/ckpt-3.safetensors", {'a', '\0', 'b'}},
-                           finding{outcome::unusable, "backups exist but none is usable", {}},
-                           finding{outcome::mismatch, "another model", {}}}) {
-    const finding g = finding::decode(f.encode());
-    BOOST_TEST((g.what == f.what));
-    BOOST_TEST(g.text == f.text);
-    BOOST_TEST(g.bytes == f.bytes);
-  }
-  // a message that is not one: an unknown tag, or no end to the text
-  for (const std::vector<char>& bad : {std::vector<char>{'X', 'a', '\0'}, std::vector<char>{'S', 'a', 'b'}})
-    BOOST_CHECK_EXCEPTION(finding::decode(bad), dtrain::error, [](const dtrain::error& e) {
-      return std::strstr(e.what(), "malformed") != nullptr;
-    });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -225,8 +225,9 @@ std::vector<run_record> stop_run(int p, bool stop) {
 }
 }  // namespace
 
+using host_and_device = std::tuple<cpu, cuda_emulated>;
 BOOST_AUTO_TEST_CASE_TEMPLATE(one_workers_stop_after_a_batch_ends_every_worker_there_as_if_no_later_step_ran, B,
-                              std::tuple<cpu, cuda_emulated>) {
+                              host_and_device) {
   // The last worker's callback stops after batch 3 of epoch 1 (of 4). Its flag reaches the others with
   // the next step, which every worker drops: all end after 3 updates with the weights, moving statistics,
   // metrics and generator of a run that trains 3 steps and stops; the other workers' callbacks saw batch 4
@@ -369,6 +370,37 @@ BOOST_AUTO_TEST_CASE(terminate_on_nan_on_one_replica_stops_every_worker_at_that_
     BOOST_TEST_CONTEXT("p = " << p) {
       for (float l : first_losses) BOOST_TEST(!std::isfinite(l));
       for (const auto& o : out) BOOST_TEST(o.iterations == 3);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_chiefs_message_reaches_every_worker_as_sent) {
+  // what backup_and_restore tells the workers: a kind, a text and bytes, zero bytes inside, empty parts
+  const std::vector<chief_message> sent{{7, std::string("a\0b", 3), {'x', '\0', 'y'}}, {}, {-2, "only text", {}}};
+  for (int p : {2, 3}) {
+    std::vector<std::vector<chief_message>> got(static_cast<std::size_t>(p));
+    struct tell : callback {
+      const std::vector<chief_message>* sent;
+      std::vector<chief_message>* got;
+      tell(const std::vector<chief_message>* s, std::vector<chief_message>* g) : sent(s), got(g) {}
+      void on_train_begin(const logs&) override {
+        for (const chief_message& m : *sent) {
+          chief_message here = model().is_chief() ? m : chief_message{99, "not the chief's", {'z'}};
+          model().broadcast_from_chief(here);
+          got->push_back(std::move(here));
+        }
+      }
+    };
+    train(p, [&](int r) { return std::vector<callback_ref>{tell(&sent, &got[std::size_t(r)])}; }, 1);
+    for (int r = 0; r < p; ++r) {
+      BOOST_TEST_CONTEXT("p = " << p << ", worker " << r) {
+        BOOST_REQUIRE_EQUAL(got[std::size_t(r)].size(), sent.size());
+        for (std::size_t k = 0; k < sent.size(); ++k) {
+          BOOST_TEST(got[std::size_t(r)][k].kind == sent[k].kind);
+          BOOST_TEST(got[std::size_t(r)][k].text == sent[k].text);
+          BOOST_TEST(got[std::size_t(r)][k].bytes == sent[k].bytes, tt::per_element());
+        }
+      }
     }
   }
 }

@@ -58,33 +58,13 @@ namespace detail {
 /// start: backups that exist but none reads, or a folder it cannot write (`unusable`, an io_error), or
 /// backups of another model or job (`mismatch`, a config_error).
 struct backup_finding {
-  enum class outcome : char { none = 0, restore = 'S', unusable = 'E', mismatch = 'M' };
+  enum class outcome : int { none, restore, unusable, mismatch };
   outcome what = outcome::none;
   std::string text;         // restore: the file; otherwise the error message
   std::vector<char> bytes;  // restore: the backup's contents
 
-  /// One tag byte, the text, a zero byte, the bytes; nothing at all for `none`.
-  std::vector<char> encode() const {
-    if (what == outcome::none) return {};
-    std::vector<char> v;
-    v.reserve(text.size() + 2 + bytes.size());
-    v.push_back(char(what));
-    v.insert(v.end(), text.begin(), text.end());
-    v.push_back('\0');
-    v.insert(v.end(), bytes.begin(), bytes.end());
-    return v;
-  }
-  /// Takes the message over: the backup's bytes stay in its buffer (a model-sized file is not copied).
-  static backup_finding decode(std::vector<char> v) {
-    if (v.empty()) return {};
-    const auto text_end = std::find(v.begin() + 1, v.end(), '\0');
-    const auto tag = outcome(v[0]);
-    if ((tag != outcome::restore && tag != outcome::unusable && tag != outcome::mismatch) || text_end == v.end())
-      throw error("backup_and_restore: the chief's message about its backups is malformed");
-    std::string text(v.begin() + 1, text_end);
-    v.erase(v.begin(), text_end + 1);
-    return {tag, std::move(text), std::move(v)};
-  }
+  chief_message message() && { return {int(what), std::move(text), std::move(bytes)}; }
+  static backup_finding from(chief_message&& m) { return {outcome(m.kind), std::move(m.text), std::move(m.bytes)}; }
 };
 }  // namespace detail
 
@@ -103,16 +83,16 @@ class backup_and_restore : public callback {
     install_preemption_handler();
     auto& m = model();
     using outcome = detail::backup_finding::outcome;
-    std::vector<char> message;
+    chief_message message;
     if (m.is_chief()) try {
-        message = find_on_chief().encode();
+        message = find_on_chief().message();
       } catch (const error& e) {  // a mismatch: the chief throws it, the others learn it
-        message = detail::backup_finding{outcome::mismatch, e.what(), {}}.encode();
+        message = detail::backup_finding{outcome::mismatch, e.what(), {}}.message();
         m.broadcast_from_chief(message);
         throw;
       }
     m.broadcast_from_chief(message);
-    const auto found = detail::backup_finding::decode(std::move(message));
+    const auto found = detail::backup_finding::from(std::move(message));
     if (found.what == outcome::none) return;
     if (found.what == outcome::unusable) throw io_error(found.text);
     if (found.what == outcome::mismatch) throw config_error(found.text);

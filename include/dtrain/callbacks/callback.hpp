@@ -36,6 +36,14 @@ struct callback_params {
 using checkpoint::training_position;
 using checkpoint::training_state;
 
+/// What the chief tells every replica in one collective (`training_model::broadcast_from_chief`): a kind
+/// the sender defines, a text and bytes (a backup's contents are sent as they are, in no envelope).
+struct chief_message {
+  int kind = 0;
+  std::string text;
+  std::vector<char> bytes;
+};
+
 /// What a callback sees of the model being trained (Keras' `callback.model`), including what saving
 /// callbacks need: the training state in and out, and the replicas' collectives. Calls marked
 /// "collective" must be made by every replica at the same point of training.
@@ -61,8 +69,8 @@ class training_model {
   virtual void apply_state(training_state s) = 0;
   /// Writes the weights alone (Keras save_weights; the chief calls it).
   virtual void save_weights(const std::filesystem::path& path) = 0;
-  /// Collective: every replica gets the chief's `bytes`.
-  virtual void broadcast_from_chief(std::vector<char>& bytes) = 0;
+  /// Collective: every replica gets the chief's message.
+  virtual void broadcast_from_chief(chief_message& message) = 0;
   /// Collective: the chief's `decision` on every replica (for decisions taken on per-replica values).
   virtual bool chief_decides(bool decision) = 0;
   virtual bool is_chief() const = 0;

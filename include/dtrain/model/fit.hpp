@@ -124,12 +124,16 @@ class model_handle final : public training_model {
     checkpoint::apply_training_state(m_, std::move(s), !m_.replica() || m_.replica()->replica_id() == 0);
   }
   void save_weights(const std::filesystem::path& path) override { checkpoint::save_weights(m_, path); }
-  void broadcast_from_chief(std::vector<char>& bytes) override {
+  void broadcast_from_chief(chief_message& message) override {
     if (!replicated(m_)) return;
-    std::uint64_t n = bytes.size();
-    m_.replica()->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&n, 1)), 0);
-    bytes.resize(n);
-    m_.replica()->broadcast(std::as_writable_bytes(std::span<char>(bytes)), 0);
+    replica_context& rc = *m_.replica();
+    std::int64_t head[3] = {message.kind, std::int64_t(message.text.size()), std::int64_t(message.bytes.size())};
+    rc.broadcast(std::as_writable_bytes(std::span<std::int64_t>(head)), 0);
+    message.kind = int(head[0]);
+    message.text.resize(std::size_t(head[1]));
+    message.bytes.resize(std::size_t(head[2]));
+    if (head[1] > 0) rc.broadcast(std::as_writable_bytes(std::span<char>(message.text)), 0);
+    if (head[2] > 0) rc.broadcast(std::as_writable_bytes(std::span<char>(message.bytes)), 0);
   }
   bool chief_decides(bool decision) override {
     if (!replicated(m_)) return decision;
