@@ -190,9 +190,11 @@ struct run_record {
 
 
 /// Each worker's record of a fit of 3 epochs of 4 batches (`stop`: the last worker's callback stops
-/// after batch 3), or of one that trains 3 steps and ends.
+/// after batch 3), or of one that trains 3 steps and ends. `per_worker`: each worker's own pipeline,
+/// worker 0's of 5 batches (3 when it does not stop), the others' of one, so the others' shares are empty
+/// from the second step on.
 template <class B>
-std::vector<run_record> stop_run(int p, bool stop) {
+std::vector<run_record> stop_run(int p, bool stop, bool per_worker = false) {
   auto [x, y] = dtrain_test::three_class_problem(48);
   std::vector<run_record> out(static_cast<std::size_t>(p));
   dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
@@ -211,7 +213,14 @@ std::vector<run_record> stop_run(int p, bool stop) {
       }
     };
     auto ds = data::from_tensor_slices(x, y) | data::batch(12);
-    if (stop)
+    if (per_worker)
+      mine.hist = model.fit(s.distribute_datasets_from_function([&](const input_context& c) {
+        const std::size_t w = std::size_t(c.input_pipeline_id), from = w == 0 ? 0 : 30 + 6 * (w - 1),
+                          to = w == 0 ? (stop ? 30 : 18) : from + 6;
+        return data::from_tensor_slices(dtrain::detail::rows_of(x, from, to), dtrain::detail::rows_of(y, from, to)) |
+               data::batch(6);
+      }), {.epochs = stop ? 3 : 1, .callbacks = {stop_after(&mine, stop && r == p - 1)}, .verbose = 0});
+    else if (stop)
       mine.hist = model.fit(ds, {.epochs = 3, .callbacks = {stop_after(&mine, r == p - 1)}, .verbose = 0});
     else
       mine.hist = model.fit(ds | data::repeat(), {.epochs = 1, .steps_per_epoch = 3, .callbacks = {stop_after(&mine, false)}, .verbose = 0});
@@ -231,20 +240,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_workers_stop_after_a_batch_ends_every_worker_t
   // The last worker's callback stops after batch 3 of epoch 1 (of 4). Its flag reaches the others with
   // the next step, which every worker drops: all end after 3 updates with the weights, moving statistics,
   // metrics and generator of a run that trains 3 steps and stops; the other workers' callbacks saw batch 4
-  // begin, never end. (cuda_emulated: the riders and the moving statistics in device memory.)
+  // begin, never end. (cuda_emulated: the riders and the moving statistics in device memory.) With
+  // per-worker pipelines the stopping worker's share of the dropped step is empty.
   for (int p : {2, 3}) {
-    const auto stopped = stop_run<B>(p, true), three = stop_run<B>(p, false);
-    BOOST_TEST_CONTEXT("p = " << p) {
-      for (int r = 0; r < p; ++r) {
-        const auto& got = stopped[std::size_t(r)];
-        BOOST_TEST_CONTEXT("worker " << r) {
-          BOOST_TEST(got.iterations == 3);
-          BOOST_TEST(got.after_one_more == 4);
-          BOOST_TEST(got.weights == three[0].weights, tt::per_element());  // moving statistics included
-          BOOST_TEST(got.hist.history == three[0].hist.history);           // the running metrics
-          BOOST_TEST(got.next_draw == three[std::size_t(r)].next_draw);    // the generator
-          BOOST_TEST(got.ended == 3);
-          BOOST_TEST(got.begun == (r == p - 1 ? 3 : 4));
+    for (bool per_worker : {false, true}) {
+      const auto stopped = stop_run<B>(p, true, per_worker), three = stop_run<B>(p, false, per_worker);
+      BOOST_TEST_CONTEXT("p = " << p << (per_worker ? ", per-worker pipelines" : "")) {
+        for (int r = 0; r < p; ++r) {
+          const auto& got = stopped[std::size_t(r)];
+          BOOST_TEST_CONTEXT("worker " << r) {
+            BOOST_TEST(got.iterations == 3);
+            BOOST_TEST(got.after_one_more == 4);
+            BOOST_TEST(got.weights == three[0].weights, tt::per_element());  // moving statistics included
+            BOOST_TEST(got.hist.history == three[0].hist.history);           // the running metrics
+            BOOST_TEST(got.next_draw == three[std::size_t(r)].next_draw);    // the generator
+            BOOST_TEST(got.ended == 3);
+            BOOST_TEST(got.begun == (r == p - 1 ? 3 : 4));
+          }
         }
       }
     }
