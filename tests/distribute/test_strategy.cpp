@@ -65,6 +65,63 @@ void check_like_one(const std::vector<outcome>& many, const std::vector<outcome>
 }
 }  // namespace
 
+namespace {
+/// A net with moving statistics and dropout: a step changes more than its weights.
+using stateful_net = sequential<input<6>, dense<16, relu>, batch_normalization<>, dropout<0.25f>, dense<3>>;
+
+struct run_record {
+  std::vector<float> weights;
+  history hist;
+  std::int64_t iterations = 0, begun = 0, ended = 0, after_one_more = 0;
+  std::uint64_t next_draw = 0;  // the generator's next value after fit
+};
+
+
+/// Each worker's record of a fit of 3 epochs of 4 batches (`stop`: the last worker's callback stops
+/// after batch 3), or of one that trains 3 steps and ends. `per_worker`: each worker's own pipeline,
+/// worker 0's of 5 batches (3 when it does not stop), the others' of one, so the others' shares are empty
+/// from the second step on.
+template <class B>
+std::vector<run_record> stop_run(int p, bool stop, bool per_worker = false) {
+  auto [x, y] = dtrain_test::three_class_problem(48);
+  std::vector<run_record> out(static_cast<std::size_t>(p));
+  dtrain_test::on_workers<B>(p, [&](auto& s, int r) {
+    auto model = s.template make_model<stateful_net>(3);
+    model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                   .loss = sparse_categorical_crossentropy{{.from_logits = true}}, .metrics = {accuracy{}}});
+    auto& mine = out[std::size_t(r)];
+    struct stop_after : callback {
+      run_record* rec;
+      bool mine;
+      stop_after(run_record* c, bool m) : rec(c), mine(m) {}
+      void on_train_batch_begin(std::int64_t, const logs&) override { ++rec->begun; }
+      void on_train_batch_end(std::int64_t b, const logs&) override {
+        ++rec->ended;
+        if (mine && b == 2) model().stop_training = true;
+      }
+    };
+    auto ds = data::from_tensor_slices(x, y) | data::batch(12);
+    if (per_worker)
+      mine.hist = model.fit(s.distribute_datasets_from_function([&](const input_context& c) {
+        const std::size_t w = std::size_t(c.input_pipeline_id), from = w == 0 ? 0 : 30 + 6 * (w - 1),
+                          to = w == 0 ? (stop ? 30 : 18) : from + 6;
+        return data::from_tensor_slices(dtrain::detail::rows_of(x, from, to), dtrain::detail::rows_of(y, from, to)) |
+               data::batch(6);
+      }), {.epochs = stop ? 3 : 1, .callbacks = {stop_after(&mine, stop && r == p - 1)}, .verbose = 0});
+    else if (stop)
+      mine.hist = model.fit(ds, {.epochs = 3, .callbacks = {stop_after(&mine, r == p - 1)}, .verbose = 0});
+    else
+      mine.hist = model.fit(ds | data::repeat(), {.epochs = 1, .steps_per_epoch = 3, .callbacks = {stop_after(&mine, false)}, .verbose = 0});
+    mine.weights = model.get_weights();
+    mine.iterations = model.optimizer().iterations();
+    mine.next_draw = model.generator().next();
+    model.train_step(dtrain::detail::rows_of(x, 0, 12), dtrain::detail::rows_of(y, 0, 12));  // the veto is spent
+    mine.after_one_more = model.optimizer().iterations();
+  });
+  return out;
+}
+}  // namespace
+
 BOOST_AUTO_TEST_SUITE(strategy)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(n_workers_train_like_one_worker_with_the_global_batch, B, dtrain_test::backends) {
@@ -259,6 +316,34 @@ BOOST_AUTO_TEST_CASE(slurm_torchrun_mpi_and_precedence) {
   BOOST_TEST(resolve_cluster({{cluster_spec{{{"worker", {"x:1", "y:2"}}}}, {"worker", 1}}}).source == "explicit");
   ::unsetenv("TF_CONFIG"), ::unsetenv("RANK"), ::unsetenv("WORLD_SIZE"), ::unsetenv("MASTER_ADDR");
   BOOST_TEST(resolve_cluster().world_size == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(one_workers_stop_after_a_batch_ends_every_worker_there_as_if_no_later_step_ran, B,
+                              dtrain_test::backends) {
+  // The last worker's callback stops after batch 3 of epoch 1 (of 4). Its flag reaches the others with
+  // the next step, which every worker drops: all end after 3 updates with the weights, moving statistics,
+  // metrics and generator of a run that trains 3 steps and stops; the other workers' callbacks saw batch 4
+  // begin, never end. On every backend: the riders and the moving statistics in device memory too. With
+  // per-worker pipelines the stopping worker's share of the dropped step is empty.
+  for (int p : {2, 3}) {
+    for (bool per_worker : {false, true}) {
+      const auto stopped = stop_run<B>(p, true, per_worker), three = stop_run<B>(p, false, per_worker);
+      BOOST_TEST_CONTEXT("p = " << p << (per_worker ? ", per-worker pipelines" : "")) {
+        for (int r = 0; r < p; ++r) {
+          const auto& got = stopped[std::size_t(r)];
+          BOOST_TEST_CONTEXT("worker " << r) {
+            BOOST_TEST(got.iterations == 3);
+            BOOST_TEST(got.after_one_more == 4);
+            BOOST_TEST(got.weights == three[0].weights, tt::per_element());  // moving statistics included
+            BOOST_TEST(got.hist.history == three[0].hist.history);           // the running metrics
+            BOOST_TEST(got.next_draw == three[std::size_t(r)].next_draw);    // the generator
+            BOOST_TEST(got.ended == 3);
+            BOOST_TEST(got.begun == (r == p - 1 ? 3 : 4));
+          }
+        }
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
