@@ -30,10 +30,14 @@ void* operator new(std::size_t n, std::align_val_t a) {
   if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
   throw std::bad_alloc();
 }
+// The replacements allocate with malloc, so they free with free; GCC takes the pairing for a mismatch.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 using namespace dtrain;
 
