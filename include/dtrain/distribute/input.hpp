@@ -30,6 +30,7 @@
 #include <array>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "dtrain/data/dataset.hpp"
 #include "dtrain/data/sources.hpp"
@@ -85,9 +86,9 @@ class step_agreement {
       global_rows_ = e ? batch_rows(*e) : 0;
       return e;
     }
-    part f = agreed_ ? *agreed_ : part_of(e);  // workers with data, global rows
-    if (!agreed_) rc_->all_reduce(std::span<float>(f), reduce_op::sum);
-    agreed_.reset();
+    part f = part_of(e);  // summed: workers with data, global rows
+    if (agreed_) f = *std::exchange(agreed_, std::nullopt);
+    else rc_->all_reduce(std::span<float>(f), reduce_op::sum);
     if (f[0] == 0.0f) return std::nullopt;  // every worker is out: the pass ends on all
     global_rows_ = std::size_t(f[1]);
     if (e) return e;
@@ -101,16 +102,17 @@ class step_agreement {
   }
   /// The workers' sums of `ahead`'s parts: the next `next` agrees without a collective.
   void agreed(part sums) { agreed_ = sums; }
-  /// After this worker skipped `got` of `n` elements: the position the workers agree on (the furthest).
-  std::int64_t skip(std::int64_t got, std::int64_t n) {
+  /// Skips `n` elements (`skip_up(n)` skips this worker's own and says how many it got): the position
+  /// the workers agree on (the furthest).
+  template <class SkipUp>
+  std::int64_t skip(SkipUp skip_up, std::int64_t n) {
+    const std::int64_t got = done_ ? 0 : skip_up(n);
     done_ = got < n;
     if (!rc_) return got;
     float f = float(got);
     rc_->all_reduce(std::span<float>(&f, 1), reduce_op::max);
     return std::int64_t(f);
   }
-  /// Whether this worker's own pipeline has ended (then its skips read nothing).
-  bool done() const { return done_; }
   std::size_t global_rows() const { return global_rows_; }
 
  private:
@@ -215,7 +217,7 @@ class distributed_dataset {
     }
     void agreed(typename detail::step_agreement<element_type>::part sums) { agree_.agreed(sums); }
     std::int64_t skip(std::int64_t n) {
-      if (policy_ == data::auto_shard_policy::file) return agree_.skip(agree_.done() ? 0 : up_.skip(n), n);
+      if (policy_ == data::auto_shard_policy::file) return agree_.skip([&](std::int64_t k) { return up_.skip(k); }, n);
       if (policy_ != data::auto_shard_policy::off) return up_.skip(n);
       return data::detail::skip_by_next(*this, n);
     }
@@ -317,7 +319,7 @@ struct per_replica_dataset {
    public:
     iterator(const per_replica_dataset& d, std::uint64_t pass) : up_(d.up.iterate(pass)), agree_(d.agree) {}
     std::optional<element_type> next() { return agree_.next([&] { return up_.next(); }); }
-    std::int64_t skip(std::int64_t n) { return agree_.skip(agree_.done() ? 0 : up_.skip(n), n); }
+    std::int64_t skip(std::int64_t n) { return agree_.skip([&](std::int64_t k) { return up_.skip(k); }, n); }
     /// Rows of the global batch the last element is this worker's share of (summed over the workers).
     std::size_t global_rows() const { return agree_.global_rows(); }
     /// The agreement on the next element, to be summed by the caller (see step_agreement).
