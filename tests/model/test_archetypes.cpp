@@ -2,6 +2,7 @@
 // the library's generic code instantiated with it. A model, an optimizer step, a strategy or a dataset
 // stage that used anything of its seam beyond the concept would fail to compile here; and the types
 // below are what an author of a new backend, layer, communicator, dataset or strategy starts from.
+#include <dtrain/backend/kernel_table.hpp>
 #include <dtrain/dtrain.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -25,6 +26,12 @@ class pointer {
   }
 };
 
+/// A kernel that does nothing, declared from its row of the kernel table (backend/kernel_table.hpp).
+#define ARCHETYPE_KERNEL(head, targs, result, name, ...)                                                      \
+  DTRAIN_KERNEL_TABLE_UNPACK head result name(DTRAIN_KERNEL_TABLE_MAP(DTRAIN_KERNEL_TYPE, , __VA_ARGS__)) const { \
+    return result();                                                                                          \
+  }
+
 /// What a model of dense layers needs of its backend (`model_backend` and the activation kernels), each
 /// operation doing nothing...
 struct dense_backend {
@@ -45,85 +52,20 @@ struct dense_backend {
   void upload(std::size_t, const float*, pointer<float>) const {}
   void download(std::size_t, pointer<const float>, float*) const {}
   void synchronize() const {}
-  void fill(std::size_t, float, pointer<float>) const {}
-  void copy(std::size_t, pointer<const float>, pointer<float>) const {}
-  void copy_columns(std::size_t, std::size_t, pointer<const float>, std::size_t, pointer<float>, std::size_t) const {}
-  void axpy(std::size_t, float, pointer<const float>, pointer<float>) const {}
-  void multiply(std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  void gemm(transpose, transpose, std::size_t, std::size_t, std::size_t, float, pointer<const float>, std::size_t,
-            pointer<const float>, std::size_t, float, pointer<float>, std::size_t) const {}
-  void broadcast_rows(std::size_t, std::size_t, pointer<const float>, pointer<float>) const {}
-  void column_sums(std::size_t, std::size_t, pointer<const float>, pointer<float>) const {}
-  void sum(std::size_t, pointer<const float>, pointer<float>) const {}
-  template <activation_kind>
-  void activation_forward(std::size_t, std::size_t, pointer<float>) const {}
-  template <activation_kind>
-  void activation_backward(std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  void leaky_relu_forward(std::size_t, float, pointer<const float>, pointer<float>) const {}
-  void leaky_relu_backward(std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  template <class Op>
-  void loss(const Op&, std::size_t, std::size_t, float, pointer<const float>, pointer<const float>, pointer<float>,
-            pointer<float>) const {}
-  template <class Op>
-  void metric(const Op&, std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  template <class Op>
-  void update(const Op&, std::size_t, pointer<const float>, pointer<float>, pointer<float>) const {}
+  DTRAIN_BLAS_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_ACTIVATION_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_LOSS_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_UPDATE_KERNELS(ARCHETYPE_KERNEL)
 };
 static_assert(model_backend<dense_backend> && activation_kernels<dense_backend>);
 static_assert(!window_kernels<dense_backend> && !dtrain::backend<dense_backend>);
 
 /// ...and the whole backend concept: every other family too.
 struct backend : dense_backend {
-  template <window_geometry>
-  std::size_t conv2d_workspace(std::size_t) const {
-    return 0;
-  }
-  template <window_geometry>
-  std::size_t conv2d_backward_workspace(std::size_t, bool) const {
-    return 0;
-  }
-  template <window_geometry, activation_kind>
-  void conv2d_forward(std::size_t, pointer<const float>, pointer<const float>, pointer<const float>, pointer<float>,
-                      pointer<float>, pointer<float>) const {}
-  template <window_geometry, activation_kind>
-  void conv2d_backward(std::size_t, pointer<const float>, pointer<const float>, pointer<float>, pointer<const float>,
-                       pointer<const float>, pointer<float>, pointer<float>, pointer<float>) const {}
-  template <window_geometry>
-  void max_pooling2d_forward(std::size_t, pointer<const float>, pointer<float>, pointer<std::uint32_t>) const {}
-  template <window_geometry>
-  void max_pooling2d_backward(std::size_t, pointer<const float>, pointer<const std::uint32_t>, pointer<float>) const {}
-  template <window_geometry>
-  void average_pooling2d_forward(std::size_t, pointer<const float>, pointer<float>) const {}
-  template <window_geometry>
-  void average_pooling2d_backward(std::size_t, pointer<const float>, pointer<float>) const {}
-  template <window_geometry>
-  void zero_padding2d_forward(std::size_t, pointer<const float>, pointer<float>) const {}
-  template <window_geometry>
-  void zero_padding2d_backward(std::size_t, pointer<const float>, pointer<float>) const {}
-  void layer_normalization_forward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
-                                   pointer<const float>, pointer<float>, pointer<float>, pointer<float>) const {}
-  void layer_normalization_backward(std::size_t, std::size_t, pointer<const float>, pointer<const float>,
-                                    pointer<const float>, pointer<const float>, pointer<float>) const {}
-  void squared_deviations(std::size_t, std::size_t, pointer<const float>, pointer<const float>, pointer<float>) const {}
-  void moving_average(std::size_t, float, pointer<const float>, pointer<float>) const {}
-  void batch_normalization_forward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
-                                   pointer<const float>, pointer<const float>, pointer<const float>, pointer<float>,
-                                   pointer<float>, pointer<float>) const {}
-  void batch_normalization_backward(std::size_t, std::size_t, float, pointer<const float>, pointer<const float>,
-                                    pointer<const float>, pointer<const float>, pointer<const float>,
-                                    pointer<float>) const {}
-  template <window_geometry>
-  void depthwise_conv2d_forward(std::size_t, pointer<const float>, pointer<const float>, pointer<const float>,
-                                pointer<float>) const {}
-  template <window_geometry>
-  void depthwise_conv2d_backward(std::size_t, pointer<const float>, pointer<const float>, pointer<const float>,
-                                 pointer<float>, pointer<float>) const {}
-  void embedding_forward(std::size_t, std::size_t, std::size_t, pointer<const float>, pointer<const float>,
-                         pointer<float>) const {}
-  void embedding_backward(std::size_t, std::size_t, pointer<const std::uint32_t>, pointer<const std::uint32_t>,
-                          pointer<const float>, pointer<float>) const {}
-  void dropout(std::size_t, float, std::uint64_t, pointer<const float>, pointer<float>, pointer<float>) const {}
-  void l2(std::size_t, float, float, pointer<const float>, pointer<float>, pointer<float>) const {}
+  DTRAIN_WINDOW_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_NORMALIZATION_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_EMBEDDING_KERNELS(ARCHETYPE_KERNEL)
+  DTRAIN_REGULARIZATION_KERNELS(ARCHETYPE_KERNEL)
 };
 static_assert(dtrain::backend<backend>);
 static_assert(!host_addressable_v<backend>);

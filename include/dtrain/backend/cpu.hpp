@@ -79,6 +79,7 @@ struct cpu : detail::cpu_activation_kernels,
   /// y[r][j] = x[r][j] for r < rows, j < cols, rows ldx and ldy floats apart.
   void copy_columns(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx, float* y,
                     std::size_t ldy) const {
+    if (cols == 0) return;
     for (std::size_t r = 0; r < rows; ++r) copy(cols, x + r * ldx, y + r * ldy);
   }
   /// y += alpha x
