@@ -1,6 +1,7 @@
-// NVRTC compiles dtrain's CUDA kernels (backend/cuda/kernels.hpp) with no GPU, for the oldest and the
-// newest architecture this NVRTC supports and for Hopper (sm_90, the GPU dtrain is measured on): a CUDA
-// C++ error in the kernels' source fails CI, not a user's first GPU run. (Every architecture: 12 x ~5 s.)
+// NVRTC compiles dtrain's CUDA kernels (every family's source in backend/cuda/, one program) with no
+// GPU, for the oldest and the newest architecture this NVRTC supports and for Hopper (sm_90, the GPU
+// dtrain is measured on): a CUDA C++ error in the kernels' source fails CI, not a user's first GPU run.
+// (Every architecture: 12 x ~5 s.)
 #include <algorithm>
 #include <cstdio>
 #include <string>

@@ -2,7 +2,7 @@
 /// \file
 /// `cuda`: the backend on an NVIDIA GPU (link `dtrain::cuda`: the CUDA runtime, cuBLAS and NVRTC; the
 /// program still builds with a plain C++ compiler). The kernels are CUDA source held in
-/// cuda/kernels.hpp, compiled by NVRTC once per process for the device's architecture, loaded as a
+/// cuda/<family>.hpp (listed in cuda/kernels.hpp), compiled by NVRTC once per process for the device's architecture, loaded as a
 /// library and launched through the runtime; GEMMs go to cuBLAS (FP32, no TF32, as PyTorch's
 /// default); memory, recording and CUDA graph replay are cuda/device.hpp's. Every failure is a
 /// `device_error` naming the device, the operation and its sizes; nothing aborts the process.
@@ -81,7 +81,7 @@ inline const std::vector<char>& compiled_kernels(int major, int minor) {
     if (a <= arch) virtual_arch = std::max(virtual_arch, a);
   const std::string target = known ? "--gpu-architecture=sm_" + std::to_string(arch)
                                    : "--gpu-architecture=compute_" + std::to_string(virtual_arch);
-  const std::string source = std::string(cuda_kernels::preamble) + cuda_kernels::source;
+  const std::string source = cuda_kernels::source();
   nvrtcProgram p = nullptr;
   if (const auto r = nvrtcCreateProgram(&p, source.c_str(), "dtrain_kernels.cu", 0, nullptr, nullptr); r != NVRTC_SUCCESS)
     throw device_error(std::string("cuda: NVRTC cannot create the kernels' program: ") + nvrtcGetErrorString(r));

@@ -42,4 +42,9 @@ struct usage_error : error {
   using error::error;
 };
 
+/// An error of a device (a GPU backend's): the message names the device, the operation and the sizes.
+struct device_error : error {
+  using error::error;
+};
+
 }  // namespace dtrain

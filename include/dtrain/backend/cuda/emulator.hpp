@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `cuda_emulated`: the CUDA backend (cuda/device.hpp) on a runtime that emulates one device on the
-/// host. Kernels are the host copies of cuda/kernels.hpp, run block by block and thread by thread with
+/// host. Kernels are the host copies of cuda/<family>.hpp, run block by block and thread by thread with
 /// CUDA's indices set; GEMMs are column-major loops of their own (not the cpu backend's, so the
 /// row-major to column-major mapping of `basic_cuda::gemm` is checked, not mirrored); a captured
 /// graph is the list of its nodes, replayed from its own copies of the arguments (so a node whose
@@ -33,7 +33,7 @@ namespace cuda_detail {
 template <cuda_kernels::kernel K>
 void emulate(unsigned grid, unsigned block, void** args) {
   using params = typename signature<std::remove_const_t<decltype(cuda_kernels::host_function<K>)>>::params;
-  namespace k = cuda_kernels;
+  namespace k = cuda_kernels::host;
   k::gridDim = {grid, 1, 1};
   k::blockDim = {block, 1, 1};
   [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -41,7 +41,7 @@ void emulate(unsigned grid, unsigned block, void** args) {
       for (unsigned t = 0; t < block; ++t) {
         k::blockIdx = {b, 0, 0};
         k::threadIdx = {t, 0, 0};
-        k::host_function<K>(*static_cast<std::tuple_element_t<I, params>*>(args[I])...);
+        cuda_kernels::host_function<K>(*static_cast<std::tuple_element_t<I, params>*>(args[I])...);
       }
   }(std::make_index_sequence<std::tuple_size_v<params>>{});
 }

@@ -2,8 +2,8 @@
 /// \file
 /// The runtime seam of the CUDA backend (cuda/device.hpp): `device_runtime`, what a runtime owning one
 /// device and one stream provides (`cuda_runtime` in backend/cuda.hpp, `emulated_runtime` in
-/// cuda/emulator.hpp); `cuda_detail::gemm_call`, the GEMM it is handed; and `device_error`, what it and
-/// the backend throw.
+/// cuda/emulator.hpp); `cuda_detail::gemm_call`, the GEMM it is handed. What it and the backend throw is a
+/// `device_error` (core/error.hpp).
 
 #include <concepts>
 #include <cstddef>
@@ -15,11 +15,6 @@
 #include "dtrain/core/error.hpp"
 
 namespace dtrain {
-
-/// An error of a device: the message names the device, the operation and the sizes.
-struct device_error : error {
-  using error::error;
-};
 
 namespace cuda_detail {
 struct gemm_call;

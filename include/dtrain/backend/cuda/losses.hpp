@@ -1,0 +1,156 @@
+#pragma once
+/// \file
+/// The CUDA backend's losses (one thread per row) and metrics (per-row hits, then a tree sum,
+/// cuda/blas.hpp): source and launches.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cuda/device_pointer.hpp"
+#include "dtrain/backend/cuda/kernel_source.hpp"
+
+// clang-format off
+DTRAIN_CUDA_SOURCE(losses,
+
+// ---- losses: one thread per row (kind: 0 sparse categorical, 1 categorical, 2 binary crossentropy,
+// 3 mean squared error); `d` may be null -----------------------------------------------------------------
+DTRAIN_KERNEL void dtrain_loss(long long rows, long long c, int kind, int from_logits, float scale, float eps,
+                               const float* t, const float* p, float* out, float* d) {
+  for (long long r = first_index(); r < rows; r += grid_stride()) {
+    const float* z = p + r * c;
+    float* g = d ? d + r * c : (float*)0;
+    if (kind == 0 || kind == 1) {
+      const float* y = kind == 1 ? t + r * c : t;
+      const long long label = kind == 0 ? (long long)t[r] : 0;
+      if (from_logits) {
+        float m = z[0];
+        for (long long j = 1; j < c; ++j) m = z[j] > m ? z[j] : m;
+        double s = 0.0;
+        for (long long j = 0; j < c; ++j) s += exp((double)(z[j] - m));
+        const double lse = m + log(s);
+        double l = 0.0, ysum = 0.0;
+        if (kind == 0) l = lse - z[label], ysum = 1.0;
+        else for (long long j = 0; j < c; ++j) { l += y[j] * (lse - z[j]); ysum += y[j]; }
+        out[r] = (float)l;
+        if (g)
+          for (long long j = 0; j < c; ++j) {
+            const double yj = kind == 0 ? (j == label ? 1.0 : 0.0) : (double)y[j];
+            g[j] = scale * (float)(ysum * exp((double)(z[j] - m)) / s - yj);
+          }
+      } else if (kind == 0) {
+        const float q = z[label];
+        const float qc = q < eps ? eps : (q > 1.0f - eps ? 1.0f - eps : q);
+        out[r] = -logf(qc);
+        if (g) {
+          for (long long j = 0; j < c; ++j) g[j] = 0.0f;
+          if (q == qc) g[label] = -scale / q;
+        }
+      } else {  // probabilities, normalised to sum to one first (as Keras)
+        double s = 0.0, l = 0.0, dot = 0.0;
+        for (long long j = 0; j < c; ++j) s += z[j];
+        for (long long j = 0; j < c; ++j) {
+          const float q = (float)(z[j] / s);
+          const float qc = q < eps ? eps : (q > 1.0f - eps ? 1.0f - eps : q);
+          l -= y[j] * logf(qc);
+          dot += (q == qc ? -y[j] / q : 0.0f) * (z[j] / s);
+        }
+        out[r] = (float)l;
+        if (g)
+          for (long long j = 0; j < c; ++j) {
+            const float q = (float)(z[j] / s);
+            const float qc = q < eps ? eps : (q > 1.0f - eps ? 1.0f - eps : q);
+            g[j] = scale * (float)(((q == qc ? -y[j] / q : 0.0f) - dot) / s);
+          }
+      }
+    } else {  // elementwise losses, a row's loss the mean over its c values
+      const float inv_c = 1.0f / (float)c;
+      double l = 0.0;
+      for (long long j = r * c; j < (r + 1) * c; ++j) {
+        const float zj = p[j], y = t[j];
+        if (kind == 3) {
+          const float e = zj - y;
+          l += (double)e * e;
+          if (d) d[j] = scale * 2.0f * inv_c * e;
+        } else if (from_logits) {
+          l += fmaxf(zj, 0.0f) - zj * y + log1pf(expf(-fabsf(zj)));
+          if (d) d[j] = scale * inv_c * (1.0f / (1.0f + expf(-zj)) - y);
+        } else {
+          const float q = zj < eps ? eps : (zj > 1.0f - eps ? 1.0f - eps : zj);
+          l -= y * logf(q + eps) + (1.0f - y) * logf(1.0f - q + eps);
+          if (d) d[j] = q == zj ? -scale * inv_c * (y / (q + eps) - (1.0f - y) / (1.0f - q + eps)) : 0.0f;
+        }
+      }
+      out[r] = (float)l * inv_c;
+    }
+  }
+}
+
+// ---- metrics: per-row hits (kind: 0 sparse categorical, 1 categorical, 2 binary accuracy), summed after --
+DTRAIN_DEVICE long long argmax_row(const float* v, long long n) {
+  long long best = 0;
+  for (long long j = 1; j < n; ++j) best = v[j] > v[best] ? j : best;
+  return best;
+}
+DTRAIN_KERNEL void dtrain_metric_hits(long long rows, long long c, int kind, float threshold, const float* t,
+                                      const float* p, float* hits) {
+  for (long long r = first_index(); r < rows; r += grid_stride()) {
+    const float* z = p + r * c;
+    if (kind == 0) hits[r] = (float)argmax_row(z, c) == t[r] ? 1.0f : 0.0f;
+    else if (kind == 1) hits[r] = argmax_row(z, c) == argmax_row(t + r * c, c) ? 1.0f : 0.0f;
+    else {
+      float h = 0.0f;
+      for (long long j = 0; j < c; ++j) h += (z[j] > threshold ? 1.0f : 0.0f) == t[r * c + j] ? 1.0f : 0.0f;
+      hits[r] = h;
+    }
+  }
+}
+
+
+)
+// clang-format on
+
+/// The family's kernels, for the kernel list (cuda/kernels.hpp).
+#define DTRAIN_CUDA_LOSS_KERNELS(X)    \
+  X(dtrain_loss) X(dtrain_metric_hits)                                                                   
+
+namespace dtrain::cuda_detail {
+
+template <class D>
+class cuda_loss_kernels {
+  template <class T>
+  using pointer = device_pointer<T>;
+  const D& self() const { return static_cast<const D&>(*this); }
+
+ public:
+  template <class Op>
+  void loss(const Op& o, std::size_t rows, std::size_t cols, float scale, pointer<const float> y_true,
+            pointer<const float> y_pred, pointer<float> losses, pointer<float> d) const {
+    int kind = 3, logits = 0;
+    if constexpr (requires { o.from_logits; }) logits = o.from_logits ? 1 : 0;
+    if constexpr (std::is_same_v<Op, op::sparse_categorical_crossentropy>) kind = 0;
+    else if constexpr (std::is_same_v<Op, op::categorical_crossentropy>) kind = 1;
+    else if constexpr (std::is_same_v<Op, op::binary_crossentropy>) kind = 2;
+    self().template run<&kernels::dtrain_loss>(rows, rows, cols, kind, logits, scale, loss_epsilon, y_true, y_pred,
+                                                losses, d);
+  }
+  /// out[0] = the batch's correct rows (binary accuracy: correct values / cols).
+  template <class Op>
+  void metric(const Op& o, std::size_t rows, std::size_t cols, pointer<const float> y_true,
+              pointer<const float> y_pred, pointer<float> out) const {
+    int kind = 0;
+    float threshold = 0.0f;
+    if constexpr (std::is_same_v<Op, op::categorical_accuracy>) kind = 1;
+    if constexpr (std::is_same_v<Op, op::binary_accuracy>) kind = 2, threshold = o.threshold;
+    // the hits after the reduction's partials in one scratch block
+    const std::size_t parts = D::tree_size(rows);
+    auto* part = static_cast<double*>(self().scratch(parts * sizeof(double) + rows * sizeof(float)));
+    auto* hits = reinterpret_cast<float*>(part + parts);
+    self().template run<&kernels::dtrain_metric_hits>(rows, rows, cols, kind, threshold, y_true, y_pred, hits);
+    self().reduce(rows, pointer<const float>(hits), false, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, false,
+                  out, part);
+  }
+};
+
+}  // namespace dtrain::cuda_detail
