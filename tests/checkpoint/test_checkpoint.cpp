@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(load_model_without_a_compile_config_or_with_a_broken_one) {
   net c = compiled();
   c.train_step(x, y);
   checkpoint::save_model(c, t.path / "ok.safetensors");
-  for (const std::string bad : {std::string("{not json"), std::string(R"({"optimizer": {"class_name": "lion", "config": {}}})")}) {
+  for (const std::string& bad : {std::string("{not json"), std::string(R"({"optimizer": {"class_name": "lion", "config": {}}})")}) {
     rewrite(t.path / "ok.safetensors", t.path / "bad.safetensors", [&](auto& meta, auto&) { meta["dtrain.compile"] = bad; });
     const std::string e = error_of([&] { checkpoint::load_model<net>(t.path / "bad.safetensors"); });
     BOOST_TEST((contains(e, "bad.safetensors") && contains(e, "compile config")), e);
