@@ -662,7 +662,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
   dtrain::detail::model_handle<net> saved(m);
   saved.position = {.epoch = 1, .step = 2, .data = {.iteration = 0, .produced = 2}, .global_batch = 8};
   const auto good = t.path / "good.safetensors", file = t.path / "state.safetensors";
-  saved.write_state(saved.capture_state(), good);
+  saved.states().write(saved.capture_state(), good);
   const auto state = nlohmann::json::parse(checkpoint::load_safetensors(good).metadata.at("dtrain.training_state"));
   struct damage {
     std::string field;
@@ -681,14 +681,14 @@ BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
     });
     net r = compiled(2);
     dtrain::detail::model_handle<net> h(r);
-    const std::string e = error_of([&] { h.read_state(bytes_of(file), file.string()); });
+    const std::string e = error_of([&] { h.states().read(bytes_of(file), file.string()); });
     BOOST_TEST(contains(e, "state.safetensors: the training state is damaged: \"" + d.field + "\""), d.value.dump() << ": " << e);
   }
   for (const std::string text : {"", "not json", "[1, 2]"}) {
     rewrite(good, file, [&](auto& meta, auto&) { meta["dtrain.training_state"] = text; });
     net r = compiled(2);
     dtrain::detail::model_handle<net> h(r);
-    BOOST_TEST(contains(error_of([&] { h.read_state(bytes_of(file), file.string()); }), "not a JSON object"), text);
+    BOOST_TEST(contains(error_of([&] { h.states().read(bytes_of(file), file.string()); }), "not a JSON object"), text);
   }
   // the metric states: one value too few, or none
   for (int drop : {1, 0}) {
@@ -699,14 +699,14 @@ BOOST_AUTO_TEST_CASE(a_damaged_training_state_is_an_io_error_naming_what) {
     });
     net r = compiled(2);
     dtrain::detail::model_handle<net> h(r);
-    const std::string e = error_of([&] { h.read_state(bytes_of(file), file.string()); });
+    const std::string e = error_of([&] { h.states().read(bytes_of(file), file.string()); });
     BOOST_TEST(contains(e, "dtrain/metric_states is " + std::string(drop ? "of 3 values" : "missing") +
                                "; the model's loss and metrics keep 4"), e);
   }
   // a saved model without a training state is not a backup
   checkpoint::save_model(m, file);
   dtrain::detail::model_handle<net> h(m);
-  BOOST_TEST(contains(error_of([&] { h.read_state(bytes_of(file), file.string()); }), "holds no training state"));
+  BOOST_TEST(contains(error_of([&] { h.states().read(bytes_of(file), file.string()); }), "holds no training state"));
 }
 
 BOOST_AUTO_TEST_CASE(a_training_state_round_trips_with_a_diverged_loss) {
@@ -717,10 +717,10 @@ BOOST_AUTO_TEST_CASE(a_training_state_round_trips_with_a_diverged_loss) {
   m.loss_tracker().state().values[0] = std::numeric_limits<float>::quiet_NaN();  // a diverged loss
   dtrain::detail::model_handle<net> saved(m);
   saved.position = {.epoch = 2, .step = 3, .data = {.iteration = 2, .produced = 3}, .global_batch = 8};
-  saved.write_state(saved.capture_state(), t.path / "s.safetensors");
+  saved.states().write(saved.capture_state(), t.path / "s.safetensors");
   net r = compiled(2);
   dtrain::detail::model_handle<net> h(r);
-  training_state s = h.read_state(bytes_of(t.path / "s.safetensors"), "s");
+  training_state s = h.states().read(bytes_of(t.path / "s.safetensors"), "s");
   BOOST_TEST(s.position.epoch == 2);
   BOOST_TEST(s.position.step == 3);
   BOOST_TEST(s.position.global_batch == 8);

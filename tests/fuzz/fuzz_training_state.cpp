@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     dtrain::detail::model_handle<net> h(m);
     training_state s;
     try {
-      s = h.read_state(std::span<const char>(reinterpret_cast<const char*>(data), size), "fuzz.safetensors");
+      s = h.states().read(std::span<const char>(reinterpret_cast<const char*>(data), size), "fuzz.safetensors");
     } catch (const dtrain::error& e) {
       if (m.get_weights() != before) {
         std::fprintf(stderr, "refused, but changed the weights: %s\n", e.what());

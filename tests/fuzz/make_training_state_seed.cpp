@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   m.train_step(x, y);
   dtrain::detail::model_handle<net> h(m);
   h.position = {.epoch = 1, .step = 2, .data = {.iteration = 1, .produced = 2}, .global_batch = 6};
-  h.write_state(h.capture_state(), dir / "backup");
+  h.states().write(h.capture_state(), dir / "backup");
   checkpoint::save_model(m, dir / "model");
   return 0;
 }

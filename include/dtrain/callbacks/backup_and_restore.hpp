@@ -96,7 +96,7 @@ class backup_and_restore : public callback {
     if (found.what == outcome::none) return;
     if (found.what == outcome::unusable) throw io_error(found.text);
     if (found.what == outcome::mismatch) throw config_error(found.text);
-    training_state s = m.read_state(found.bytes, found.text);
+    training_state s = m.states().read(found.bytes, found.text);
     m.resume = s.position;
     m.apply_state(std::move(s));
   }
@@ -121,10 +121,10 @@ class backup_and_restore : public callback {
     auto& m = model();
     const training_state s = m.capture_state();
     if (m.is_chief()) try {
-        backups_.save_with([&](const std::filesystem::path& p) { m.write_state(s, p); },
+        backups_.save_with([&](const std::filesystem::path& p) { m.states().write(s, p); },
                            [&](const std::filesystem::path& p) {
                              const auto bytes = checkpoint::detail::read_file(p);
-                             m.read_state(bytes, p.string());
+                             m.states().read(bytes, p.string());
                            });
       } catch (const io_error& e) {  // the previous backups are kept: training goes on
         std::fprintf(stderr, "WARNING: backup_and_restore: the backup was not saved (%s); the previous ones are kept\n",
@@ -189,7 +189,7 @@ class backup_and_restore : public callback {
     for (const auto& file : candidates) {
       try {
         std::vector<char> bytes = checkpoint::detail::read_file(file);
-        const training_state s = m.read_state(bytes, file.string());  // checked before any worker uses it
+        const training_state s = m.states().read(bytes, file.string());  // checked before any worker uses it
         if (!damage.empty())
           std::fprintf(stderr, "WARNING: backup_and_restore: the newer backups are unusable, falling back to an older one:%s\n", damage.c_str());
         std::fprintf(stderr, "backup_and_restore: resuming at epoch %d, batch %lld from %s\n", s.position.epoch + 1,

@@ -61,10 +61,9 @@ class training_model {
   virtual std::vector<std::pair<std::string, std::vector<float>>> layer_weights() = 0;
   /// Collective: the training state now, with the metric states summed over the replicas and `position`.
   virtual training_state capture_state() = 0;
-  /// Writes `s` to `path` atomically (the chief calls it; see checkpoint/training_state.hpp).
-  virtual void write_state(const training_state& s, const std::filesystem::path& path) = 0;
-  /// Parses a file's bytes as a state of this model without changing it (throws on damage or mismatch).
-  virtual training_state read_state(std::span<const char> bytes, const std::string& file) = 0;
+  /// The reader and writer of this model's training states (checkpoint/training_state.hpp): `write`
+  /// (atomically; the chief calls it), `read` (a file's bytes, checked, the model untouched).
+  virtual const checkpoint::state_io& states() = 0;
   /// Puts `s` into the model; the replica with id 0 takes the summed metric states, the others zero.
   virtual void apply_state(training_state s) = 0;
   /// Writes the weights alone (Keras save_weights; the chief calls it).

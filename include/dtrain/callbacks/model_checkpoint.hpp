@@ -159,7 +159,7 @@ class model_checkpoint : public callback {
     if (m.is_chief()) {
       const std::filesystem::path path = filepath_(epoch + 1, l);
       if (o_.verbose > 0) std::printf("\nEpoch %d: saving model to %s\n", epoch + 1, path.string().c_str());
-      if (state) m.write_state(*state, path);
+      if (state) m.states().write(*state, path);
       else m.save_weights(path);
     }
     m.barrier();

@@ -39,15 +39,54 @@ std::string signature(const Model& m) {
   return s;
 }
 
+/// What reading and writing a model's values needs of the model, taken from it once: its signature, its
+/// variables (Keras' names, shapes, where each lies in `get_weights()`) and, when it is compiled, its
+/// optimizer. The reader and writer below work on a layout, so they are written once, not per model type.
+struct model_layout {
+  struct variable {
+    std::string name;  // layers/<layer>/vars/<i>
+    std::vector<std::size_t> shape;
+    std::size_t offset = 0, size = 0;
+    bool trainable = true;
+  };
+  struct optimizer_info {
+    std::string name;
+    bool constant_rate = true;  // a constant rate is state (a callback may change it); a schedule's is not
+    std::optional<std::string> compile_config;  // nothing when a part of the compile has none
+  };
+  std::string signature;
+  std::vector<variable> variables;  // in get_weights() order
+  std::size_t weight_count = 0;     // get_weights().size()
+  std::size_t trainable_count = 0;  // parameters().size(): the optimizer's slots are copies of these
+  std::optional<optimizer_info> optimizer;  // when the model is compiled
+};
+
+/// The layout of `m` now (its optimizer as compiled).
+template <class Model>
+model_layout layout_of(const Model& m) {
+  model_layout l{signature(m), {}, 0, m.parameters().size(), std::nullopt};
+  for (const auto& layer : m.layers())
+    for (std::size_t v = 0; v < layer.variables.size(); ++v) {
+      const auto& var = layer.variables[v];
+      l.variables.push_back({"layers/" + layer.name + "/vars/" + std::to_string(v), var.shape, var.offset, var.size,
+                             var.trainable});
+      l.weight_count = std::max(l.weight_count, var.offset + var.size);
+    }
+  if (m.compiled())
+    l.optimizer = model_layout::optimizer_info{m.optimizer().name(), m.optimizer().learning_rate_is_constant(),
+                                               compile_config(m)};
+  return l;
+}
+
 /// The weights `p` (a host copy of every weight: `get_weights()`), named as Keras' .weights.h5 names them.
+inline std::vector<tensor_view> weight_views(const model_layout& l, std::span<const float> p) {
+  std::vector<tensor_view> out;
+  for (const auto& v : l.variables) out.push_back({v.name, v.shape, p.subspan(v.offset, v.size)});
+  return out;
+}
 template <class Model>
 std::vector<tensor_view> weight_views(const Model& m, std::span<const float> p) {
-  std::vector<tensor_view> out;
-  for (const auto& l : m.layers())
-    for (std::size_t v = 0; v < l.variables.size(); ++v)
-      out.push_back({"layers/" + l.name + "/vars/" + std::to_string(v), l.variables[v].shape,
-                     p.subspan(l.variables[v].offset, l.variables[v].size)});
-  return out;
+  return weight_views(layout_of(m), p);
 }
 
 /// The two scalars that lead the optimizer's variables, as Keras types them.
@@ -56,42 +95,35 @@ struct optimizer_scalars {
   float learning_rate = 0;
 };
 
-/// The number of trainable parameters, whose copies the optimizer's slots are.
-template <class Model>
-std::size_t trainable_count(const Model& m) {
-  return m.parameters().size();
-}
-
 /// The optimizer's variables in Keras' order and types: vars/0 iterations (int64), vars/1 learning rate,
 /// then for each trainable variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
-template <class Model>
-std::vector<tensor_view> optimizer_views(const Model& m, const optimizer_state& st, optimizer_scalars& scalars) {
+inline std::vector<tensor_view> optimizer_views(const model_layout& l, const optimizer_state& st,
+                                                optimizer_scalars& scalars) {
   std::vector<tensor_view> out{{"optimizer/vars/0", {}, {}, std::span<const std::int64_t>(&scalars.iterations, 1)},
                                {"optimizer/vars/1", {}, std::span<const float>(&scalars.learning_rate, 1)}};
-  const std::size_t n = trainable_count(m);
+  const std::size_t n = l.trainable_count;
   const std::size_t slots = n ? st.slots.size() / n : 0;
   std::size_t k = 2;
-  for (const auto& l : m.layers())
-    for (const auto& var : l.variables)
-      for (std::size_t s = 0; var.trainable && s < slots; ++s)
-        out.push_back({"optimizer/vars/" + std::to_string(k++), var.shape,
-                       std::span<const float>(st.slots).subspan(s * n + var.offset, var.size)});
+  for (const auto& var : l.variables)
+    for (std::size_t s = 0; var.trainable && s < slots; ++s)
+      out.push_back({"optimizer/vars/" + std::to_string(k++), var.shape,
+                     std::span<const float>(st.slots).subspan(s * n + var.offset, var.size)});
   return out;
 }
 
 namespace detail {
-template <class Model>
-std::map<std::string, std::string> metadata(const Model& m, const std::string& kind) {
-  return {{"format", "keras"}, {"dtrain.version", version}, {"dtrain.kind", kind}, {"dtrain.signature", signature(m)}};
+inline std::map<std::string, std::string> metadata(const model_layout& l, const std::string& kind) {
+  return {{"format", "keras"}, {"dtrain.version", version}, {"dtrain.kind", kind}, {"dtrain.signature", l.signature}};
 }
 
 /// Compares the file's signature with the model's and names the first difference (a `shape_error`:
 /// the file is fine, the model is another one).
-template <class Model>
-void check_signature(const Model& m, const safetensors_file& f, const std::string& file, const char* what) {
+inline void check_signature(const model_layout& l, const safetensors_file& f, const std::string& file,
+                            const char* what) {
   auto it = f.metadata.find("dtrain.signature");
   if (it == f.metadata.end()) return;  // a file from elsewhere: the per-tensor checks below decide
-  const std::string mine = signature(m), theirs = it->second;
+  const std::string& mine = l.signature;
+  const std::string& theirs = it->second;
   if (mine == theirs) return;
   auto split = [](const std::string& s) {
     std::vector<std::string> v;
@@ -132,16 +164,18 @@ inline void copy_in(const safetensors_file& f, const std::vector<tensor_view>& w
 template <class Model>
 void save_weights(const Model& m, const std::filesystem::path& path) {
   const std::vector<float> w = m.get_weights();
-  save_safetensors(path, weight_views(m, w), detail::metadata(m, "weights"));
+  const model_layout l = layout_of(m);
+  save_safetensors(path, weight_views(l, w), detail::metadata(l, "weights"));
 }
 
 /// Keras `model.load_weights(path)`: the file must hold this architecture's variables.
 template <class Model>
 void load_weights(Model& m, const std::filesystem::path& path) {
   const auto f = load_safetensors(path);
-  detail::check_signature(m, f, path.string(), "load_weights");
+  const model_layout l = layout_of(m);
+  detail::check_signature(l, f, path.string(), "load_weights");
   std::vector<float> staged = m.get_weights();  // nothing changes unless all fit
-  detail::copy_in(f, weight_views(m, staged), staged, path.string(), "load_weights");
+  detail::copy_in(f, weight_views(l, staged), staged, path.string(), "load_weights");
   m.set_weights(staged);
 }
 
@@ -152,6 +186,7 @@ struct model_values {
   std::vector<float> weights;
   std::optional<optimizer_state> optimizer;
   std::optional<float> learning_rate;  // a constant rate is state: a callback (ReduceLROnPlateau) may change it
+  float rate_now = 0;  // the rate at these values' step (a schedule's too), written as optimizer/vars/1
 };
 
 /// The model's values now.
@@ -160,28 +195,29 @@ model_values values_of(Model& m) {
   model_values v{m.get_weights(), std::nullopt, std::nullopt};
   if (m.compiled()) {
     v.optimizer = m.optimizer().state();
-    if (m.optimizer().learning_rate_is_constant()) v.learning_rate = m.optimizer().learning_rate();
+    v.rate_now = m.optimizer().learning_rate();
+    if (m.optimizer().learning_rate_is_constant()) v.learning_rate = v.rate_now;
   }
   return v;
 }
 
-/// Writes `v` (values of `m`'s architecture) with `m`'s signature, `extra` metadata and `more` tensors to `path`.
-template <class Model>
-void save_values(Model& m, const model_values& v, const std::filesystem::path& path,
-                 const std::map<std::string, std::string>& extra = {}, const std::vector<tensor_view>& more = {}) {
-  auto tensors = weight_views(m, v.weights);
-  auto meta = detail::metadata(m, "model");
+/// Writes `v` (values of a model of layout `l`) with its signature, `extra` metadata and `more` tensors to `path`.
+inline void save_values(const model_layout& l, const model_values& v, const std::filesystem::path& path,
+                        const std::map<std::string, std::string>& extra = {},
+                        const std::vector<tensor_view>& more = {}) {
+  auto tensors = weight_views(l, v.weights);
+  auto meta = detail::metadata(l, "model");
   optimizer_scalars scalars;
-  if (v.optimizer && m.compiled()) {
+  if (v.optimizer && l.optimizer) {
     const optimizer_state& st = *v.optimizer;
-    scalars = {st.iterations, v.learning_rate.value_or(m.optimizer().learning_rate())};
-    auto ov = optimizer_views(m, st, scalars);
+    scalars = {st.iterations, v.learning_rate.value_or(v.rate_now)};
+    auto ov = optimizer_views(l, st, scalars);
     tensors.insert(tensors.end(), ov.begin(), ov.end());
-    meta["dtrain.optimizer"] = m.optimizer().name();
+    meta["dtrain.optimizer"] = l.optimizer->name;
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
-    const std::size_t n = trainable_count(m);
+    const std::size_t n = l.trainable_count;
     meta["dtrain.optimizer.slots"] = std::to_string(n == 0 ? 0 : st.slots.size() / n);
-    if (auto c = compile_config(m)) meta["dtrain.compile"] = std::move(*c);
+    if (l.optimizer->compile_config) meta["dtrain.compile"] = *l.optimizer->compile_config;
   }
   for (const auto& [k, x] : extra) meta[k] = x;
   tensors.insert(tensors.end(), more.begin(), more.end());
@@ -192,7 +228,7 @@ void save_values(Model& m, const model_values& v, const std::filesystem::path& p
 /// strings go into the metadata.
 template <class Model>
 void save_model(Model& m, const std::filesystem::path& path, const std::map<std::string, std::string>& extra = {}) {
-  save_values(m, values_of(m), path, extra);
+  save_values(layout_of(m), values_of(m), path, extra);
 }
 
 namespace detail {
@@ -215,23 +251,23 @@ inline std::int64_t meta_int(const safetensors_file& f, const std::string& key, 
 }
 }  // namespace detail
 
-/// What `save_values` / `save_model` wrote in `f` (named `file` in errors), checked against `m`: the
-/// architecture, the optimizer, every shape and number. A damaged file is an `io_error`, another model
-/// or optimizer a `shape_error` / `value_error`; `m` is not changed.
-template <class Model>
-model_values read_model(Model& m, const safetensors_file& f, const std::string& file) {
-  detail::check_signature(m, f, file, "load_model");
-  model_values v{m.get_weights(), std::nullopt, std::nullopt};
-  detail::copy_in(f, weight_views(m, v.weights), v.weights, file, "load_model");
-  if (!m.compiled() || !f.metadata.count("dtrain.optimizer.iterations")) return v;
+/// What `save_values` / `save_model` wrote in `f` (named `file` in errors), checked against the layout
+/// `l`: the architecture, the optimizer, every shape and number. Every weight is in the file (the
+/// variables cover them all). A damaged file is an `io_error`, another model or optimizer a
+/// `shape_error` / `value_error`.
+inline model_values read_values(const model_layout& l, const safetensors_file& f, const std::string& file) {
+  detail::check_signature(l, f, file, "load_model");
+  model_values v{std::vector<float>(l.weight_count), std::nullopt, std::nullopt};
+  detail::copy_in(f, weight_views(l, v.weights), v.weights, file, "load_model");
+  if (!l.optimizer || !f.metadata.count("dtrain.optimizer.iterations")) return v;
   const std::string name = detail::meta_text(f, "dtrain.optimizer", file);
-  if (name != m.optimizer().name())
+  if (name != l.optimizer->name)
     throw value_error("load_model: " + file + " holds the state of optimizer " + name +
-                      " but the model is compiled with " + m.optimizer().name());
+                      " but the model is compiled with " + l.optimizer->name);
   // every slot is a copy of the parameters that the file must hold: that bounds what is allocated
   std::size_t in_file = 0;
   for (const auto& t : f.tensors) in_file += t.data.size();
-  const std::size_t n = trainable_count(m);
+  const std::size_t n = l.trainable_count;
   const auto slots = std::size_t(detail::meta_int(f, "dtrain.optimizer.slots", file, 0, std::int64_t(n ? in_file / n : 0)));
   optimizer_state& st = v.optimizer.emplace();
   st.iterations = detail::meta_int(f, "dtrain.optimizer.iterations", file, 0, std::numeric_limits<std::int64_t>::max());
@@ -240,7 +276,7 @@ model_values read_model(Model& m, const safetensors_file& f, const std::string& 
                    " iterations but the metadata says " + std::to_string(st.iterations));
   st.slots.assign(slots * n, 0.0f);
   optimizer_scalars scalars;
-  const auto want = optimizer_views(m, st, scalars);
+  const auto want = optimizer_views(l, st, scalars);
   for (std::size_t i = 2; i < want.size(); ++i) {
     const named_tensor* t = f.find(want[i].name);
     if (!t || t->shape != want[i].shape || t->data.size() != want[i].data.size())
@@ -248,13 +284,18 @@ model_values read_model(Model& m, const safetensors_file& f, const std::string& 
     std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
   }
   const named_tensor* lr = f.find("optimizer/vars/1");
-  if (m.optimizer().learning_rate_is_constant() && lr && lr->data.size() == 1) {
+  if (l.optimizer->constant_rate && lr && lr->data.size() == 1) {
     if (!(std::isfinite(lr->data[0]) && lr->data[0] >= 0.0f))
       throw io_error("load_model: " + file + ": the learning rate (optimizer/vars/1) is " + std::to_string(lr->data[0]) +
                      ", not a finite non-negative number");
     v.learning_rate = lr->data[0];
   }
   return v;
+}
+/// `read_values` against `m`'s layout; `m` is not changed.
+template <class Model>
+model_values read_model(const Model& m, const safetensors_file& f, const std::string& file) {
+  return read_values(layout_of(m), f, file);
 }
 
 /// Puts what `read_model` returned into `m`.

@@ -5,9 +5,11 @@
 /// metric states as the tensor `dtrain/metric_states`, and the rest as one JSON object in the metadata
 /// under `dtrain.training_state`:
 ///   {"epoch": E, "step": S, "data": {iterator state}, "global_batch": B, "world_size": N, "generator": "..."}
-/// `read_training_state` parses a file's bytes and checks all of it against the model without changing
-/// it; `apply_training_state` puts it in. Under a strategy, restoring is: the chief reads the file and
-/// broadcasts its bytes, and every worker runs the same read and apply.
+/// `state_io` is the one reader and writer of these files: made from a model's layout, it writes a state
+/// and parses a file's bytes, checking all of it against the layout (the model is not touched);
+/// `capture_training_state` and `apply_training_state` take a state out of a model and put one in.
+/// Under a strategy, restoring is: the chief reads the file and broadcasts its bytes, and every worker
+/// runs the same read and apply.
 ///
 /// What is global and what is not: the metric states are the SUM over the replicas (the replica that
 /// restores with id 0 takes them, the others start from zero), and the data position counts batches of
@@ -15,9 +17,12 @@
 /// same (`fit` checks that, and that the position is global: FILE sharding's is per worker).
 
 #include <climits>
+#include <cstddef>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -70,64 +75,77 @@ training_state capture_training_state(Model& m) {
   return {values_of(m), m.generator(), metric_states(m), {}};
 }
 
-/// Writes `s` (a state of `m`'s architecture) to `path`, atomically.
-template <class Model>
-void write_training_state(Model& m, const training_state& s, const std::filesystem::path& path) {
-  const nlohmann::json j = {{"epoch", s.position.epoch},
-                            {"step", s.position.step},
-                            {"data", data::to_json(s.position.data)},
-                            {"global_batch", s.position.global_batch},
-                            {"world_size", s.position.world_size},
-                            {"generator", s.generator.state()}};
-  save_values(m, s.model, path, {{"dtrain.training_state", j.dump()}},
-              {{"dtrain/metric_states", {s.metrics.size()}, s.metrics}});
-}
+/// Reads and writes the training states of one model: its layout (model_io.hpp) and the number of metric
+/// state values it keeps are all it needs of the model, so it is written once, not per model type.
+class state_io {
+ public:
+  state_io(model_layout layout, std::size_t metric_values) : layout_(std::move(layout)), metric_values_(metric_values) {}
+  template <class Model>
+  explicit state_io(Model& m) : state_io(layout_of(m), metric_states(m).size()) {}
 
-/// Parses `bytes` (the file `file`) as a training state of `m`, checking everything before anything is
-/// used: a damaged file is an `io_error` naming the file and the damage, a state of another model or
-/// optimizer a `shape_error` / `value_error`. `m` is not changed.
-template <class Model>
-training_state read_training_state(Model& m, std::span<const char> bytes, const std::string& file) {
-  const safetensors_file f = parse_safetensors(bytes, file);
-  training_state s;
-  s.model = read_model(m, f, file);
-  const auto it = f.metadata.find("dtrain.training_state");
-  if (it == f.metadata.end())
-    throw io_error(file + " holds no training state (dtrain.training_state): it is not a backup of fit");
-  auto damaged = [&](const std::string& what) { return io_error(file + ": the training state is damaged: " + what); };
-  const auto j = nlohmann::json::parse(it->second, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw damaged("not a JSON object");
-  auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) {
-    const auto k = j.find(key);
-    if (k == j.end() || !k->is_number_integer() || k->get<std::int64_t>() < lo || k->get<std::int64_t>() > hi)
-      throw damaged(std::string("\"") + key + "\" is " + (k == j.end() ? "missing" : k->dump().substr(0, 40)) +
-                    ", not a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return k->get<std::int64_t>();
-  };
-  constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
-  s.position.epoch = int(integer("epoch", 0, INT_MAX));
-  s.position.step = integer("step", 0, most);
-  s.position.global_batch = integer("global_batch", 0, most);
-  s.position.world_size = int(integer("world_size", 1, INT_MAX));
-  try {
-    s.position.data = data::iterator_state_from_json(j.contains("data") ? j["data"] : nlohmann::json());
-  } catch (const value_error& e) {
-    throw damaged(std::string("\"data\" is not a dataset position: ") + e.what());
+  const model_layout& layout() const { return layout_; }
+
+  /// Writes `s` (a state of this model) to `path`, atomically.
+  void write(const training_state& s, const std::filesystem::path& path) const {
+    const nlohmann::json j = {{"epoch", s.position.epoch},
+                              {"step", s.position.step},
+                              {"data", data::to_json(s.position.data)},
+                              {"global_batch", s.position.global_batch},
+                              {"world_size", s.position.world_size},
+                              {"generator", s.generator.state()}};
+    save_values(layout_, s.model, path, {{"dtrain.training_state", j.dump()}},
+                {{"dtrain/metric_states", {s.metrics.size()}, s.metrics}});
   }
-  if (!j.contains("generator") || !j["generator"].is_string()) throw damaged("\"generator\" is not a string");
-  try {
-    s.generator.set_state(j["generator"].get<std::string>());
-  } catch (const value_error&) {
-    throw damaged("\"generator\" is not a generator state");
+
+  /// Parses `bytes` (the file `file`) as a training state of this model, checking everything before
+  /// anything is used: a damaged file is an `io_error` naming the file and the damage, a state of another
+  /// model or optimizer a `shape_error` / `value_error`.
+  training_state read(std::span<const char> bytes, const std::string& file) const {
+    const safetensors_file f = parse_safetensors(bytes, file);
+    training_state s;
+    s.model = read_values(layout_, f, file);
+    const auto it = f.metadata.find("dtrain.training_state");
+    if (it == f.metadata.end())
+      throw io_error(file + " holds no training state (dtrain.training_state): it is not a backup of fit");
+    auto damaged = [&](const std::string& what) { return io_error(file + ": the training state is damaged: " + what); };
+    const auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw damaged("not a JSON object");
+    auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) {
+      const auto k = j.find(key);
+      if (k == j.end() || !k->is_number_integer() || k->get<std::int64_t>() < lo || k->get<std::int64_t>() > hi)
+        throw damaged(std::string("\"") + key + "\" is " + (k == j.end() ? "missing" : k->dump().substr(0, 40)) +
+                      ", not a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return k->get<std::int64_t>();
+    };
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    s.position.epoch = int(integer("epoch", 0, INT_MAX));
+    s.position.step = integer("step", 0, most);
+    s.position.global_batch = integer("global_batch", 0, most);
+    s.position.world_size = int(integer("world_size", 1, INT_MAX));
+    try {
+      s.position.data = data::iterator_state_from_json(j.contains("data") ? j["data"] : nlohmann::json());
+    } catch (const value_error& e) {
+      throw damaged(std::string("\"data\" is not a dataset position: ") + e.what());
+    }
+    if (!j.contains("generator") || !j["generator"].is_string()) throw damaged("\"generator\" is not a string");
+    try {
+      s.generator.set_state(j["generator"].get<std::string>());
+    } catch (const value_error&) {
+      throw damaged("\"generator\" is not a generator state");
+    }
+    const named_tensor* t = f.find("dtrain/metric_states");
+    if (!t || t->data.size() != metric_values_)
+      throw damaged("the tensor dtrain/metric_states is " +
+                    (t ? "of " + std::to_string(t->data.size()) + " values" : std::string("missing")) +
+                    "; the model's loss and metrics keep " + std::to_string(metric_values_));
+    s.metrics = t->data;
+    return s;
   }
-  const std::size_t want = metric_states(m).size();
-  const named_tensor* t = f.find("dtrain/metric_states");
-  if (!t || t->data.size() != want)
-    throw damaged("the tensor dtrain/metric_states is " + (t ? "of " + std::to_string(t->data.size()) + " values" : std::string("missing")) +
-                  "; the model's loss and metrics keep " + std::to_string(want));
-  s.metrics = t->data;
-  return s;
-}
+
+ private:
+  model_layout layout_;
+  std::size_t metric_values_;
+};
 
 /// Puts `s` into `m`; `with_metrics` false starts the metrics from zero (every replica but the one that
 /// takes the summed states).

@@ -114,11 +114,9 @@ class model_handle final : public training_model {
     s.position.world_size = workers(m_);
     return s;
   }
-  void write_state(const training_state& s, const std::filesystem::path& path) override {
-    checkpoint::write_training_state(m_, s, path);
-  }
-  training_state read_state(std::span<const char> bytes, const std::string& file) override {
-    return checkpoint::read_training_state(m_, bytes, file);
+  const checkpoint::state_io& states() override {
+    if (!states_) states_.emplace(m_);  // (the model is compiled by now; its layout stays while fit runs)
+    return *states_;
   }
   void apply_state(training_state s) override {
     checkpoint::apply_training_state(m_, std::move(s), !m_.replica() || m_.replica()->replica_id() == 0);
@@ -149,6 +147,7 @@ class model_handle final : public training_model {
 
  private:
   Model& m_;
+  std::optional<checkpoint::state_io> states_;
 };
 
 inline void ran_out_warning(std::int64_t steps, int epochs) {
