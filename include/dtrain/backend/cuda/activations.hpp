@@ -85,9 +85,9 @@ DTRAIN_KERNEL void dtrain_leaky_relu_backward(long long n, float slope, const fl
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_ACTIVATION_KERNELS(X)    \
-  X(dtrain_activation_forward) X(dtrain_bias_activation) X(dtrain_activation_backward)                         \
-  X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward)                                                   
+#define DTRAIN_CUDA_ACTIVATION_KERNELS(X)                                                                     \
+  X(dtrain_activation_forward) X(dtrain_bias_activation) X(dtrain_activation_backward)                        \
+  X(dtrain_leaky_relu_forward) X(dtrain_leaky_relu_backward)
 
 namespace dtrain::cuda_detail {
 

@@ -92,7 +92,7 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_BLAS_KERNELS(X)                                                                          \
+#define DTRAIN_CUDA_BLAS_KERNELS(X)                                                                           \
   X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_axpy) X(dtrain_multiply)                      \
   X(dtrain_broadcast_rows) X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles)             \
   X(dtrain_sum_finish)

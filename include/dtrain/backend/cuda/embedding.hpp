@@ -38,8 +38,8 @@ DTRAIN_KERNEL void dtrain_embedding_backward(long long vocab, long long dim, con
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_EMBEDDING_KERNELS(X)    \
-  X(dtrain_embedding_forward) X(dtrain_embedding_backward)                                                    
+#define DTRAIN_CUDA_EMBEDDING_KERNELS(X)                                                                      \
+  X(dtrain_embedding_forward) X(dtrain_embedding_backward)
 
 namespace dtrain::cuda_detail {
 

@@ -112,8 +112,8 @@ DTRAIN_KERNEL void dtrain_metric_hits(long long rows, long long c, int kind, flo
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_LOSS_KERNELS(X)    \
-  X(dtrain_loss) X(dtrain_metric_hits)                                                                   
+#define DTRAIN_CUDA_LOSS_KERNELS(X)                                                                           \
+  X(dtrain_loss) X(dtrain_metric_hits)
 
 namespace dtrain::cuda_detail {
 

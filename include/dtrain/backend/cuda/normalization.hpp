@@ -84,9 +84,9 @@ DTRAIN_KERNEL void dtrain_batch_norm_backward(long long rows, long long cols, fl
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_NORMALIZATION_KERNELS(X)    \
-  X(dtrain_layer_norm_forward) X(dtrain_layer_norm_backward) X(dtrain_squared_deviations)                         \
-  X(dtrain_moving_average) X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward)                             
+#define DTRAIN_CUDA_NORMALIZATION_KERNELS(X)                                                                  \
+  X(dtrain_layer_norm_forward) X(dtrain_layer_norm_backward) X(dtrain_squared_deviations)                     \
+  X(dtrain_moving_average) X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward)
 
 namespace dtrain::cuda_detail {
 

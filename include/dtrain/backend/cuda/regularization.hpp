@@ -42,8 +42,8 @@ DTRAIN_KERNEL void dtrain_dropout(long long n, float rate, unsigned long long ke
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_REGULARIZATION_KERNELS(X)    \
-  X(dtrain_dropout)                                                                                                
+#define DTRAIN_CUDA_REGULARIZATION_KERNELS(X)                                                                 \
+  X(dtrain_dropout)
 
 namespace dtrain::cuda_detail {
 

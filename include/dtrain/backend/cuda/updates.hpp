@@ -63,8 +63,8 @@ DTRAIN_KERNEL void dtrain_rmsprop(long long n, float lr, float rho, float mu, fl
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_UPDATE_KERNELS(X)    \
-  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)                                                           
+#define DTRAIN_CUDA_UPDATE_KERNELS(X)                                                                         \
+  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
 
 namespace dtrain::cuda_detail {
 
