@@ -37,6 +37,7 @@
 #include "dtrain/layers/pooling.hpp"
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/reshape.hpp"
+#include "dtrain/layers/up_sampling2d.hpp"
 #include "dtrain/layers/zero_padding2d.hpp"
 
 #include "dtrain/checkpoint/checkpoint_manager.hpp"

@@ -240,6 +240,10 @@ def make_layers():
     cases.append({"name": "embedding", "x_shape": list(x.shape), "y_shape": list(y.shape),
                   "x": [float(v) for v in x.reshape(-1).tolist()], "params": flat(table), "dy": flat(dy),
                   "y": flat(y), "dparams": flat(table.grad)})
+    # UpSampling2D (nearest) on NHWC: each value repeated along the rows, then the columns
+    x = randn(2, 6, 5, 3)
+    cases.append(layer_case("up_sampling2d_2", lambda x: x.repeat_interleave(2, 1).repeat_interleave(2, 2), x, []))
+    cases.append(layer_case("up_sampling2d_3_2", lambda x: x.repeat_interleave(3, 1).repeat_interleave(2, 2), x, []))
     torch.set_rng_state(state)
     return cases
 

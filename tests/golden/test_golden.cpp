@@ -143,6 +143,8 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"depthwise_conv2d_same_s2_x2",
      check_layer<B, depthwise_conv2d<3, linear, strides<2>, padding::same, depth_multiplier<2>>, conv_in>},
     {"separable_conv2d_same", check_layer<B, separable_conv2d<4, 3, linear, padding::same>, conv_in>},
+    {"up_sampling2d_2", check_layer<B, up_sampling2d<>, conv_in>},
+    {"up_sampling2d_3_2", check_layer<B, up_sampling2d<3, 2>, conv_in>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -76,6 +76,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(up_sampling, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<up_sampling2d<>, shape<3, 4, 2>, B>("up_sampling2d 2", n);
+    check_layer_gradients<up_sampling2d<3, 1>, shape<2, 3, 3>, B>("up_sampling2d (3, 1)", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(leaky_relu_slopes, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<leaky_relu<>, shape<9>, B>("leaky_relu 0.3", n);

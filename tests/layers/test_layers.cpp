@@ -34,6 +34,9 @@ static_assert(std::is_same_v<bind_t<global_max_pooling2d<true>, shape<7, 5, 3>>:
 static_assert(std::is_same_v<bind_t<zero_padding2d<>, shape<7, 5, 3>>::output_shape, shape<9, 7, 3>>);
 static_assert(std::is_same_v<bind_t<zero_padding2d<2, 0>, shape<7, 5, 3>>::output_shape, shape<11, 5, 3>>);
 static_assert(std::is_same_v<bind_t<zero_padding2d<0, 1, 3, 2>, shape<7, 5, 3>>::output_shape, shape<8, 10, 3>>);
+static_assert(std::is_same_v<bind_t<up_sampling2d<>, shape<7, 5, 3>>::output_shape, shape<14, 10, 3>>);
+static_assert(std::is_same_v<bind_t<up_sampling2d<3>, shape<7, 5, 3>>::output_shape, shape<21, 15, 3>>);
+static_assert(std::is_same_v<bind_t<up_sampling2d<1, 4>, shape<7, 5, 3>>::output_shape, shape<7, 20, 3>>);
 static_assert(param_count_v<bind_t<layer_normalization<>, shape<6, 10>>> == 2 * 10);
 static_assert(layer<bind_t<leaky_relu<>, shape<4>, opaque>, opaque> &&
               layer<bind_t<layer_normalization<>, shape<4>, opaque>, opaque> &&
@@ -105,6 +108,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding_global_pooling_and_leaky_relu_by_hand
   using in = shape<2, 2, 1>;
   // top 0, bottom 1, left 1, right 0: a 3x3 plane with the input at its top right
   BOOST_TEST((run_forward<zero_padding2d<0, 1, 1, 0>, in, B>(x, 1) == std::vector<float>{0, 1, 2, 0, 3, 4, 0, 0, 0}),
+             boost::test_tools::per_element());
+  // up-sampling by 1 row and 2 columns: each value twice along its row
+  BOOST_TEST((run_forward<up_sampling2d<1, 2>, in, B>(x, 1) == std::vector<float>{1, 1, 2, 2, 3, 3, 4, 4}),
              boost::test_tools::per_element());
   BOOST_TEST((run_forward<global_average_pooling2d<>, in, B>(x, 1) == std::vector<float>{2.5f}),
              boost::test_tools::per_element());

@@ -32,7 +32,7 @@
 /// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` with the workspace sizes
 ///   `conv2d_workspace<G>` (forward's, which backward reads) and `conv2d_backward_workspace<G>`
 ///   (backward's scratch), `depthwise_conv2d_*<G>`, `max_pooling2d_*` and `average_pooling2d_*<G>`,
-///   `zero_padding2d_*<G>`.
+///   `zero_padding2d_*<G>`, `up_sampling2d_*<G>` (nearest: each value repeated kh x kw times).
 /// - `normalization_kernels`: `layer_normalization_*`, `batch_normalization_*` with `squared_deviations`
 ///   and `moving_average` (the batch statistics come from `column_sums`).
 /// - `embedding_kernels`: `embedding_*`.
@@ -218,7 +218,8 @@ concept activation_kernels = backend_memory<B> && requires(const B& b, std::size
   b.leaky_relu_backward(n, s, cp, cp, p);
 };
 
-/// Sliding windows over images: conv2d (with its workspaces), depthwise conv2d, pooling, zero padding.
+/// Sliding windows over images: conv2d (with its workspaces), depthwise conv2d, pooling, zero padding,
+/// up-sampling.
 template <class B>
 concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n, pointer_t<B, float> p,
                                                        pointer_t<B, const float> cp, pointer_t<B, std::uint32_t> ip,
@@ -235,6 +236,8 @@ concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n
   b.template average_pooling2d_backward<detail::probe_window>(n, cp, p);
   b.template zero_padding2d_forward<detail::probe_window>(n, cp, p);
   b.template zero_padding2d_backward<detail::probe_window>(n, cp, p);
+  b.template up_sampling2d_forward<detail::probe_window>(n, cp, p);
+  b.template up_sampling2d_backward<detail::probe_window>(n, cp, p);
 };
 
 /// Layer and batch normalization, and the batch statistics' helpers.

@@ -121,6 +121,10 @@
   K((template <window_geometry G>), (<G>), void, zero_padding2d_forward, (V, std::size_t, n),                 \
     (P, const float, x, n * G.in_size()), (P, float, y, n * G.out_size()))                                    \
   K((template <window_geometry G>), (<G>), void, zero_padding2d_backward, (V, std::size_t, n),                \
+    (P, const float, dy, n * G.out_size()), (P, float, dx, n * G.in_size()))                                  \
+  K((template <window_geometry G>), (<G>), void, up_sampling2d_forward, (V, std::size_t, n),                  \
+    (P, const float, x, n * G.in_size()), (P, float, y, n * G.out_size()))                                    \
+  K((template <window_geometry G>), (<G>), void, up_sampling2d_backward, (V, std::size_t, n),                 \
     (P, const float, dy, n * G.out_size()), (P, float, dx, n * G.in_size()))
 
 #define DTRAIN_NORMALIZATION_KERNELS(K)                                                                        \

@@ -215,6 +215,33 @@ struct zero_padding2d_kernels {
   static constexpr std::size_t row(std::size_t s, std::size_t iy) { return ((s * G.oh + iy + G.pt) * G.ow + G.pl) * G.c; }
 };
 
+/// Nearest-neighbour up-sampling (window G: the factors kh x kw, oh = h kh, ow = w kw, f = c): every input
+/// value fills its kh x kw block of y; backward sums each block of dy, row by row, into its input value.
+template <window_geometry G>
+struct up_sampling2d_kernels {
+  static void forward(std::size_t n, const float* x, float* y) {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t oy = 0; oy < G.oh; ++oy) {
+        const float* in = x + (s * G.h + oy / G.kh) * G.w * G.c;
+        float* out = y + (s * G.oh + oy) * G.ow * G.c;
+        for (std::size_t ox = 0; ox < G.ow; ++ox) std::copy_n(in + ox / G.kw * G.c, G.c, out + ox * G.c);
+      }
+  }
+  static void backward(std::size_t n, const float* dy, float* dx) {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t iy = 0; iy < G.h; ++iy)
+        for (std::size_t ix = 0; ix < G.w; ++ix) {
+          float* d = dx + ((s * G.h + iy) * G.w + ix) * G.c;
+          std::fill_n(d, G.c, 0.0f);
+          for (std::size_t ky = 0; ky < G.kh; ++ky)
+            for (std::size_t kx = 0; kx < G.kw; ++kx) {
+              const float* g = dy + ((s * G.oh + iy * G.kh + ky) * G.ow + ix * G.kw + kx) * G.c;
+              for (std::size_t ch = 0; ch < G.c; ++ch) d[ch] += g[ch];
+            }
+        }
+  }
+};
+
 /// Depthwise convolution, window G with f = c m outputs (m per channel), zero padding:
 /// y[s][oy][ox][ch m + j] = b[ch m + j] (0 without b) + the sum over the window's taps inside the input,
 /// row by row, of x[s][iy][ix][ch] w[ky][kx][ch][j]. Backward: gw (the kernel's gradient, w's layout;
@@ -316,6 +343,14 @@ struct cpu_window_kernels {
   template <window_geometry G>
   void zero_padding2d_backward(std::size_t n, const float* dy, float* dx) const {
     detail::zero_padding2d_kernels<G>::backward(n, dy, dx);
+  }
+  template <window_geometry G>
+  void up_sampling2d_forward(std::size_t n, const float* x, float* y) const {
+    detail::up_sampling2d_kernels<G>::forward(n, x, y);
+  }
+  template <window_geometry G>
+  void up_sampling2d_backward(std::size_t n, const float* dy, float* dx) const {
+    detail::up_sampling2d_kernels<G>::backward(n, dy, dx);
   }
   template <window_geometry G>
   void depthwise_conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y) const {

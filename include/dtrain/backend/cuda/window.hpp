@@ -116,6 +116,26 @@ DTRAIN_KERNEL void dtrain_zero_pad_backward(long long n, window g, const float* 
   }
 }
 
+// ---- up-sampling, nearest (window g: the factors kh x kw); backward sums each block row by row ------------
+DTRAIN_KERNEL void dtrain_up_sample_forward(long long n, window g, const float* x, float* y) {
+  for (long long e = first_index(); e < n * g.oh * g.ow * g.c; e += grid_stride()) {
+    const long long q = quot(e, g.c), q2 = quot(q, g.ow), s = quot(q2, g.oh);
+    const int ch = (int)(e - q * g.c), ox = (int)(q - q2 * g.ow), oy = (int)(q2 - s * g.oh);
+    y[e] = x[((s * g.h + oy / g.kh) * g.w + ox / g.kw) * g.c + ch];
+  }
+}
+DTRAIN_KERNEL void dtrain_up_sample_backward(long long n, window g, const float* dy, float* dx) {
+  for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
+    const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
+    const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
+    float acc = 0.0f;
+    for (int ky = 0; ky < g.kh; ++ky)
+      for (int kx = 0; kx < g.kw; ++kx)
+        acc += dy[((s * g.oh + (long long)iy * g.kh + ky) * g.ow + (long long)ix * g.kw + kx) * g.c + ch];
+    dx[e] = acc;
+  }
+}
+
 // ---- depthwise convolution (window g, f = c m outputs), zero padding -----------------------------------
 DTRAIN_KERNEL void dtrain_depthwise_forward(long long n, window g, const float* x, const float* w, const float* b,
                                             float* y) {
@@ -172,10 +192,11 @@ DTRAIN_KERNEL void dtrain_depthwise_input_grad(long long n, window g, const floa
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
-#define DTRAIN_CUDA_WINDOW_KERNELS(X)    \
-  X(dtrain_im2col) X(dtrain_col2im) X(dtrain_pool_forward) X(dtrain_pool_backward)                         \
-  X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward) X(dtrain_depthwise_forward)                       \
-  X(dtrain_depthwise_kernel_grad) X(dtrain_depthwise_input_grad)                                           
+#define DTRAIN_CUDA_WINDOW_KERNELS(X)                                                                         \
+  X(dtrain_im2col) X(dtrain_col2im) X(dtrain_pool_forward) X(dtrain_pool_backward)                            \
+  X(dtrain_zero_pad_forward) X(dtrain_zero_pad_backward) X(dtrain_up_sample_forward)                          \
+  X(dtrain_up_sample_backward) X(dtrain_depthwise_forward) X(dtrain_depthwise_kernel_grad)                    \
+  X(dtrain_depthwise_input_grad)
 
 namespace dtrain::cuda_detail {
 
@@ -248,6 +269,14 @@ class cuda_window_kernels {
   template <window_geometry G>
   void zero_padding2d_backward(std::size_t n, pointer<const float> dy, pointer<float> dx) const {
     self().template run<&kernels::dtrain_zero_pad_backward>(n * G.in_size(), n, geometry<G>(), dy, dx);
+  }
+  template <window_geometry G>
+  void up_sampling2d_forward(std::size_t n, pointer<const float> x, pointer<float> y) const {
+    self().template run<&kernels::dtrain_up_sample_forward>(n * G.out_size(), n, geometry<G>(), x, y);
+  }
+  template <window_geometry G>
+  void up_sampling2d_backward(std::size_t n, pointer<const float> dy, pointer<float> dx) const {
+    self().template run<&kernels::dtrain_up_sample_backward>(n * G.in_size(), n, geometry<G>(), dy, dx);
   }
   template <window_geometry G>
   void depthwise_conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w,
