@@ -244,6 +244,9 @@ def make_layers():
     x = randn(2, 6, 5, 3)
     cases.append(layer_case("up_sampling2d_2", lambda x: x.repeat_interleave(2, 1).repeat_interleave(2, 2), x, []))
     cases.append(layer_case("up_sampling2d_3_2", lambda x: x.repeat_interleave(3, 1).repeat_interleave(2, 2), x, []))
+    # Conv2D(4, 3, padding="same", use_bias=False): the kernel is the one parameter
+    kn = randn(3, 3, 3, 4, scale=0.3)
+    cases.append(layer_case("conv2d_same_s1_no_bias", lambda x, k: conv(x, k, None, 1, True), x, [kn]))
     torch.set_rng_state(state)
     return cases
 

@@ -145,6 +145,7 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"separable_conv2d_same", check_layer<B, separable_conv2d<4, 3, linear, padding::same>, conv_in>},
     {"up_sampling2d_2", check_layer<B, up_sampling2d<>, conv_in>},
     {"up_sampling2d_3_2", check_layer<B, up_sampling2d<3, 2>, conv_in>},
+    {"conv2d_same_s1_no_bias", check_layer<B, conv2d<4, 3, linear, padding::same, use_bias<false>>, conv_in>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_padding_and_strides, B, backends) {
     check_layer_gradients<conv2d<2, 2, dtrain::tanh, strides<2, 1>>, shape<5, 5, 1>, B>("conv2d valid s2x1", n);
     check_layer_gradients<conv2d<3, 1, gelu>, shape<3, 4, 5>, B>("conv2d 1x1 gelu", n);
     check_layer_gradients<conv2d<10, 3, dtrain::tanh, padding::same>, shape<6, 5, 1>, B>("conv2d same tanh, one channel", n);
+    check_layer_gradients<conv2d<3, 3, relu, padding::same, use_bias<false>>, shape<5, 4, 2>, B>("conv2d no bias", n);
+    check_layer_gradients<conv2d<2, 3, gelu, strides<2>, use_bias<false>>, shape<5, 5, 3>, B>("conv2d no bias gelu", n);
   }
 }
 

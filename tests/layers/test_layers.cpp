@@ -22,6 +22,7 @@ static_assert(std::is_same_v<bind_t<flatten, shape<3, 4, 5>>::output_shape, shap
 static_assert(std::is_same_v<bind_t<dense<7>, shape<3, 4>>::output_shape, shape<3, 7>>);
 static_assert(param_count_v<bind_t<dense<128>, shape<21632>>> == 21632 * 128 + 128);
 static_assert(param_count_v<bind_t<conv2d<32, 3>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32 + 32);
+static_assert(param_count_v<bind_t<conv2d<32, 3, relu, use_bias<false>>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32);
 static_assert(layer<bind_t<dense<3>, shape<4>>, cpu> && layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>>, cpu> &&
               layer<bind_t<max_pooling2d<2>, shape<4, 4, 1>>, cpu> && layer<bind_t<dropout<0.5f>, shape<4>>, cpu> &&
               layer<bind_t<relu, shape<4>>, cpu> && layer<bind_t<reshape<2, 2>, shape<4>>, cpu>);

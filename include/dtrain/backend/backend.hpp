@@ -29,7 +29,8 @@
 ///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
 /// - `activation_kernels`: `activation_forward<A>` / `activation_backward<A>` (in place), `leaky_relu_*`.
-/// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` with the workspace sizes
+/// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` (the bias and its gradient
+///   null for a convolution without bias) with the workspace sizes
 ///   `conv2d_workspace<G>` (forward's, which backward reads) and `conv2d_backward_workspace<G>`
 ///   (backward's scratch), `depthwise_conv2d_*<G>`, `max_pooling2d_*` and `average_pooling2d_*<G>`,
 ///   `zero_padding2d_*<G>`, `up_sampling2d_*<G>` (nearest: each value repeated kh x kw times).
@@ -227,7 +228,7 @@ concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n
   { b.template conv2d_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
   { b.template conv2d_backward_workspace<detail::probe_window>(n, true) } -> std::convertible_to<std::size_t>;
   b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
-  b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p);
+  b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p, p);
   b.template depthwise_conv2d_forward<detail::probe_window>(n, cp, cp, cp, p);
   b.template depthwise_conv2d_backward<detail::probe_window>(n, cp, cp, cp, p, p);
   b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);

@@ -181,6 +181,22 @@ inline void glorot_uniform(std::span<float> w, std::size_t fan_in, std::size_t f
   for (auto& v : w) v = r.uniform(-limit, limit);
 }
 
+}  // namespace detail
+
+/// Keras' `use_bias=` of a layer that has a bias: `use_bias<false>` leaves it out (as before batch
+/// normalization, whose beta is the bias).
+template <bool Use>
+struct use_bias {
+  static constexpr bool is_use_bias = true;
+  static constexpr bool value = Use;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_use_bias : std::false_type {};
+template <class T>
+struct is_use_bias<T, std::void_t<decltype(T::is_use_bias)>> : std::true_type {};
+
 /// Picks the first option in `Os...` satisfying `Pred`, else `Default`.
 template <template <class...> class Pred, class Default, class... Os>
 struct find_option {

@@ -75,7 +75,10 @@ struct conv2d_kernels {
     for_row_blocks(m, block_rows, [&](std::size_t r0, std::size_t r1) {
       im2col(x, cols, r0, r1);
       float* yb = y + r0 * filters;
-      for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * filters, b, filters * sizeof(float));
+      if (b)
+        for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * filters, b, filters * sizeof(float));
+      else
+        std::fill(yb, yb + (r1 - r0) * filters, 0.0f);
       planned_gemm(transpose::no, transpose::no, r1 - r0, filters, k, 1.0f, cols + r0 * k, k, w, filters, 1.0f, yb,
                    filters);
       if constexpr (needs_input(A)) std::memcpy(z + r0 * filters, yb, (r1 - r0) * filters * sizeof(float));
@@ -84,7 +87,7 @@ struct conv2d_kernels {
   }
 
   static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* cols,
-                       float* scratch, float* g, float* dx) {
+                       float* scratch, float* gw, float* gb, float* dx) {
     const std::size_t m = n * pixels;
     float* parts = scratch;
     // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
@@ -107,9 +110,13 @@ struct conv2d_kernels {
           for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
       }
     });
-    std::copy(parts, parts + part, g);
-    for (std::size_t s = 1; s < slices; ++s)
-      for (std::size_t i = 0; i < part; ++i) g[i] += parts[s * part + i];
+    const auto add_slices = [&](std::size_t from, std::size_t count, float* out) {
+      std::copy(parts + from, parts + from + count, out);
+      for (std::size_t s = 1; s < slices; ++s)
+        for (std::size_t i = 0; i < count; ++i) out[i] += parts[s * part + from + i];
+    };
+    add_slices(0, k * filters, gw);
+    if (gb) add_slices(k * filters, filters, gb);
     if (!dx) return;
     float* dcols = parts + max_slices * part;
     planned_gemm(transpose::no, transpose::yes, m, k, filters, 1.0f, dy, filters, w, filters, 0.0f, dcols, k);
@@ -306,18 +313,20 @@ struct cpu_window_kernels {
   std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
     return detail::conv2d_kernels<G, activation_kind::linear>::backward_workspace(n, input_gradient);
   }
-  /// y = A(conv(x, w) + b) for n samples; z = the pre-activation when A needs it (else null).
+  /// y = A(conv(x, w) + b) for n samples (no bias when `b` is null); z = the pre-activation when A needs it
+  /// (else null).
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
                       float* work) const {
     detail::conv2d_kernels<G, A>::forward(n, x, w, b, y, z, work);
   }
-  /// From d loss / d y (`dy`, overwritten): the kernel and bias gradients into `g` and, when `dx` is not
-  /// null, d loss / d x. `work` is what the last forward left; `scratch` is backward's workspace.
+  /// From d loss / d y (`dy`, overwritten): the kernel's gradient into `gw`, the bias' into `gb` (unless
+  /// null: a convolution without bias) and, when `dx` is not null, d loss / d x. `work` is what the last
+  /// forward left; `scratch` is backward's workspace.
   template <window_geometry G, activation_kind A>
   void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
-                       float* scratch, float* g, float* dx) const {
-    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, g, dx);
+                       float* scratch, float* gw, float* gb, float* dx) const {
+    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx);
   }
   template <window_geometry G>
   void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {

@@ -37,12 +37,12 @@ DTRAIN_KERNEL void dtrain_activation_forward(long long rows, long long cols, int
   }
   for (long long i = first_index(); i < rows * cols; i += grid_stride()) v[i] = activate(kind, v[i]);
 }
-// y = activation(y + b[column]) for the elementwise kinds (not softmax); z = y + b first where z is given
-// (the pre-activations, for gelu's backward).
+// y = activation(y + b[column]) for the elementwise kinds (not softmax; y alone where b is null); z = y + b
+// first where z is given (the pre-activations, for gelu's backward).
 DTRAIN_KERNEL void dtrain_bias_activation(long long rows, long long cols, int kind, const float* b, float* z,
                                           float* y) {
   for (long long i = first_index(); i < rows * cols; i += grid_stride()) {
-    const float v = y[i] + b[rem(i, cols)];
+    const float v = b ? y[i] + b[rem(i, cols)] : y[i];
     if (z) z[i] = v;
     y[i] = activate(kind, v);
   }

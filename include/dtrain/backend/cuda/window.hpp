@@ -215,7 +215,8 @@ class cuda_window_kernels {
   std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
     return input_gradient ? n * G.pixels() * G.taps() : 0;
   }
-  /// im2col into the workspace, y = cols x kernel, then the bias and the activation in one pass.
+  /// im2col into the workspace, y = cols x kernel, then the bias (unless b is null) and the activation in
+  /// one pass.
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w, pointer<const float> b,
                       pointer<float> y, pointer<float> z, pointer<float> work) const {
@@ -228,16 +229,16 @@ class cuda_window_kernels {
                                                            needs_input(A) ? z : pointer<float>{}, y);
     if constexpr (rowwise) self().template activation_forward<A>(m, G.f, y);
   }
-  /// The activation's backward on dy, kernel gradient = cols^T dy, bias gradient = column sums of dy,
-  /// and with dx: column gradients = dy kernel^T gathered back into dx (col2im).
+  /// The activation's backward on dy, kernel gradient = cols^T dy, bias gradient (unless gb is null) =
+  /// column sums of dy, and with dx: column gradients = dy kernel^T gathered back into dx (col2im).
   template <window_geometry G, activation_kind A>
   void conv2d_backward(std::size_t n, pointer<const float> z, pointer<const float> y, pointer<float> dy,
-                       pointer<const float> w, pointer<const float> work, pointer<float> scratch, pointer<float> g,
-                       pointer<float> dx) const {
+                       pointer<const float> w, pointer<const float> work, pointer<float> scratch, pointer<float> gw,
+                       pointer<float> gb, pointer<float> dx) const {
     const std::size_t m = n * G.pixels(), k = G.taps();
     self().template activation_backward<A>(m, G.f, z, y, dy);
-    self().gemm(transpose::yes, transpose::no, k, G.f, m, 1.0f, work, k, dy, G.f, 0.0f, g, G.f);
-    self().column_sums(m, G.f, dy, g + k * G.f);
+    self().gemm(transpose::yes, transpose::no, k, G.f, m, 1.0f, work, k, dy, G.f, 0.0f, gw, G.f);
+    if (gb) self().column_sums(m, G.f, dy, gb);
     if (!dx) return;
     self().gemm(transpose::no, transpose::yes, m, k, G.f, 1.0f, dy, G.f, w, G.f, 0.0f, scratch, k);
     self().template run<&kernels::dtrain_col2im>(n * G.in_size(), n, geometry<G>(), scratch, dx);
