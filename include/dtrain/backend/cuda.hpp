@@ -2,10 +2,11 @@
 /// \file
 /// `cuda`: the backend on an NVIDIA GPU (link `dtrain::cuda`: the CUDA runtime, cuBLAS and NVRTC; the
 /// program still builds with a plain C++ compiler). The kernels are CUDA source held in
-/// cuda/<family>.hpp (listed in cuda/kernels.hpp), compiled by NVRTC once per process for the device's architecture, loaded as a
-/// library and launched through the runtime; GEMMs go to cuBLAS (FP32, no TF32, as PyTorch's
-/// default); memory, recording and CUDA graph replay are cuda/device.hpp's. Every failure is a
-/// `device_error` naming the device, the operation and its sizes; nothing aborts the process.
+/// cuda/<family>.hpp (listed in cuda/kernels.hpp), compiled by NVRTC once per process for the device's
+/// architecture, loaded as a library and launched through the runtime; GEMMs go to cuBLAS (FP32, no
+/// TF32, as PyTorch's default); memory, recording and CUDA graph replay are cuda/device.hpp's. Every
+/// failure is a `device_error` naming the device, the operation and its sizes; nothing aborts the
+/// process.
 ///
 /// `cuda{}` is device 0 through this thread's stream; `cuda(1)` device 1; `cuda(0, {.graphs = false})`
 /// a stream of its own that launches every kernel as issued. `cuda_device_count()` is 0 (never an

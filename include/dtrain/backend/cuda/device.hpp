@@ -5,9 +5,9 @@
 /// (cuda/emulator.hpp) runs the very same code, kernels included, on the host, so everything here but
 /// the runtime calls is tested on machines without a GPU.
 ///
-/// How a step runs. Kernels (cuda/kernels.hpp lists them), GEMMs and uploads are recorded, not issued, until the
-/// host needs a result (`download`, `synchronize`): a training step is one such segment. At that point
-/// the segment is issued in one of three ways:
+/// How a step runs. Kernels (cuda/kernels.hpp lists them), GEMMs and uploads are recorded, not issued,
+/// until the host needs a result (`download`, `synchronize`): a training step is one such segment. At that
+/// point the segment is issued in one of three ways:
 /// - it has the shape of a segment already captured as a CUDA graph (same kernels, GEMMs and copies in
 ///   the same order on the same buffers; kernel arguments such as Adam's step size or a dropout key may
 ///   differ and are patched into the graph's nodes): the graph is replayed;
@@ -28,11 +28,11 @@
 ///
 /// The runtime seam (`device_runtime`, cuda/runtime.hpp): what `cuda_runtime` and `emulated_runtime` provide.
 ///
-/// This header defines `basic_cuda` (its buffers; its kernels' launches are its bases, one per family, each
-/// in the family's header cuda/<family>.hpp with the family's source) and includes its parts: the runtime seam (cuda/runtime.hpp), the
-/// device pointer (cuda/device_pointer.hpp), the recorded operations (cuda/operation.hpp) and the
-/// per-stream context (cuda/context.hpp), which puts the caching allocator (cuda/allocator.hpp) and the
-/// recorder with its graphs (cuda/recorder.hpp) together.
+/// This header defines `basic_cuda` (its buffers; its kernels' launches are its bases, one per family,
+/// each in the family's header cuda/<family>.hpp with the family's source) and includes its parts: the
+/// runtime seam (cuda/runtime.hpp), the device pointer (cuda/device_pointer.hpp), the recorded operations
+/// (cuda/operation.hpp) and the per-stream context (cuda/context.hpp), which puts the caching allocator
+/// (cuda/allocator.hpp) and the recorder with its graphs (cuda/recorder.hpp) together.
 
 #include <algorithm>
 #include <cstddef>
