@@ -247,6 +247,9 @@ def make_layers():
     # Conv2D(4, 3, padding="same", use_bias=False): the kernel is the one parameter
     kn = randn(3, 3, 3, 4, scale=0.3)
     cases.append(layer_case("conv2d_same_s1_no_bias", lambda x, k: conv(x, k, None, 1, True), x, [kn]))
+    # Dense(4, activation="relu", use_bias=False) on (3, 5)
+    x, wn = randn(3, 5), randn(5, 4, scale=0.6)
+    cases.append(layer_case("dense_relu_no_bias", lambda x, w: F.relu(x @ w), x, [wn]))
     torch.set_rng_state(state)
     return cases
 

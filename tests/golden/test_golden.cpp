@@ -146,6 +146,7 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"up_sampling2d_2", check_layer<B, up_sampling2d<>, conv_in>},
     {"up_sampling2d_3_2", check_layer<B, up_sampling2d<3, 2>, conv_in>},
     {"conv2d_same_s1_no_bias", check_layer<B, conv2d<4, 3, linear, padding::same, use_bias<false>>, conv_in>},
+    {"dense_relu_no_bias", check_layer<B, dense<4, relu, use_bias<false>>, dense_in>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dense_each_activation, B, backends) {
     check_layer_gradients<dense<5, relu>, shape<7>, B>("dense relu", n);
     check_layer_gradients<dense<3, sigmoid>, shape<6>, B>("dense sigmoid", n);
     check_layer_gradients<dense<3, dtrain::tanh>, shape<6>, B>("dense tanh", n);
+    check_layer_gradients<dense<4, relu, use_bias<false>>, shape<7>, B>("dense relu, no bias", n);
+    check_layer_gradients<dense<3, gelu, use_bias<false>>, shape<2, 5>, B>("dense gelu on rows, no bias", n);
     check_layer_gradients<dense<4, softmax>, shape<5>, B>("dense softmax", n);
     check_layer_gradients<dense<4, gelu>, shape<5>, B>("dense gelu", n);
   }

@@ -21,6 +21,7 @@ static_assert(std::is_same_v<bind_t<average_pooling2d<3, strides<1>>, shape<5, 6
 static_assert(std::is_same_v<bind_t<flatten, shape<3, 4, 5>>::output_shape, shape<60>>);
 static_assert(std::is_same_v<bind_t<dense<7>, shape<3, 4>>::output_shape, shape<3, 7>>);
 static_assert(param_count_v<bind_t<dense<128>, shape<21632>>> == 21632 * 128 + 128);
+static_assert(param_count_v<bind_t<dense<128, relu, use_bias<false>>, shape<21632>>> == 21632 * 128);
 static_assert(param_count_v<bind_t<conv2d<32, 3>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32 + 32);
 static_assert(param_count_v<bind_t<conv2d<32, 3, relu, use_bias<false>>, shape<28, 28, 1>>> == 3 * 3 * 1 * 32);
 static_assert(layer<bind_t<dense<3>, shape<4>>, cpu> && layer<bind_t<conv2d<3, 3>, shape<4, 4, 1>>, cpu> &&

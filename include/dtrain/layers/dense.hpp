@@ -2,7 +2,7 @@
 /// \file
 /// `dense<Units, Activation, Options...>`: Keras `layers.Dense`. `y = activation(x . kernel + bias)`
 /// along the last axis, kernel (in, units) and bias (units) as Keras stores them. Options: a kernel
-/// regularizer (`l2<0.01f>`).
+/// regularizer (`l2<0.01f>`), `use_bias<false>` (no bias variable).
 
 #include <algorithm>
 
@@ -16,9 +16,10 @@ struct dense {
   static_assert(Units > 0, "dense: units must be positive");
   static_assert(detail::activation_policy<Activation>,
                 "dense: the second argument must be an activation (relu, sigmoid, tanh, softmax, gelu, linear)");
-  static_assert((detail::is_regularizer<Options>::value && ...),
-                "dense: options must be regularizers such as l2<0.01f>");
+  static_assert(((detail::is_regularizer<Options>::value || detail::is_use_bias<Options>::value) && ...),
+                "dense: options are use_bias<false> and regularizers such as l2<0.01f>");
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
 
   template <class In, class B>
   struct bind {
@@ -33,7 +34,11 @@ struct dense {
     static constexpr std::size_t in = In::dims[In::rank - 1];
     static constexpr std::size_t rows_per_sample = In::size / in;
     static constexpr activation_kind act = Activation::kind;
-    static constexpr std::array<param_spec, 2> params{{{"kernel", 2, {in, Units, 0, 0}}, {"bias", 1, {Units, 0, 0, 0}}}};
+    static constexpr auto params = [] {
+      constexpr param_spec kernel{"kernel", 2, {in, Units, 0, 0}};
+      if constexpr (bias) return std::array<param_spec, 2>{kernel, {"bias", 1, {Units, 0, 0, 0}}};
+      else return std::array<param_spec, 1>{kernel};
+    }();
 
     void initialize(std::span<float> p, rng& r) {
       detail::glorot_uniform(p.first(in * Units), in, Units, r);
@@ -43,8 +48,8 @@ struct dense {
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
       const B& dev = ctx.device;
       const std::size_t m = n * rows_per_sample;
-      dev.broadcast_rows(m, Units, p + in * Units, y);
-      dev.gemm(transpose::no, transpose::no, m, Units, in, 1.0f, x, in, p, Units, 1.0f, y, Units);
+      if constexpr (bias) dev.broadcast_rows(m, Units, p + in * Units, y);
+      dev.gemm(transpose::no, transpose::no, m, Units, in, 1.0f, x, in, p, Units, bias ? 1.0f : 0.0f, y, Units);
       if constexpr (needs_input(act)) dev.copy(m * Units, y, ensure(dev, z_, m * Units));
       dev.template activation_forward<act>(m, Units, y);
     }
@@ -54,7 +59,7 @@ struct dense {
       const std::size_t m = n * rows_per_sample;
       dev.template activation_backward<act>(m, Units, z_.data(), y, dy);  // dy now holds d loss / d z
       dev.gemm(transpose::yes, transpose::no, in, Units, m, 1.0f, x, in, dy, Units, 0.0f, g, Units);
-      dev.column_sums(m, Units, dy, g + in * Units);
+      if constexpr (bias) dev.column_sums(m, Units, dy, g + in * Units);
       if (dx) dev.gemm(transpose::no, transpose::yes, m, in, Units, 1.0f, dy, Units, p, Units, 0.0f, dx, in);
     }
 
