@@ -106,8 +106,9 @@ struct conv2d_kernels {
         activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db);
         planned_gemm(transpose::yes, transpose::no, k, filters, r1 - r0, 1.0f, cols + r0 * k, k, db, filters, 1.0f,
                      pw, filters);
-        for (std::size_t r = 0; r < r1 - r0; ++r)
-          for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
+        if (gb)
+          for (std::size_t r = 0; r < r1 - r0; ++r)
+            for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
       }
     });
     const auto add_slices = [&](std::size_t from, std::size_t count, float* out) {
