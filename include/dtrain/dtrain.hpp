@@ -27,6 +27,7 @@
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/conv2d.hpp"
+#include "dtrain/layers/conv2d_transpose.hpp"
 #include "dtrain/layers/dense.hpp"
 #include "dtrain/layers/depthwise_conv2d.hpp"
 #include "dtrain/layers/dropout.hpp"

@@ -250,6 +250,55 @@ def make_layers():
     # Dense(4, activation="relu", use_bias=False) on (3, 5)
     x, wn = randn(3, 5), randn(5, 4, scale=0.6)
     cases.append(layer_case("dense_relu_no_bias", lambda x, w: F.relu(x @ w), x, [wn]))
+    # Conv2D with non-square kernels, dilation and groups: TF 'same' pads for the window's span
+    # (k - 1) * dilation + 1; the grouped kernel is (kh, kw, cin / groups, cout)
+    def conv_general(x, k, b, stride=(1, 1), dilation=(1, 1), same=False, groups=1):
+        xt = nhwc_to_nchw(x)
+        if same:
+            spans = [(k.shape[i] - 1) * dilation[i] + 1 for i in (0, 1)]
+            top, bottom = same_pads(xt.shape[2], spans[0], stride[0])
+            left, right = same_pads(xt.shape[3], spans[1], stride[1])
+            xt = F.pad(xt, (left, right, top, bottom))
+        wt = k.permute(3, 2, 0, 1)
+        return nchw_to_nhwc(F.conv2d(xt, wt, b, stride=stride, dilation=dilation, groups=groups))
+
+    x = randn(2, 6, 5, 3)
+    k32, b4 = randn(3, 2, 3, 4, scale=0.3), randn(4, scale=0.3)
+    cases.append(layer_case("conv2d_k3x2_s2x1", lambda x, k, b: conv_general(x, k, b, stride=(2, 1)), x, [k32, b4]))
+    kd = randn(3, 3, 3, 4, scale=0.3)
+    cases.append(layer_case("conv2d_same_dilation2",
+                            lambda x, k, b: conv_general(x, k, b, dilation=(2, 2), same=True), x, [kd, b4]))
+    xg = randn(2, 5, 4, 4)
+    kg, bg = randn(3, 3, 2, 6, scale=0.3), randn(6, scale=0.3)
+    cases.append(layer_case("conv2d_same_groups2",
+                            lambda x, k, b: F.relu(conv_general(x, k, b, same=True, groups=2)), xg, [kg, bg]))
+
+    # Conv2DTranspose: kernel (kh, kw, filters, cin); the full transposed convolution, cropped (or
+    # extended with zeros) to Keras' output length, the crop's start TF's 'same' pad before
+    def conv_transpose(x, k, b, stride, dilation=(1, 1), same=False):
+        xt = nhwc_to_nchw(x)
+        full = F.conv_transpose2d(xt, k.permute(3, 2, 0, 1), None, stride=stride, dilation=dilation)
+        out, start = [], []
+        for i, axis in ((0, 2), (1, 3)):
+            span = (k.shape[i] - 1) * dilation[i] + 1
+            length = xt.shape[axis] * stride[i] if same else xt.shape[axis] * stride[i] + max(span - stride[i], 0)
+            out.append(length)
+            start.append(same_pads(length, span, stride[i])[0] if same else 0)
+        full = F.pad(full, (0, max(0, start[1] + out[1] - full.shape[3]), 0, max(0, start[0] + out[0] - full.shape[2])))
+        y = full[:, :, start[0]:start[0] + out[0], start[1]:start[1] + out[1]]
+        return nchw_to_nhwc(y) + (b if b is not None else 0)
+
+    x = randn(2, 3, 4, 3)
+    kt, bt = randn(3, 3, 4, 3, scale=0.3), randn(4, scale=0.3)
+    cases.append(layer_case("conv2d_transpose_valid_s2",
+                            lambda x, k, b: conv_transpose(x, k, b, (2, 2)), x, [kt, bt]))
+    cases.append(layer_case("conv2d_transpose_same_s2",
+                            lambda x, k, b: conv_transpose(x, k, b, (2, 2), same=True), x, [kt, bt]))
+    kt2 = randn(2, 3, 4, 3, scale=0.3)
+    cases.append(layer_case("conv2d_transpose_k2x3_s3x2_relu",
+                            lambda x, k, b: F.relu(conv_transpose(x, k, b, (3, 2))), x, [kt2, bt]))
+    cases.append(layer_case("conv2d_transpose_same_dilation2_no_bias",
+                            lambda x, k: conv_transpose(x, k, None, (1, 1), (2, 2), same=True), x, [kt]))
     torch.set_rng_state(state)
     return cases
 

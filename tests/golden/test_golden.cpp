@@ -147,6 +147,16 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"up_sampling2d_3_2", check_layer<B, up_sampling2d<3, 2>, conv_in>},
     {"conv2d_same_s1_no_bias", check_layer<B, conv2d<4, 3, linear, padding::same, use_bias<false>>, conv_in>},
     {"dense_relu_no_bias", check_layer<B, dense<4, relu, use_bias<false>>, dense_in>},
+    {"conv2d_k3x2_s2x1", check_layer<B, conv2d<4, kernel_size{3, 2}, linear, strides<2, 1>>, conv_in>},
+    {"conv2d_same_dilation2", check_layer<B, conv2d<4, 3, linear, dilation_rate<2>, padding::same>, conv_in>},
+    {"conv2d_same_groups2", check_layer<B, conv2d<6, 3, relu, padding::same, groups<2>>, shape<5, 4, 4>>},
+    {"conv2d_transpose_valid_s2", check_layer<B, conv2d_transpose<4, 3, linear, strides<2>>, shape<3, 4, 3>>},
+    {"conv2d_transpose_same_s2",
+     check_layer<B, conv2d_transpose<4, 3, linear, strides<2>, padding::same>, shape<3, 4, 3>>},
+    {"conv2d_transpose_k2x3_s3x2_relu",
+     check_layer<B, conv2d_transpose<4, kernel_size{2, 3}, relu, strides<3, 2>>, shape<3, 4, 3>>},
+    {"conv2d_transpose_same_dilation2_no_bias",
+     check_layer<B, conv2d_transpose<4, 3, linear, dilation_rate<2>, padding::same, use_bias<false>>, shape<3, 4, 3>>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -38,6 +38,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_padding_and_strides, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_kernel_shapes_dilation_groups, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<conv2d<3, kernel_size{3, 2}, relu, strides<2, 1>>, shape<7, 5, 2>, B>("conv2d 3x2 s2x1", n);
+    check_layer_gradients<conv2d<2, kernel_size{1, 3}, gelu, padding::same>, shape<4, 5, 3>, B>("conv2d 1x3 same", n);
+    check_layer_gradients<conv2d<3, 3, dtrain::tanh, dilation_rate<2>>, shape<7, 6, 2>, B>("conv2d dilation 2", n);
+    check_layer_gradients<conv2d<2, 3, relu, dilation_rate<2, 1>, padding::same>, shape<6, 5, 2>, B>(
+        "conv2d dilation 2x1 same", n);
+    check_layer_gradients<conv2d<4, 3, relu, groups<2>, padding::same>, shape<5, 4, 6>, B>("conv2d groups 2", n);
+    check_layer_gradients<conv2d<6, 2, linear, groups<3>, strides<2>, use_bias<false>>, shape<5, 5, 3>, B>(
+        "conv2d groups 3 (depthwise x2), no bias", n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<conv2d_transpose<3, 3>, shape<4, 3, 2>, B>("conv2d_transpose valid", n);
+    check_layer_gradients<conv2d_transpose<2, 3, relu, strides<2>, padding::same>, shape<3, 4, 3>, B>(
+        "conv2d_transpose same s2 relu", n);
+    check_layer_gradients<conv2d_transpose<2, kernel_size{2, 3}, gelu, strides<3, 2>>, shape<3, 3, 2>, B>(
+        "conv2d_transpose 2x3 s3x2 (uncovered rows) gelu", n);
+    check_layer_gradients<conv2d_transpose<3, 3, dtrain::tanh, dilation_rate<2>, use_bias<false>>, shape<3, 3, 2>, B>(
+        "conv2d_transpose dilation 2, no bias", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(pooling, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<max_pooling2d<2>, shape<6, 5, 3>, B>("max_pooling2d valid", n);
@@ -62,6 +87,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_flatten_dropout, B, backends) {
   check_layer_gradients<reshape<3, 4>, shape<12>, B>("reshape", 3);
   check_layer_gradients<flatten, shape<2, 3, 2>, B>("flatten", 3);
   check_layer_gradients<dropout<0.3f>, shape<11>, B>("dropout", 3);
+  check_layer_gradients<spatial_dropout2d<0.3f>, shape<3, 2, 5>, B>("spatial_dropout2d", 3);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(global_pooling, B, backends) {

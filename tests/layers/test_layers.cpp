@@ -15,6 +15,27 @@ static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, padding::same>, shape<28,
 static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, strides<2>>, shape<28, 27, 1>>::output_shape, shape<13, 13, 8>>);
 static_assert(std::is_same_v<bind_t<conv2d<8, 4, relu, strides<3>, padding::same>, shape<10, 9, 2>>::output_shape,
                              shape<4, 3, 8>>);
+// non-square kernels and dilation: the window spans (k - 1) d + 1; groups split the kernel's channels
+static_assert(std::is_same_v<bind_t<conv2d<8, kernel_size{3, 5}>, shape<10, 9, 2>>::output_shape, shape<8, 5, 8>>);
+static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, dilation_rate<2, 3>>, shape<10, 9, 2>>::output_shape,
+                             shape<6, 3, 8>>);
+static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, dilation_rate<2>, padding::same>, shape<10, 9, 2>>::output_shape,
+                             shape<10, 9, 8>>);
+static_assert(std::is_same_v<conv2d<8, 3>, conv2d<8, kernel_size{3, 3}>>);
+static_assert(param_count_v<bind_t<conv2d<6, kernel_size{1, 3}, relu, groups<3>>, shape<5, 5, 9>>> == 1 * 3 * 3 * 6 + 6);
+static_assert(std::is_same_v<bind_t<max_pooling2d<kernel_size{2, 3}>, shape<7, 7, 3>>::output_shape, shape<3, 2, 3>>);
+// Keras' Conv2DTranspose lengths: valid (in - 1) s + span (in s when the span is smaller), same in s
+static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 3>, shape<5, 6, 2>>::output_shape, shape<7, 8, 4>>);
+static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 3, relu, strides<2>>, shape<5, 6, 2>>::output_shape,
+                             shape<11, 13, 4>>);
+static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 2, relu, strides<3>>, shape<5, 6, 2>>::output_shape,
+                             shape<15, 18, 4>>);
+static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 3, relu, strides<2>, padding::same>, shape<5, 6, 2>>::output_shape,
+                             shape<10, 12, 4>>);
+static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 3, relu, dilation_rate<2>>, shape<5, 6, 2>>::output_shape,
+                             shape<9, 10, 4>>);
+static_assert(param_count_v<bind_t<conv2d_transpose<4, kernel_size{3, 2}>, shape<5, 6, 2>>> == 3 * 2 * 4 * 2 + 4);
+static_assert(layer<bind_t<conv2d_transpose<3, 3>, shape<4, 4, 2>, opaque>, opaque>);
 static_assert(std::is_same_v<bind_t<max_pooling2d<2>, shape<7, 7, 3>>::output_shape, shape<3, 3, 3>>);
 static_assert(std::is_same_v<bind_t<max_pooling2d<2, padding::same>, shape<7, 7, 3>>::output_shape, shape<4, 4, 3>>);
 static_assert(std::is_same_v<bind_t<average_pooling2d<3, strides<1>>, shape<5, 6, 1>>::output_shape, shape<3, 4, 1>>);
@@ -237,6 +258,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_is_identity_at_inference_and_scaled_in_tra
   BOOST_TEST((run_forward<dropout<0.25f>, in, B>(x, 2, {}, true, 6) != y));
   BOOST_TEST((run_forward<dropout<0.25f>, in, cpu>(x, 2, {}, true, 5) == y),
              boost::test_tools::per_element());  // and the same mask on every backend
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(spatial_dropout2d_drops_whole_channels, B, backends) {
+  using in = shape<3, 4, 100>;  // 2 samples x 100 channels of 12 pixels each
+  std::vector<float> x(2 * in::size);
+  std::iota(x.begin(), x.end(), 1.0f);
+  BOOST_TEST((run_forward<spatial_dropout2d<0.4f>, in, B>(x, 2, {}, false) == x), boost::test_tools::per_element());
+  const auto y = run_forward<spatial_dropout2d<0.4f>, in, B>(x, 2, {}, true, 7);
+  std::size_t dropped = 0;
+  for (std::size_t s = 0; s < 2; ++s)
+    for (std::size_t c = 0; c < 100; ++c) {
+      const std::size_t first = s * in::size + c;
+      const bool drop = y[first] == 0.0f;
+      dropped += drop;
+      for (std::size_t p = 0; p < 12; ++p) {  // every pixel of a channel shares its fate
+        const std::size_t i = first + p * 100;
+        BOOST_TEST(y[i] == (drop ? 0.0f : x[i] / 0.6f), boost::test_tools::tolerance(1e-6f));
+      }
+    }
+  BOOST_TEST(dropped > 55u);  // expected 80 of 200, sd ~7
+  BOOST_TEST(dropped < 105u);
+  BOOST_TEST((run_forward<spatial_dropout2d<0.4f>, in, B>(x, 2, {}, true, 7) == y), boost::test_tools::per_element());
+  BOOST_TEST((run_forward<spatial_dropout2d<0.4f>, in, cpu>(x, 2, {}, true, 7) == y),
+             boost::test_tools::per_element());  // the same mask on every backend
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_rows_sum_to_one_and_gelu_values, B, backends) {

@@ -30,10 +30,12 @@
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
 /// - `activation_kernels`: `activation_forward<A>` / `activation_backward<A>` (in place), `leaky_relu_*`.
 /// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` (the bias and its gradient
-///   null for a convolution without bias) with the workspace sizes
-///   `conv2d_workspace<G>` (forward's, which backward reads) and `conv2d_backward_workspace<G>`
-///   (backward's scratch), `depthwise_conv2d_*<G>`, `max_pooling2d_*` and `average_pooling2d_*<G>`,
-///   `zero_padding2d_*<G>`, `up_sampling2d_*<G>` (nearest: each value repeated kh x kw times).
+///   null for a convolution without bias) with the workspace sizes `conv2d_workspace<G>` (forward's,
+///   which backward reads) and `conv2d_backward_workspace<G>` (backward's scratch);
+///   `conv2d_transpose_*<G, A>` (the adjoint of conv2d over G: y, of G's input shape, from x, of G's
+///   output shape) with its workspace `conv2d_transpose_workspace<G>`; `depthwise_conv2d_*<G>`,
+///   `max_pooling2d_*` and `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `up_sampling2d_*<G>`
+///   (nearest: each value repeated kh x kw times).
 /// - `normalization_kernels`: `layer_normalization_*`, `batch_normalization_*` with `squared_deviations`
 ///   and `moving_average` (the batch statistics come from `column_sums`).
 /// - `embedding_kernels`: `embedding_*`.
@@ -69,15 +71,20 @@ constexpr bool needs_input(activation_kind a) { return a == activation_kind::gel
 
 /// A 2-D sliding window (conv2d, pooling) over one (h, w, c) sample, channels last: window kh x kw,
 /// strides sh x sw, pt rows and pl columns of padding before the first, output oh x ow x f (f = filters
-/// for conv2d, c for pooling). A structural type, so kernels take it as a template argument.
+/// for conv2d, c for pooling); conv2d's dilation dh x dw (tap (ky, kx) reads input row oy * sh + ky * dh -
+/// pt) and groups (output channels [g f / groups, (g + 1) f / groups) see input channels [g c / groups,
+/// (g + 1) c / groups)). A structural type, so kernels take it as a template argument.
 struct window_geometry {
-  std::size_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f;
+  std::size_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f, dh = 1, dw = 1, groups = 1;
 
   constexpr std::size_t in_size() const { return h * w * c; }
   constexpr std::size_t out_size() const { return oh * ow * f; }
   constexpr std::size_t pixels() const { return oh * ow; }
-  /// Values one output pixel sees (the length of one im2col row).
+  /// Values one output pixel sees (the length of one im2col row: group by group, each tap's channels).
   constexpr std::size_t taps() const { return kh * kw * c; }
+  /// One group's share of an im2col row, and the values of a convolution's kernel (kh, kw, c / groups, f).
+  constexpr std::size_t group_taps() const { return taps() / groups; }
+  constexpr std::size_t kernel_values() const { return group_taps() * f; }
 };
 
 /// The losses, metrics and optimizer steps a backend implements, as values: `compile()` chooses them at
@@ -219,8 +226,8 @@ concept activation_kernels = backend_memory<B> && requires(const B& b, std::size
   b.leaky_relu_backward(n, s, cp, cp, p);
 };
 
-/// Sliding windows over images: conv2d (with its workspaces), depthwise conv2d, pooling, zero padding,
-/// up-sampling.
+/// Sliding windows over images: conv2d and conv2d_transpose (with their workspaces), depthwise conv2d,
+/// pooling, zero padding, up-sampling.
 template <class B>
 concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n, pointer_t<B, float> p,
                                                        pointer_t<B, const float> cp, pointer_t<B, std::uint32_t> ip,
@@ -229,6 +236,9 @@ concept window_kernels = backend_memory<B> && requires(const B& b, std::size_t n
   { b.template conv2d_backward_workspace<detail::probe_window>(n, true) } -> std::convertible_to<std::size_t>;
   b.template conv2d_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
   b.template conv2d_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, p, cp, cp, p, p, p, p);
+  { b.template conv2d_transpose_workspace<detail::probe_window>(n) } -> std::convertible_to<std::size_t>;
+  b.template conv2d_transpose_forward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, p, p);
+  b.template conv2d_transpose_backward<detail::probe_window, activation_kind::relu>(n, cp, cp, cp, p, cp, p, p, p, p);
   b.template depthwise_conv2d_forward<detail::probe_window>(n, cp, cp, cp, p);
   b.template depthwise_conv2d_backward<detail::probe_window>(n, cp, cp, cp, p, p);
   b.template max_pooling2d_forward<detail::probe_window>(n, cp, p, ip);

@@ -93,14 +93,25 @@
   K((template <window_geometry G>), (<G>), std::size_t, conv2d_backward_workspace, (V, std::size_t, n),       \
     (V, bool, input_gradient))                                                                                \
   K((template <window_geometry G, activation_kind A>), (<G, A>), void, conv2d_forward, (V, std::size_t, n),   \
-    (P, const float, x, n * G.in_size()), (P, const float, w, G.taps() * G.f), (P, const float, b, (b ? G.f : 0)), \
+    (P, const float, x, n * G.in_size()), (P, const float, w, G.kernel_values()), (P, const float, b, (b ? G.f : 0)), \
     (P, float, y, n * G.out_size()), (P, float, z, (needs_input(A) ? n * G.out_size() : 0)),                  \
     (P, float, work, conv2d_workspace<G>(n)))                                                                 \
   K((template <window_geometry G, activation_kind A>), (<G, A>), void, conv2d_backward, (V, std::size_t, n),  \
     (P, const float, z, (needs_input(A) ? n * G.out_size() : 0)), (P, const float, y, n * G.out_size()),      \
-    (P, float, dy, n * G.out_size()), (P, const float, w, G.taps() * G.f),                                    \
+    (P, float, dy, n * G.out_size()), (P, const float, w, G.kernel_values()),                                    \
     (P, const float, work, conv2d_workspace<G>(n)), (P, float, scratch, conv2d_backward_workspace<G>(n, bool(dx))), \
-    (P, float, gw, G.taps() * G.f), (P, float, gb, (gb ? G.f : 0)), (P, float, dx, (dx ? n * G.in_size() : 0))) \
+    (P, float, gw, G.kernel_values()), (P, float, gb, (gb ? G.f : 0)), (P, float, dx, (dx ? n * G.in_size() : 0))) \
+  K((template <window_geometry G>), (<G>), std::size_t, conv2d_transpose_workspace, (V, std::size_t, n))      \
+  K((template <window_geometry G, activation_kind A>), (<G, A>), void, conv2d_transpose_forward,              \
+    (V, std::size_t, n), (P, const float, x, n * G.out_size()), (P, const float, w, G.kernel_values()),       \
+    (P, const float, b, (b ? G.c : 0)), (P, float, y, n * G.in_size()),                                       \
+    (P, float, z, (needs_input(A) ? n * G.in_size() : 0)), (P, float, work, conv2d_transpose_workspace<G>(n))) \
+  K((template <window_geometry G, activation_kind A>), (<G, A>), void, conv2d_transpose_backward,             \
+    (V, std::size_t, n), (P, const float, x, n * G.out_size()),                                               \
+    (P, const float, z, (needs_input(A) ? n * G.in_size() : 0)), (P, const float, y, n * G.in_size()),        \
+    (P, float, dy, n * G.in_size()), (P, const float, w, G.kernel_values()),                                  \
+    (P, float, work, conv2d_transpose_workspace<G>(n)), (P, float, gw, G.kernel_values()),                    \
+    (P, float, gb, (gb ? G.c : 0)), (P, float, dx, (dx ? n * G.out_size() : 0)))                              \
   K((template <window_geometry G>), (<G>), void, depthwise_conv2d_forward, (V, std::size_t, n),               \
     (P, const float, x, n * G.in_size()), (P, const float, w, G.kh * G.kw * G.f),                             \
     (P, const float, b, (b ? G.f : 0)), (P, float, y, n * G.out_size()))                                      \

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
-/// `conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv2D`, channels last.
-/// Kernel (k, k, in_channels, filters) and bias (filters) as Keras stores them. Options:
-/// `strides<S>` / `strides<Sh, Sw>`, `padding::valid` (default) / `padding::same`, `use_bias<false>` (no
-/// bias variable: a convolution before batch normalization), a regularizer (of the kernel).
+/// `conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv2D`, channels last; Kernel is
+/// `3` or `kernel_size{3, 5}`. Kernel (kh, kw, in_channels / groups, filters) and bias (filters) as Keras
+/// stores them. Options: `strides<S>` / `strides<Sh, Sw>`, `padding::valid` (default) / `padding::same`,
+/// `dilation_rate<D>` / `dilation_rate<Dh, Dw>`, `groups<G>`, `use_bias<false>` (no bias variable: a
+/// convolution before batch normalization), a regularizer (of the kernel).
 /// Computed by the backend's conv2d kernels (the cpu backend: im2col + GEMM in blocks of output rows
 /// that stay in cache); the workspace forward fills is what backward reads, next to a scratch of its own.
 
@@ -14,42 +15,64 @@
 #include "dtrain/layers/window.hpp"
 
 namespace dtrain {
-template <std::size_t Filters, std::size_t Kernel, class Activation = linear, class... Options>
+
+/// Keras Conv2D's `groups`: the input channels and the filters split into G groups, group g's filters
+/// seeing group g's channels only (G = channels is a depthwise convolution).
+template <std::size_t G>
+struct groups {
+  static_assert(G > 0, "groups: must be positive");
+  static constexpr bool is_groups = true;
+  static constexpr std::size_t value = G;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_groups : std::false_type {};
+template <class T>
+struct is_groups<T, std::void_t<decltype(T::is_groups)>> : std::true_type {};
+}  // namespace detail
+
+template <std::size_t Filters, kernel_size Kernel, class Activation = linear, class... Options>
 struct conv2d {
-  static_assert(Filters > 0 && Kernel > 0, "conv2d: filters and kernel size must be positive");
+  static_assert(Filters > 0 && Kernel.positive(), "conv2d: filters and kernel size must be positive");
   static_assert(detail::activation_policy<Activation>,
                 "conv2d: the third argument must be an activation (relu, sigmoid, tanh, softmax, gelu, linear)");
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
-                  detail::is_padding<Options>::value || detail::is_use_bias<Options>::value) &&
+                  detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
+                  detail::is_dilation_rate<Options>::value || detail::is_groups<Options>::value) &&
                  ...),
-                "conv2d: options are strides<...>, padding::valid | padding::same, use_bias<false> and "
-                "regularizers such as l2<>");
+                "conv2d: options are strides<...>, padding::valid | padding::same, dilation_rate<...>, "
+                "groups<G>, use_bias<false> and regularizers such as l2<>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
+  static constexpr std::size_t group_count = detail::find_option<detail::is_groups, groups<1>, Options...>::type::value;
+  static_assert(Filters % group_count == 0, "conv2d: groups<G> must divide the number of filters");
 
   template <class In, class B>
   struct bind {
     static_assert(window_kernels<B>, "conv2d: the backend lacks the window kernels (window_kernels)");
-    using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, Kernel, stride_type, padding_type>;
+    using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, stride_type, padding_type, dilation_type>;
+    static_assert(geo::c % group_count == 0, "conv2d: groups<G> must divide the input's channels");
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;
     using ptr = pointer_t<B, float>;
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "conv2d";
     static constexpr const char* class_name = "Conv2D";
-    static constexpr window_geometry window = geo::with_outputs(Filters);
+    static constexpr window_geometry window = geo::with_outputs(Filters, group_count);
     static constexpr activation_kind act = Activation::kind;
-    static constexpr std::size_t k = window.taps();  // one im2col row
+    static constexpr std::size_t k = window.group_taps();  // kernel rows (one group's share of an im2col row)
     static constexpr auto params = [] {
-      constexpr param_spec kernel{"kernel", 4, {Kernel, Kernel, geo::c, Filters}};
+      constexpr param_spec kernel{"kernel", 4, {Kernel.h, Kernel.w, geo::c / group_count, Filters}};
       if constexpr (bias) return std::array<param_spec, 2>{kernel, {"bias", 1, {Filters, 0, 0, 0}}};
       else return std::array<param_spec, 1>{kernel};
     }();
 
     void initialize(std::span<float> p, rng& r) {
-      detail::glorot_uniform(p.first(k * Filters), k, Kernel * Kernel * Filters, r);
+      detail::glorot_uniform(p.first(k * Filters), k, Kernel.h * Kernel.w * Filters, r);
       std::fill(p.begin() + k * Filters, p.end(), 0.0f);
     }
 

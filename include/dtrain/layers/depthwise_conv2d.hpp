@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// `depthwise_conv2d<Kernel, Activation, Options...>`: Keras `layers.DepthwiseConv2D`, each input channel
-/// convolved with its own `depth_multiplier<M>` filters (kernel (k, k, channels, M), bias (channels M)).
+/// convolved with its own `depth_multiplier<M>` filters (kernel (kh, kw, channels, M), bias (channels M)).
 /// `separable_conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.SeparableConv2D`, a depthwise
-/// convolution without bias, then a 1 x 1 convolution to `Filters` (depthwise_kernel (k, k, channels, M),
+/// convolution without bias, then a 1 x 1 convolution to `Filters` (depthwise_kernel (kh, kw, channels, M),
 /// pointwise_kernel (1, 1, channels M, Filters), bias (Filters)). Options: `strides<...>`,
 /// `padding::valid | padding::same`, `depth_multiplier<M>` (default 1). Channels last, zero padding, the
 /// activation fused as in conv2d.
@@ -30,9 +30,9 @@ template <class T>
 struct is_depth_multiplier<T, std::void_t<decltype(T::is_depth_multiplier)>> : std::true_type {};
 
 /// What the two layers share: the options, the depthwise geometry, and the depthwise part of a pass.
-template <std::size_t Kernel, class Activation, class... Options>
+template <kernel_size Kernel, class Activation, class... Options>
 struct depthwise_options {
-  static_assert(Kernel > 0, "depthwise convolution: the kernel size must be positive");
+  static_assert(Kernel.positive(), "depthwise convolution: the kernel size must be positive");
   static_assert(activation_policy<Activation>,
                 "depthwise convolution: the activation must be relu, sigmoid, tanh, softmax, gelu or linear");
   static_assert(
@@ -44,11 +44,11 @@ struct depthwise_options {
       find_option<is_depth_multiplier, depth_multiplier<1>, Options...>::type::value;
 
   template <class In, window_layer L>
-  using geometry = window2d<In, L, Kernel, Kernel, stride_type, padding_type>;
+  using geometry = window2d<In, L, Kernel, stride_type, padding_type>;
 };
 }  // namespace detail
 
-template <std::size_t Kernel, class Activation = linear, class... Options>
+template <kernel_size Kernel, class Activation = linear, class... Options>
 struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options...> {
   using base = detail::depthwise_options<Kernel, Activation, Options...>;
 
@@ -66,12 +66,12 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     static constexpr const char* class_name = "DepthwiseConv2D";
     static constexpr window_geometry window = geo::with_outputs(f);
     static constexpr activation_kind act = Activation::kind;
-    static constexpr std::size_t taps = Kernel * Kernel * f;  // kernel values
+    static constexpr std::size_t taps = Kernel.h * Kernel.w * f;  // kernel values
     static constexpr std::array<param_spec, 2> params{
-        {{"kernel", 4, {Kernel, Kernel, geo::c, base::multiplier}}, {"bias", 1, {f, 0, 0, 0}}}};
+        {{"kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}}, {"bias", 1, {f, 0, 0, 0}}}};
 
     void initialize(std::span<float> p, rng& r) {
-      detail::glorot_uniform(p.first(taps), Kernel * Kernel * geo::c, Kernel * Kernel * base::multiplier, r);
+      detail::glorot_uniform(p.first(taps), Kernel.h * Kernel.w * geo::c, Kernel.h * Kernel.w * base::multiplier, r);
       std::fill(p.begin() + taps, p.end(), 0.0f);
     }
 
@@ -98,7 +98,7 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
   };
 };
 
-template <std::size_t Filters, std::size_t Kernel, class Activation = linear, class... Options>
+template <std::size_t Filters, kernel_size Kernel, class Activation = linear, class... Options>
 struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options...> {
   static_assert(Filters > 0, "separable_conv2d: filters must be positive");
   using base = detail::depthwise_options<Kernel, Activation, Options...>;
@@ -117,14 +117,14 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     static constexpr const char* class_name = "SeparableConv2D";
     static constexpr window_geometry window = geo::with_outputs(mid);
     static constexpr activation_kind act = Activation::kind;
-    static constexpr std::size_t taps = Kernel * Kernel * mid, pointwise = mid * Filters;
+    static constexpr std::size_t taps = Kernel.h * Kernel.w * mid, pointwise = mid * Filters;
     static constexpr std::array<param_spec, 3> params{
-        {{"depthwise_kernel", 4, {Kernel, Kernel, geo::c, base::multiplier}},
+        {{"depthwise_kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}},
          {"pointwise_kernel", 4, {1, 1, mid, Filters}},
          {"bias", 1, {Filters, 0, 0, 0}}}};
 
     void initialize(std::span<float> p, rng& r) {
-      detail::glorot_uniform(p.first(taps), Kernel * Kernel * geo::c, Kernel * Kernel * base::multiplier, r);
+      detail::glorot_uniform(p.first(taps), Kernel.h * Kernel.w * geo::c, Kernel.h * Kernel.w * base::multiplier, r);
       detail::glorot_uniform(p.subspan(taps, pointwise), mid, Filters, r);
       std::fill(p.begin() + taps + pointwise, p.end(), 0.0f);
     }

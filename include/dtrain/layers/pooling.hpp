@@ -48,15 +48,15 @@ struct pooling_layer : no_params {
   buffer_t<B, std::uint32_t> argmax_;
 };
 
-template <bool Max, std::size_t Pool, class... Options>
+template <bool Max, kernel_size Pool, class... Options>
 struct pooling2d {
-  static_assert(Pool > 0, "pooling: the pool size must be positive");
+  static_assert(Pool.positive(), "pooling: the pool size must be positive");
   static_assert(((is_strides<Options>::value || is_padding<Options>::value) && ...),
                 "pooling: options are strides<...> and padding::valid | padding::same");
-  using stride_type = typename find_option<is_strides, strides<Pool>, Options...>::type;
+  using stride_type = typename find_option<is_strides, strides<Pool.h, Pool.w>, Options...>::type;
   using padding_type = typename find_option<is_padding, padding::valid, Options...>::type;
   template <class In>
-  using geo = window2d<In, Max ? window_layer::max_pooling2d : window_layer::average_pooling2d, Pool, Pool,
+  using geo = window2d<In, Max ? window_layer::max_pooling2d : window_layer::average_pooling2d, Pool,
                        stride_type, padding_type>;
 
   template <class In, class B>
@@ -87,12 +87,12 @@ struct global_pooling2d {
 
 }  // namespace detail
 
-/// Keras `layers.MaxPooling2D(pool_size)`.
-template <std::size_t Pool = 2, class... Options>
+/// Keras `layers.MaxPooling2D(pool_size)`: `max_pooling2d<2>`, `max_pooling2d<kernel_size{2, 3}>`.
+template <kernel_size Pool = 2, class... Options>
 struct max_pooling2d : detail::pooling2d<true, Pool, Options...> {};
 
 /// Keras `layers.AveragePooling2D(pool_size)`.
-template <std::size_t Pool = 2, class... Options>
+template <kernel_size Pool = 2, class... Options>
 struct average_pooling2d : detail::pooling2d<false, Pool, Options...> {};
 
 /// Keras `layers.GlobalMaxPooling2D(keepdims=KeepDims)`.

@@ -27,21 +27,25 @@ void for_row_blocks(std::size_t m, std::size_t rows, F&& f) {
       1);
 }
 
-/// Calls f(col_offset, input_offset or -1) for every tap of output rows [r0, r1) of window G (row =
-/// sample, then output y, then output x; a tap outside the input is padding). Inlined into its caller,
-/// so that `f` (a copy of C floats) is fused into the loop: called, it costs im2col a fifth more work.
+/// Calls f(col_offset, input_offset or -1) for every tap and group of output rows [r0, r1) of window G
+/// (row = sample, then output y, then output x; a tap outside the input is padding; one call covers
+/// the tap's c / groups channels of one group, its columns at group * group_taps + tap * c / groups).
+/// Inlined into its caller, so that `f` (a copy of those floats) is fused into the loop: called, it
+/// costs im2col a fifth more work.
 template <window_geometry G, class F>
 [[gnu::always_inline]] inline void for_each_tap(std::size_t r0, std::size_t r1, F&& f) {
-  constexpr std::size_t C = G.c, pixels = G.pixels(), k = G.taps();
+  constexpr std::size_t C = G.c, cg = C / G.groups, pixels = G.pixels(), k = G.taps(), kg = G.group_taps();
   std::size_t s = r0 / pixels, oy = r0 % pixels / G.ow, ox = r0 % G.ow;
   for (std::size_t row = r0; row < r1; ++row) {
     for (std::size_t ky = 0; ky < G.kh; ++ky) {
-      const std::ptrdiff_t iy = std::ptrdiff_t(oy * G.sh + ky) - std::ptrdiff_t(G.pt);
+      const std::ptrdiff_t iy = std::ptrdiff_t(oy * G.sh + ky * G.dh) - std::ptrdiff_t(G.pt);
       for (std::size_t kx = 0; kx < G.kw; ++kx) {
-        const std::ptrdiff_t ix = std::ptrdiff_t(ox * G.sw + kx) - std::ptrdiff_t(G.pl);
-        const std::size_t col = row * k + (ky * G.kw + kx) * C;
+        const std::ptrdiff_t ix = std::ptrdiff_t(ox * G.sw + kx * G.dw) - std::ptrdiff_t(G.pl);
+        const std::size_t col = row * k + (ky * G.kw + kx) * cg;
         const bool inside = iy >= 0 && ix >= 0 && iy < std::ptrdiff_t(G.h) && ix < std::ptrdiff_t(G.w);
-        f(col, inside ? std::ptrdiff_t(((s * G.h + iy) * G.w + ix) * C) : std::ptrdiff_t(-1));
+        const std::ptrdiff_t src = inside ? std::ptrdiff_t(((s * G.h + iy) * G.w + ix) * C) : std::ptrdiff_t(-1);
+        for (std::size_t g = 0; g < G.groups; ++g)
+          f(col + g * kg, src < 0 ? src : src + std::ptrdiff_t(g * cg));
       }
     }
     if (++ox == G.ow) {
@@ -53,14 +57,16 @@ template <window_geometry G, class F>
 
 /// conv2d of window G (f filters) with activation A. Forward's workspace holds the im2col rows, which
 /// backward reads; backward's holds the per-slice partial gradients and, for an input gradient, the
-/// column gradients.
+/// column gradients. With groups, each product is one GEMM per group on its columns of the im2col rows,
+/// the kernel and the output.
 template <window_geometry G, activation_kind A>
 struct conv2d_kernels {
-  static constexpr std::size_t k = G.taps(), pixels = G.pixels(), filters = G.f;
+  static constexpr std::size_t k = G.taps(), kg = G.group_taps(), pixels = G.pixels(), filters = G.f,
+                               fg = filters / G.groups, cg = G.c / G.groups;
   /// Output rows per block: ~64 KiB of output, so a block's im2col, GEMM and activation stay in cache.
   static constexpr std::size_t block_rows = std::max<std::size_t>(16, 16384 / filters);
   static constexpr std::size_t max_slices = 8;
-  static constexpr std::size_t part = k * filters + filters;  // one slice's kernel and bias gradient
+  static constexpr std::size_t part = G.kernel_values() + filters;  // one slice's kernel and bias gradient
 
   static constexpr std::size_t workspace(std::size_t n) { return n * pixels * k; }
   static constexpr std::size_t backward_workspace(std::size_t n, bool input_gradient) {
@@ -79,8 +85,9 @@ struct conv2d_kernels {
         for (std::size_t r = r0; r < r1; ++r) std::memcpy(y + r * filters, b, filters * sizeof(float));
       else
         std::fill(yb, yb + (r1 - r0) * filters, 0.0f);
-      planned_gemm(transpose::no, transpose::no, r1 - r0, filters, k, 1.0f, cols + r0 * k, k, w, filters, 1.0f, yb,
-                   filters);
+      for (std::size_t g = 0; g < G.groups; ++g)
+        planned_gemm(transpose::no, transpose::no, r1 - r0, fg, kg, 1.0f, cols + r0 * k + g * kg, k, w + g * fg,
+                     filters, 1.0f, yb + g * fg, filters);
       if constexpr (needs_input(A)) std::memcpy(z + r0 * filters, yb, (r1 - r0) * filters * sizeof(float));
       activation_forward<A>(r1 - r0, filters, yb);
     });
@@ -98,14 +105,15 @@ struct conv2d_kernels {
     for_row_blocks(slices * per_slice * block_rows, per_slice * block_rows, [&](std::size_t s0, std::size_t s1) {
       const std::size_t s = s0 / (per_slice * block_rows);
       float* pw = parts + s * part;
-      float* pb = pw + k * filters;
+      float* pb = pw + G.kernel_values();
       std::fill(pw, pw + part, 0.0f);
       for (std::size_t r0 = s0; r0 < std::min(s1, m); r0 += block_rows) {
         const std::size_t r1 = std::min(m, r0 + block_rows);
         float* db = dy + r0 * filters;
         activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db);
-        planned_gemm(transpose::yes, transpose::no, k, filters, r1 - r0, 1.0f, cols + r0 * k, k, db, filters, 1.0f,
-                     pw, filters);
+        for (std::size_t g = 0; g < G.groups; ++g)
+          planned_gemm(transpose::yes, transpose::no, kg, fg, r1 - r0, 1.0f, cols + r0 * k + g * kg, k, db + g * fg,
+                       filters, 1.0f, pw + g * fg, filters);
         if (gb)
           for (std::size_t r = 0; r < r1 - r0; ++r)
             for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
@@ -116,28 +124,75 @@ struct conv2d_kernels {
       for (std::size_t s = 1; s < slices; ++s)
         for (std::size_t i = 0; i < count; ++i) out[i] += parts[s * part + from + i];
     };
-    add_slices(0, k * filters, gw);
-    if (gb) add_slices(k * filters, filters, gb);
+    add_slices(0, G.kernel_values(), gw);
+    if (gb) add_slices(G.kernel_values(), filters, gb);
     if (!dx) return;
     float* dcols = parts + max_slices * part;
-    planned_gemm(transpose::no, transpose::yes, m, k, filters, 1.0f, dy, filters, w, filters, 0.0f, dcols, k);
+    for (std::size_t g = 0; g < G.groups; ++g)
+      planned_gemm(transpose::no, transpose::yes, m, kg, fg, 1.0f, dy + g * fg, filters, w + g * fg, filters, 0.0f,
+                   dcols + g * kg, k);
     col2im(dcols, dx, n);
   }
 
   static void im2col(const float* x, float* cols, std::size_t r0, std::size_t r1) {
     for_each_tap<G>(r0, r1, [&](std::size_t col, std::ptrdiff_t src) {
       if (src < 0)
-        std::fill(cols + col, cols + col + G.c, 0.0f);
+        std::fill(cols + col, cols + col + cg, 0.0f);
       else
-        std::memcpy(cols + col, x + src, G.c * sizeof(float));
+        std::memcpy(cols + col, x + src, cg * sizeof(float));
     });
   }
   static void col2im(const float* dcols, float* dx, std::size_t n) {
     std::fill(dx, dx + n * G.in_size(), 0.0f);
     for_each_tap<G>(0, n * pixels, [&](std::size_t col, std::ptrdiff_t dst) {
       if (dst < 0) return;
-      for (std::size_t c = 0; c < G.c; ++c) dx[dst + c] += dcols[col + c];
+      for (std::size_t c = 0; c < cg; ++c) dx[dst + c] += dcols[col + c];
     });
+  }
+};
+
+/// conv2d_transpose over window G (the convolution it is the adjoint of): x holds G's outputs (f
+/// channels), y its inputs (c channels). Forward: column values x kernel^T, scattered back by col2im,
+/// then the bias and the activation; backward: the activation's backward, the bias gradient, im2col of
+/// dy, then kernel gradient = cols^T x and dx = cols kernel. One workspace of im2col rows serves both.
+template <window_geometry G, activation_kind A>
+struct conv2d_transpose_kernels {
+  using conv = conv2d_kernels<G, activation_kind::linear>;
+  static constexpr std::size_t k = G.taps(), kg = G.group_taps(), f = G.f, fg = conv::fg;
+
+  static constexpr std::size_t workspace(std::size_t n) { return conv::workspace(n); }
+
+  static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                      float* cols) {
+    const std::size_t m = n * G.pixels(), rows = n * G.h * G.w;
+    for (std::size_t g = 0; g < G.groups; ++g)
+      planned_gemm(transpose::no, transpose::yes, m, kg, fg, 1.0f, x + g * fg, f, w + g * fg, f, 0.0f,
+                   cols + g * kg, k);
+    conv::col2im(cols, y, n);
+    if (b)
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < G.c; ++c) y[r * G.c + c] += b[c];
+    if constexpr (needs_input(A)) std::memcpy(z, y, rows * G.c * sizeof(float));
+    activation_forward<A>(rows, G.c, y);
+  }
+
+  static void backward(std::size_t n, const float* x, const float* z, const float* y, float* dy, const float* w,
+                       float* cols, float* gw, float* gb, float* dx) {
+    const std::size_t m = n * G.pixels(), rows = n * G.h * G.w;
+    activation_backward<A>(rows, G.c, z, y, dy);
+    if (gb) {
+      std::fill(gb, gb + G.c, 0.0f);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < G.c; ++c) gb[c] += dy[r * G.c + c];
+    }
+    for_row_blocks(m, conv::block_rows, [&](std::size_t r0, std::size_t r1) { conv::im2col(dy, cols, r0, r1); });
+    for (std::size_t g = 0; g < G.groups; ++g) {
+      planned_gemm(transpose::yes, transpose::no, kg, fg, m, 1.0f, cols + g * kg, k, x + g * fg, f, 0.0f, gw + g * fg,
+                   f);
+      if (dx)
+        planned_gemm(transpose::no, transpose::no, m, fg, kg, 1.0f, cols + g * kg, k, w + g * fg, f, 0.0f,
+                     dx + g * fg, f);
+    }
   }
 };
 
@@ -328,6 +383,24 @@ struct cpu_window_kernels {
   void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
                        float* scratch, float* gw, float* gb, float* dx) const {
     detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx);
+  }
+  template <window_geometry G>
+  std::size_t conv2d_transpose_workspace(std::size_t n) const {
+    return detail::conv2d_transpose_kernels<G, activation_kind::linear>::workspace(n);
+  }
+  /// y = A(conv2d_transpose(x, w) + b): the adjoint of conv2d over G (x of G's output shape, y of its
+  /// input shape; no bias when `b` is null); z = the pre-activation when A needs it.
+  template <window_geometry G, activation_kind A>
+  void conv2d_transpose_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                                float* work) const {
+    detail::conv2d_transpose_kernels<G, A>::forward(n, x, w, b, y, z, work);
+  }
+  /// From d loss / d y (`dy`, overwritten) and the input x: the kernel's gradient into `gw`, the bias'
+  /// into `gb` (unless null) and, when `dx` is not null, d loss / d x.
+  template <window_geometry G, activation_kind A>
+  void conv2d_transpose_backward(std::size_t n, const float* x, const float* z, const float* y, float* dy,
+                                 const float* w, float* work, float* gw, float* gb, float* dx) const {
+    detail::conv2d_transpose_kernels<G, A>::backward(n, x, z, y, dy, w, work, gw, gb, dx);
   }
   template <window_geometry G>
   void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {

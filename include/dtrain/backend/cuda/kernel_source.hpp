@@ -59,7 +59,7 @@ inline unsigned int __umulhi(unsigned int a, unsigned int b) {
 // clang-format off
 DTRAIN_CUDA_SOURCE(common,
 
-struct window { int h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f; };
+struct window { int h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, f, dh, dw, groups; };
 
 DTRAIN_DEVICE long long first_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 DTRAIN_DEVICE long long grid_stride() { return (long long)gridDim.x * blockDim.x; }

@@ -16,14 +16,17 @@
 DTRAIN_CUDA_SOURCE(window,
 
 // ---- windows: conv2d as im2col + GEMM, pooling -----------------------------------------------------------
-// cols[row][tap] for the n * oh * ow output pixels (rows) and the kh * kw * c taps of each; 0 in padding.
+// cols[row][tap] for the n * oh * ow output pixels (rows) and the kh * kw * c taps of each (group by
+// group, each tap's c / groups channels); 0 in padding.
 DTRAIN_KERNEL void dtrain_im2col(long long n, window g, const float* x, float* cols) {
   const long long taps = (long long)g.kh * g.kw * g.c, pixels = (long long)g.oh * g.ow;
+  const int cg = g.c / g.groups, kg = g.kh * g.kw * cg;
   for (long long e = first_index(); e < n * pixels * taps; e += grid_stride()) {
     const long long row = quot(e, taps), t = e - row * taps;
-    const int ti = (int)t, ky = ti / (g.kw * g.c), kx = ti / g.c % g.kw, ch = ti % g.c;
+    const int ti = (int)t, grp = ti / kg, r = ti - grp * kg, ky = r / (g.kw * cg), kx = r / cg % g.kw;
+    const int ch = grp * cg + r % cg;
     const long long s = quot(row, pixels), p = row - s * pixels;
-    const int iy = (int)(p / g.ow) * g.sh + ky - g.pt, ix = (int)(p % g.ow) * g.sw + kx - g.pl;
+    const int iy = (int)(p / g.ow) * g.sh + ky * g.dh - g.pt, ix = (int)(p % g.ow) * g.sw + kx * g.dw - g.pl;
     const bool inside = iy >= 0 && ix >= 0 && iy < g.h && ix < g.w;
     cols[e] = inside ? x[((s * g.h + iy) * g.w + ix) * g.c + ch] : 0.0f;
   }
@@ -37,18 +40,31 @@ DTRAIN_DEVICE int last_window(int i, int st, int pad, int out) {
   const int hi = (i + pad) / st;
   return hi < out - 1 ? hi : out - 1;
 }
+// The output index along one axis whose tap at offset `tap` (already times the dilation) reads input
+// i, or -1 (i + pad - tap not a multiple of the stride, or outside [0, out)).
+DTRAIN_DEVICE int window_of(int i, int tap, int st, int pad, int out) {
+  const int at = i + pad - tap;
+  if (at < 0 || at % st != 0) return -1;
+  return at / st < out ? at / st : -1;
+}
 // dx[s][iy][ix][ch] = the sum of the column gradients of every tap that read it (a gather: no atomics).
 DTRAIN_KERNEL void dtrain_col2im(long long n, window g, const float* dcols, float* dx) {
   const long long taps = (long long)g.kh * g.kw * g.c, pixels = (long long)g.oh * g.ow;
+  const int cg = g.c / g.groups, kg = g.kh * g.kw * cg;
   for (long long e = first_index(); e < n * g.h * g.w * g.c; e += grid_stride()) {
     const long long q = quot(e, g.c), q2 = quot(q, g.w), s = quot(q2, g.h);
     const int ch = (int)(e - q * g.c), ix = (int)(q - q2 * g.w), iy = (int)(q2 - s * g.h);
+    const int column = ch / cg * kg + ch % cg;
     float acc = 0.0f;
-    for (int oy = first_window(iy, g.kh, g.sh, g.pt); oy <= last_window(iy, g.sh, g.pt, g.oh); ++oy)
-      for (int ox = first_window(ix, g.kw, g.sw, g.pl); ox <= last_window(ix, g.sw, g.pl, g.ow); ++ox) {
-        const int ky = iy + g.pt - oy * g.sh, kx = ix + g.pl - ox * g.sw;
-        acc += dcols[(s * pixels + (long long)oy * g.ow + ox) * taps + ((long long)ky * g.kw + kx) * g.c + ch];
+    for (int ky = 0; ky < g.kh; ++ky) {
+      const int oy = window_of(iy, ky * g.dh, g.sh, g.pt, g.oh);
+      if (oy < 0) continue;
+      for (int kx = 0; kx < g.kw; ++kx) {
+        const int ox = window_of(ix, kx * g.dw, g.sw, g.pl, g.ow);
+        if (ox >= 0)
+          acc += dcols[(s * pixels + (long long)oy * g.ow + ox) * taps + (ky * g.kw + kx) * cg + column];
       }
+    }
     dx[e] = acc;
   }
 }
@@ -215,19 +231,15 @@ class cuda_window_kernels {
   std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
     return input_gradient ? n * G.pixels() * G.taps() : 0;
   }
-  /// im2col into the workspace, y = cols x kernel, then the bias (unless b is null) and the activation in
-  /// one pass.
+  /// im2col into the workspace, y = cols x kernel (one GEMM per group), then the bias (unless b is null)
+  /// and the activation in one pass.
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, pointer<const float> x, pointer<const float> w, pointer<const float> b,
                       pointer<float> y, pointer<float> z, pointer<float> work) const {
     const std::size_t m = n * G.pixels(), k = G.taps();
     self().template run<&kernels::dtrain_im2col>(m * k, n, geometry<G>(), x, work);
-    self().gemm(transpose::no, transpose::no, m, G.f, k, 1.0f, work, k, w, G.f, 0.0f, y, G.f);
-    constexpr bool rowwise = A == activation_kind::softmax;
-    self().template run<&kernels::dtrain_bias_activation>(m * G.f, m, G.f,
-                                                           static_cast<int>(rowwise ? activation_kind::linear : A), b,
-                                                           needs_input(A) ? z : pointer<float>{}, y);
-    if constexpr (rowwise) self().template activation_forward<A>(m, G.f, y);
+    grouped_gemm<G>(transpose::no, transpose::no, m, work, k, w, y);
+    bias_activation<A>(m, G.f, b, z, y);
   }
   /// The activation's backward on dy, kernel gradient = cols^T dy, bias gradient (unless gb is null) =
   /// column sums of dy, and with dx: column gradients = dy kernel^T gathered back into dx (col2im).
@@ -237,11 +249,37 @@ class cuda_window_kernels {
                        pointer<float> gb, pointer<float> dx) const {
     const std::size_t m = n * G.pixels(), k = G.taps();
     self().template activation_backward<A>(m, G.f, z, y, dy);
-    self().gemm(transpose::yes, transpose::no, k, G.f, m, 1.0f, work, k, dy, G.f, 0.0f, gw, G.f);
+    grouped_gemm<G>(transpose::yes, transpose::no, m, work, k, dy, gw);
     if (gb) self().column_sums(m, G.f, dy, gb);
     if (!dx) return;
-    self().gemm(transpose::no, transpose::yes, m, k, G.f, 1.0f, dy, G.f, w, G.f, 0.0f, scratch, k);
+    grouped_gemm<G>(transpose::no, transpose::yes, m, dy, G.f, w, scratch);
     self().template run<&kernels::dtrain_col2im>(n * G.in_size(), n, geometry<G>(), scratch, dx);
+  }
+  template <window_geometry G>
+  std::size_t conv2d_transpose_workspace(std::size_t n) const {
+    return n * G.pixels() * G.taps();
+  }
+  /// Column values = x kernel^T, gathered into y (col2im), then the bias and the activation.
+  template <window_geometry G, activation_kind A>
+  void conv2d_transpose_forward(std::size_t n, pointer<const float> x, pointer<const float> w,
+                                pointer<const float> b, pointer<float> y, pointer<float> z, pointer<float> work) const {
+    const std::size_t m = n * G.pixels();
+    grouped_gemm<G>(transpose::no, transpose::yes, m, x, G.f, w, work);
+    self().template run<&kernels::dtrain_col2im>(n * G.in_size(), n, geometry<G>(), work, y);
+    bias_activation<A>(n * G.h * G.w, G.c, b, z, y);
+  }
+  /// The activation's backward on dy, the bias gradient, im2col of dy, then kernel gradient = cols^T x
+  /// and dx = cols kernel.
+  template <window_geometry G, activation_kind A>
+  void conv2d_transpose_backward(std::size_t n, pointer<const float> x, pointer<const float> z,
+                                 pointer<const float> y, pointer<float> dy, pointer<const float> w,
+                                 pointer<float> work, pointer<float> gw, pointer<float> gb, pointer<float> dx) const {
+    const std::size_t m = n * G.pixels(), k = G.taps(), rows = n * G.h * G.w;
+    self().template activation_backward<A>(rows, G.c, z, y, dy);
+    if (gb) self().column_sums(rows, G.c, dy, gb);
+    self().template run<&kernels::dtrain_im2col>(m * k, n, geometry<G>(), dy, work);
+    grouped_gemm<G>(transpose::yes, transpose::no, m, work, k, x, gw);
+    if (dx) grouped_gemm<G>(transpose::no, transpose::no, m, work, k, w, dx);
   }
   template <window_geometry G>
   void max_pooling2d_forward(std::size_t n, pointer<const float> x, pointer<float> y,
@@ -296,7 +334,36 @@ class cuda_window_kernels {
   template <window_geometry G>
   static cuda_kernels::window geometry() {
     const auto i = [](std::size_t v) { return static_cast<int>(v); };
-    return {i(G.h), i(G.w), i(G.c), i(G.kh), i(G.kw), i(G.sh), i(G.sw), i(G.pt), i(G.pl), i(G.oh), i(G.ow), i(G.f)};
+    return {i(G.h),  i(G.w),  i(G.c),  i(G.kh), i(G.kw), i(G.sh), i(G.sw),     i(G.pt),
+            i(G.pl), i(G.oh), i(G.ow), i(G.f),  i(G.dh), i(G.dw), i(G.groups)};
+  }
+  /// One of a convolution's three products, one GEMM per group (each on its columns of the im2col rows,
+  /// of the kernel and of the pixel rows), C overwritten:
+  /// - (no, no): pixels (m x f) = cols (m x taps, ld lda) kernel;
+  /// - (yes, no): kernel gradient = cols^T (ld lda) pixels (m x f);
+  /// - (no, yes): cols (m x taps) = pixels (m x f, ld lda) kernel^T.
+  template <window_geometry G>
+  void grouped_gemm(transpose ta, transpose tb, std::size_t m, pointer<const float> a, std::size_t lda,
+                    pointer<const float> b, pointer<float> c) const {
+    const std::size_t kg = G.group_taps(), fg = G.f / G.groups, k = G.taps();
+    for (std::size_t g = 0; g < G.groups; ++g) {
+      if (tb == transpose::yes)  // cols = pixels kernel^T
+        self().gemm(ta, tb, m, kg, fg, 1.0f, a + g * fg, lda, b + g * fg, G.f, 0.0f, c + g * kg, k);
+      else if (ta == transpose::yes)  // kernel gradient = cols^T pixels
+        self().gemm(ta, tb, kg, fg, m, 1.0f, a + g * kg, lda, b + g * fg, G.f, 0.0f, c + g * fg, G.f);
+      else  // pixels = cols kernel
+        self().gemm(ta, tb, m, fg, kg, 1.0f, a + g * kg, lda, b + g * fg, G.f, 0.0f, c + g * fg, G.f);
+    }
+  }
+  /// y = A(y + b) over rows of `cols` values, the pre-activation kept in z when A needs it (else null).
+  template <activation_kind A>
+  void bias_activation(std::size_t rows, std::size_t cols, pointer<const float> b, pointer<float> z,
+                       pointer<float> y) const {
+    constexpr bool rowwise = A == activation_kind::softmax;
+    self().template run<&kernels::dtrain_bias_activation>(rows * cols, rows, cols,
+                                                           static_cast<int>(rowwise ? activation_kind::linear : A), b,
+                                                           needs_input(A) ? z : pointer<float>{}, y);
+    if constexpr (rowwise) self().template activation_forward<A>(rows, cols, y);
   }
 };
 
