@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <dtrain/dtrain.hpp>
@@ -54,6 +55,47 @@ using resnet_of = dtrain::functional<
 // of a few hundred steps, whose test accuracy then trails the training accuracy far behind.
 using resnet = resnet_of<{.momentum = 0.9f}>;
 
+/// ResNet-20 (He et al.'s network for CIFAR-10) on 28 x 28 images: a stem, then three stages of three
+/// residual blocks at 16, 32 and 64 channels (28 x 28, 14 x 14, 7 x 7; 19 convolutions and the
+/// classifier), global average pooling and the classifier. Every convolution is without bias and
+/// followed by batch normalization; a stage's first block halves the image with a strided convolution,
+/// its shortcut projected by a strided 1 x 1 convolution.
+namespace resnet20_nodes {
+template <int I>
+struct out;  // block I's output (0: the stem's)
+template <int I>
+struct residual;  // block I's residual branch
+template <int I>
+struct shortcut;  // a downsampling block's projected shortcut
+}  // namespace resnet20_nodes
+
+/// Residual block I with F channels, from block I - 1's output (Stride 2: down to half the image).
+template <int I, std::size_t F, std::size_t Stride, dtrain::batch_normalization_options BN>
+using resnet20_block = dtrain::block<
+    dtrain::conv2d<F, 3, dtrain::linear, dtrain::strides<Stride>, dtrain::padding::same, dtrain::use_bias<false>>,
+    dtrain::batch_normalization<BN>, dtrain::relu,
+    dtrain::conv2d<F, 3, dtrain::linear, dtrain::padding::same, dtrain::use_bias<false>>,
+    dtrain::node<resnet20_nodes::residual<I>, dtrain::batch_normalization<BN>>,
+    std::conditional_t<
+        Stride == 1, dtrain::node<void, dtrain::add, resnet20_nodes::out<I - 1>, resnet20_nodes::residual<I>>,
+        dtrain::block<dtrain::node<void, dtrain::conv2d<F, 1, dtrain::linear, dtrain::strides<Stride>,
+                                                        dtrain::use_bias<false>>,
+                                   resnet20_nodes::out<I - 1>>,
+                      dtrain::node<resnet20_nodes::shortcut<I>, dtrain::batch_normalization<BN>>,
+                      dtrain::node<void, dtrain::add, resnet20_nodes::residual<I>, resnet20_nodes::shortcut<I>>>>,
+    dtrain::node<resnet20_nodes::out<I>, dtrain::relu>>;
+
+template <dtrain::batch_normalization_options BN = {}>
+using resnet20_of = dtrain::functional<
+    dtrain::input<28, 28>, dtrain::reshape<28, 28, 1>,
+    dtrain::conv2d<16, 3, dtrain::linear, dtrain::padding::same, dtrain::use_bias<false>>,
+    dtrain::batch_normalization<BN>, dtrain::node<resnet20_nodes::out<0>, dtrain::relu>,
+    resnet20_block<1, 16, 1, BN>, resnet20_block<2, 16, 1, BN>, resnet20_block<3, 16, 1, BN>,
+    resnet20_block<4, 32, 2, BN>, resnet20_block<5, 32, 1, BN>, resnet20_block<6, 32, 1, BN>,
+    resnet20_block<7, 64, 2, BN>, resnet20_block<8, 64, 1, BN>, resnet20_block<9, 64, 1, BN>,
+    dtrain::global_average_pooling2d<>, dtrain::dense<10>>;
+using resnet20 = resnet20_of<{.momentum = 0.9f}>;
+
 /// The distributed-training guide's MLP.
 using mlp = dtrain::sequential<dtrain::input<28, 28>,
                                dtrain::flatten,
@@ -90,7 +132,9 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
   arguments a;
   CLI::App app("Trains the tutorial's model on Fashion-MNIST.", std::filesystem::path(argv[0]).filename().string());
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
-  app.add_option("--model", a.model, "cnn, mlp or resnet")->check(CLI::IsMember({"cnn", "mlp", "resnet"}))->capture_default_str();
+  app.add_option("--model", a.model, "cnn, mlp, resnet (small) or resnet20")
+      ->check(CLI::IsMember({"cnn", "mlp", "resnet", "resnet20"}))
+      ->capture_default_str();
   app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str();
   app.add_option("--learning-rate", a.learning_rate)->check(CLI::Range(1e-9f, 10.0f))->capture_default_str();
   app.add_option("--batch-size", a.batch_size, "per worker")->check(CLI::Range(std::size_t(1), std::size_t(60000)))
@@ -218,16 +262,18 @@ inline int exit_code_of_current_exception() {
   return 1;
 }
 
-/// Parses the command line and runs the chosen model (resnet where the example offers it); errors become
-/// messages and exit codes (exit_code_of_current_exception).
+/// Parses the command line and runs the chosen model (the ResNets where the example offers them); errors
+/// become messages and exit codes (exit_code_of_current_exception).
 template <int (*Cnn)(const arguments&), int (*Mlp)(const arguments&), bool DeviceFlag = false,
-          bool ImplementationFlag = false, int (*Resnet)(const arguments&) = nullptr>
+          bool ImplementationFlag = false, int (*Resnet)(const arguments&) = nullptr,
+          int (*Resnet20)(const arguments&) = nullptr>
 int main(int argc, char** argv) try {
   const auto args = parse(argc, argv, DeviceFlag, ImplementationFlag);
-  if (args.model == "resnet") {
-    if constexpr (Resnet != nullptr) return Resnet(args);
-    std::fprintf(stderr, "--model resnet: this example trains cnn or mlp (single_worker_mnist and "
-                         "multi_worker_mnist train resnet)\n");
+  if (args.model == "resnet" || args.model == "resnet20") {
+    if constexpr (Resnet != nullptr && Resnet20 != nullptr)
+      return args.model == "resnet" ? Resnet(args) : Resnet20(args);
+    std::fprintf(stderr, "--model %s: this example trains cnn or mlp (single_worker_mnist and "
+                         "multi_worker_mnist train the ResNets)\n", args.model.c_str());
     return 2;
   }
   return args.model == "cnn" ? Cnn(args) : Mlp(args);

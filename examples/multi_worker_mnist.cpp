@@ -3,6 +3,7 @@
 // set per worker, as in the tutorial, or with the launcher:
 //   dtrain-launch -n 2 -- multi_worker_mnist --model cnn --batch-size 64 --epochs 3 --steps-per-epoch 70
 //   dtrain-launch -n 2 -- multi_worker_mnist --model resnet --optimizer adam   (a small ResNet)
+//   dtrain-launch -n 3 -- multi_worker_mnist --model resnet20 --optimizer adam (ResNet-20)
 #include "mnist_setup.hpp"
 
 #include <dtrain/distribute/comm/ring_tcp.hpp>
@@ -54,6 +55,6 @@ int run(const mnist_setup::arguments& args) {
 }
 
 int main(int argc, char** argv) {
-  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, true, run<mnist_setup::resnet>>(argc,
-                                                                                                       argv);
+  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, true, run<mnist_setup::resnet>,
+                           run<mnist_setup::resnet20>>(argc, argv);
 }

@@ -1,7 +1,8 @@
 // The multi-worker tutorial's first step, "train the model on a single worker and make sure
 // everything works", on Fashion-MNIST. multi_worker_mnist.cpp is this file with another strategy type.
 //   single_worker_mnist --model cnn --optimizer sgd --learning-rate 0.001 --batch-size 64 --epochs 3 --steps-per-epoch 70
-// --model resnet trains a small ResNet (mnist_setup.hpp), a functional model with skip connections.
+// --model resnet trains a small ResNet (mnist_setup.hpp), a functional model with skip connections;
+// --model resnet20 the 20-layer ResNet of three stages (16, 32, 64 channels).
 // With --device gpu the same program runs under one_device_strategy<cuda>("/gpu:0") (TF's
 // OneDeviceStrategy): the backend is part of the model's type, so the strategy type is what changes.
 #include "mnist_setup.hpp"
@@ -38,5 +39,6 @@ int run(const mnist_setup::arguments& args) {
 }
 
 int main(int argc, char** argv) {
-  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, false, run<mnist_setup::resnet>>(argc, argv);
+  return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>, true, false, run<mnist_setup::resnet>,
+                           run<mnist_setup::resnet20>>(argc, argv);
 }

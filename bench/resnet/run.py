@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""dtrain's small ResNet (examples/mnist_setup.hpp, a functional model with skip connections and batch
-normalization) against the same architecture in PyTorch, on Fashion-MNIST, in one invocation.
+"""dtrain's ResNets (examples/mnist_setup.hpp: functional models with skip connections and batch
+normalization; the small one, or ResNet-20 with --model resnet20) against the same architecture in
+PyTorch, on Fashion-MNIST, in one invocation.
 
     cmake --build build --target single_worker_mnist multi_worker_mnist dtrain-launch
-    python3 bench/resnet/run.py [--build build] [--runs 3] [--epochs 2] [--steps-per-epoch 150]
+    python3 bench/resnet/run.py [--model resnet20] [--build build] [--runs 3] [--epochs 2] [--steps-per-epoch 150]
 
 One worker: `single_worker_mnist --model resnet` against torch_resnet.py in one process. Two workers on
 localhost: `dtrain-launch -n 2 -- multi_worker_mnist --model resnet` against torch_resnet.py --workers 2
@@ -34,7 +35,7 @@ def free_port():
 
 
 def run_dtrain(build, workers, a, seed):
-    common = ["--model", "resnet", "--optimizer", "adam", "--learning-rate", "0.001", "--batch-size", "64",
+    common = ["--model", a.model, "--optimizer", "adam", "--learning-rate", "0.001", "--batch-size", "64",
               "--epochs", str(a.epochs), "--steps-per-epoch", str(a.steps_per_epoch), "--verbose", "2",
               "--seed", str(seed)]
     if workers == 1:
@@ -57,7 +58,8 @@ def run_dtrain(build, workers, a, seed):
 
 
 def run_torch(python, workers, a, seed):
-    cmd = [python, os.path.join(HERE, "torch_resnet.py"), "--workers", str(workers), "--epochs", str(a.epochs),
+    cmd = [python, os.path.join(HERE, "torch_resnet.py"), "--model", a.model, "--workers", str(workers),
+           "--epochs", str(a.epochs),
            "--steps-per-epoch", str(a.steps_per_epoch), "--seed", str(seed), "--port", str(free_port())]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
@@ -70,6 +72,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="the dtrain build tree (default: build)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each program and worker count (default 3)")
+    ap.add_argument("--model", choices=("resnet", "resnet20"), default="resnet",
+                    help="the small ResNet (default) or ResNet-20")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--steps-per-epoch", type=int, default=150)
     a = ap.parse_args()
@@ -86,7 +90,8 @@ def main():
             if python:
                 results.setdefault(("pytorch", workers), []).append(run_torch(python, workers, a, r + 1))
         print(f"# run {r + 1}/{a.runs} done", file=sys.stderr, flush=True)
-    print(f"# small ResNet on Fashion-MNIST: Adam 0.001, 64 per worker, {a.epochs} epochs x {a.steps_per_epoch} "
+    title = "ResNet-20" if a.model == "resnet20" else "small ResNet"
+    print(f"# {title} on Fashion-MNIST: Adam 0.001, 64 per worker, {a.epochs} epochs x {a.steps_per_epoch} "
           f"steps, medians of {a.runs} runs on {os.cpu_count()} cores")
     if python:
         print(f"# pytorch {results[('pytorch', 1)][0]['version']} (PyPI)")

@@ -1,5 +1,5 @@
-"""The ResNet of examples/mnist_setup.hpp in PyTorch, trained as dtrain's single_worker_mnist /
-multi_worker_mnist train it: Fashion-MNIST (Debian's IDX files) scaled to [0, 1], shuffled, batches of
+"""The ResNets of examples/mnist_setup.hpp in PyTorch (--model resnet, the small one, or resnet20),
+trained as dtrain's single_worker_mnist / multi_worker_mnist train them: Fashion-MNIST (Debian's IDX files) scaled to [0, 1], shuffled, batches of
 --batch-size per worker, Adam, sparse categorical crossentropy on logits, then the test accuracy.
 
     python torch_resnet.py --epochs 2 --steps-per-epoch 150 [--workers 2]
@@ -35,10 +35,11 @@ def idx(name):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def conv(cin, cout, k, stride=1):
-    c = nn.Conv2d(cin, cout, k, stride=stride, padding=(k // 2 if stride == 1 else 0))
+def conv(cin, cout, k, stride=1, bias=True):
+    c = nn.Conv2d(cin, cout, k, stride=stride, padding=(k // 2 if stride == 1 else 0), bias=bias)
     nn.init.xavier_uniform_(c.weight)
-    nn.init.zeros_(c.bias)
+    if bias:
+        nn.init.zeros_(c.bias)
     return c
 
 
@@ -66,6 +67,44 @@ class ResNet(nn.Module):
         return self.head(out.mean(dim=(2, 3)))
 
 
+class ResNet20(nn.Module):
+    """Three stages of three residual blocks (16, 32, 64 channels); convolutions without bias, each
+    followed by batch normalization; a stage's first block strided, its shortcut a strided 1 x 1
+    convolution."""
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.stride = stride
+            self.c1, self.n1 = conv(cin, cout, 3, stride, bias=False), bn(cout)
+            self.c2, self.n2 = conv(cout, cout, 3, bias=False), bn(cout)
+            self.short = None
+            if stride != 1:
+                self.short, self.short_bn = conv(cin, cout, 1, stride, bias=False), bn(cout)
+
+        def forward(self, x):
+            h = F.pad(x, (0, 1, 0, 1)) if self.stride != 1 else x  # TF 'same': the extra pad after
+            r = self.n2(self.c2(F.relu(self.n1(self.c1(h)))))
+            s = x if self.short is None else self.short_bn(self.short(x))
+            return F.relu(r + s)
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.stem_bn = conv(1, 16, 3, bias=False), bn(16)
+        blocks, cin = [], 16
+        for cout in (16, 32, 64):
+            for i in range(3):
+                blocks.append(self.Block(cin, cout, 2 if i == 0 and cout != 16 else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(64, 10)
+        nn.init.xavier_uniform_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x):
+        return self.head(self.blocks(F.relu(self.stem_bn(self.stem(x)))).mean(dim=(2, 3)))
+
+
 def run(rank, args, port):
     workers = args.workers
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
@@ -76,7 +115,7 @@ def run(rank, args, port):
     y = torch.from_numpy(idx("train-labels-idx1-ubyte.gz").astype(np.int64))
     tx = torch.from_numpy(idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0).unsqueeze(1)
     ty = torch.from_numpy(idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
-    model = ResNet()
+    model = ResNet20() if args.model == "resnet20" else ResNet()
     net = nn.parallel.DistributedDataParallel(model) if workers > 1 else model
     opt = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-7)
     g = torch.Generator().manual_seed(args.seed)
@@ -105,6 +144,7 @@ def run(rank, args, port):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("resnet", "resnet20"), default="resnet")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--steps-per-epoch", type=int, default=150)
     ap.add_argument("--batch-size", type=int, default=64, help="per worker")

@@ -32,6 +32,14 @@ using merges = functional<input<5>, node<a, dense<4, dtrain::tanh>>, node<b, den
                           node<gate, multiply, a, b>, node<mixed, add, gate, a>, node<void, concatenate, mixed, b>,
                           reshape<2, 4>, flatten, dense<3>>;
 
+// The same model written with blocks (nested, one empty): they splice into the same graph, the same type.
+template <class Out>
+using conv_bn = block<conv2d<4, 3, linear, padding::same>, node<Out, batch_normalization<>>>;
+using residual_in_blocks = functional<input<6, 6, 2>, block<node<c1, conv2d<4, 3, relu, padding::same>>>,
+                                      block<conv_bn<bn>, block<>, node<void, add, c1, bn>>, relu,
+                                      global_average_pooling2d<>, dense<3>>;
+static_assert(std::is_same_v<residual_in_blocks, residual>);
+
 static_assert(std::is_same_v<residual::output_shape, shape<3>>);
 static_assert(residual::param_count == (3 * 3 * 2 * 4 + 4) + (3 * 3 * 4 * 4 + 4) + 2 * 4 + 4 * 3 + 3);
 static_assert(residual::weight_count == residual::param_count + 2 * 4);

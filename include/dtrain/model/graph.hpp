@@ -45,6 +45,15 @@ namespace dtrain {
 template <class Tag, class Spec, class... From>
 struct node {};
 
+/// A run of graph elements spliced into the model in its place (blocks nest): what a Python function
+/// that adds a few layers is to a Keras model, so a repeated piece is written once:
+///
+///     template <class In, class Out>  // a residual block from the output named In to one named Out
+///     using residual = block<conv2d<16, 3, relu, padding::same>, node<Out, conv2d<16, 3, linear, padding::same>>,
+///                            node<void, add, In, Out>>;
+template <class... Elements>
+struct block {};
+
 /// The name of a one-input model's input, for a node that takes it explicitly.
 struct model_input;
 
@@ -274,6 +283,20 @@ struct graph {
     return true;
   }(), "functional: an input of the model is taken by no node (a dangling input)");
 };
+
+/// `graph<Name, Input, Elements...>` with every `block<...>` among the elements spliced in place.
+template <const char* Name, class Input, class Done, class... Rest>
+struct spliced_graph;
+template <const char* Name, class Input, class... Done>
+struct spliced_graph<Name, Input, std::tuple<Done...>> {
+  using type = graph<Name, Input, Done...>;
+};
+template <const char* Name, class Input, class... Done, class First, class... Rest>
+struct spliced_graph<Name, Input, std::tuple<Done...>, First, Rest...>
+    : spliced_graph<Name, Input, std::tuple<Done..., First>, Rest...> {};
+template <const char* Name, class Input, class... Done, class... Inner, class... Rest>
+struct spliced_graph<Name, Input, std::tuple<Done...>, block<Inner...>, Rest...>
+    : spliced_graph<Name, Input, std::tuple<Done...>, Inner..., Rest...> {};
 
 inline constexpr char sequential_name[] = "sequential";
 inline constexpr char functional_name[] = "functional";

@@ -20,10 +20,11 @@ using basic_sequential = basic_model<B, detail::graph<detail::sequential_name, I
 template <class Input, class... Specs>
 using sequential = basic_sequential<cpu, Input, Specs...>;
 
-/// Keras' functional `Model` on backend B: `input<...>` then layer specs and `node<Tag, Spec, From...>`
-/// (model/graph.hpp).
+/// Keras' functional `Model` on backend B: `input<...>` then layer specs, `node<Tag, Spec, From...>` and
+/// `block<...>`s of them (model/graph.hpp).
 template <class B, class Input, class... Elements>
-using basic_functional = basic_model<B, detail::graph<detail::functional_name, Input, Elements...>>;
+using basic_functional =
+    basic_model<B, typename detail::spliced_graph<detail::functional_name, Input, std::tuple<>, Elements...>::type>;
 
 /// Keras' functional `Model` on the cpu backend.
 template <class Input, class... Elements>
