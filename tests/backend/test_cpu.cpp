@@ -23,11 +23,13 @@ bool blas_is_split_invariant() {
 }
 }  // namespace
 
-// Shapes that take each of the cpu backend's plans (one call, row blocks, k slices, C split by rows or
-// by columns over the pool), every transpose, leading dimensions wider than the operands: the result
-// matches a double-precision loop, and 1 and 2 threads give the same bits (for the split plan, where the
-// BLAS itself is split-invariant).
+// With DTRAIN_GEMM=blas: shapes that take each of the cpu backend's BLAS plans (one call, row blocks, k
+// slices, C split by rows or by columns over the pool), every transpose, leading dimensions wider than
+// the operands: the result matches a double-precision loop, and 1 and 2 threads give the same bits (for
+// the split plan, where the BLAS itself is split-invariant).
 BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_count) {
+  const detail::gemm_engine engine = detail::gemm_engine_in_use();
+  detail::gemm_engine_in_use() = detail::gemm_engine::blas;
   struct gemm_case {
     std::size_t m, n, k;
     detail::gemm_plan plan;
@@ -88,6 +90,90 @@ BOOST_AUTO_TEST_CASE(cpu_gemm_every_plan_matches_naive_loops_and_any_thread_coun
     }
   }
   set_num_threads(before);
+  detail::gemm_engine_in_use() = engine;
+}
+
+// dtrain's own GEMM (the default engine) takes every shape the direct GEMM declines, on each instruction
+// set this CPU has and the baseline: alpha other than 1, beta other than 0 or 1, B transposed into a big
+// C (a convolution's input gradient), both operands transposed, a C narrower than a vector (a
+// classifier's 10 columns), a big product in several column blocks, k and alpha zero. Each matches a
+// double-precision loop, leaves C's padding alone, and gives the same bits on 1, 2 and 3 threads.
+BOOST_AUTO_TEST_CASE(own_gemm_matches_naive_loops_on_every_instruction_set_and_thread_count) {
+  struct own_case {
+    transpose ta, tb;
+    std::size_t m, n, k;
+    float alpha, beta;
+  };
+  const own_case cases[] = {{transpose::no, transpose::no, 64, 128, 300, 2.0f, 0.0f},
+                            {transpose::no, transpose::no, 64, 128, 300, 1.0f, 0.5f},
+                            {transpose::no, transpose::yes, 64, 128, 300, 1.0f, 1.0f},
+                            {transpose::no, transpose::yes, 1500, 144, 16, 1.0f, 0.0f},
+                            {transpose::yes, transpose::yes, 37, 45, 70, 1.5f, -1.0f},
+                            {transpose::no, transpose::no, 70, 10, 300, 1.0f, 0.0f},
+                            {transpose::yes, transpose::no, 256, 10, 64, 1.0f, 1.0f},
+                            {transpose::no, transpose::no, 600, 1100, 600, 1.0f, 0.0f},
+                            {transpose::no, transpose::no, 9, 7, 0, 1.0f, 0.5f},
+                            {transpose::no, transpose::no, 9, 7, 5, 0.0f, 0.0f}};
+  std::vector<detail::cpu_isa> isas{detail::cpu_isa::baseline};
+  if (detail::detected_cpu_isa() != detail::cpu_isa::baseline) isas.push_back(detail::cpu_isa::avx2);
+  if (detail::detected_cpu_isa() == detail::cpu_isa::avx512) isas.push_back(detail::cpu_isa::avx512);
+  const int before = num_threads();
+  rng r(19);
+  for (auto isa : isas)
+    for (const auto& [ta, tb, m, n, k, alpha, beta] : cases) {
+      BOOST_TEST_CONTEXT("isa " << detail::name_of(isa) << " ta " << int(ta) << " tb " << int(tb) << " m " << m
+                                << " n " << n << " k " << k << " alpha " << alpha << " beta " << beta) {
+        const std::size_t lda = (ta == transpose::yes ? m : k) + 3, ldb = (tb == transpose::yes ? k : n) + 2,
+                          ldc = n + 5;
+        const auto a = dtrain_test::random_vector((ta == transpose::yes ? k : m) * lda + 1, r);
+        const auto b = dtrain_test::random_vector((tb == transpose::yes ? n : k) * ldb + 1, r);
+        const auto c0 = dtrain_test::random_vector(m * ldc, r);
+        std::vector<std::vector<float>> results;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          auto c = c0;
+          detail::own_gemm(isa, ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+          results.push_back(c);
+        }
+        std::size_t wrong = 0, padding_touched = 0;
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < ldc; ++j) {
+            const std::size_t at = i * ldc + j;
+            if (j >= n) {
+              padding_touched += results[0][at] != c0[at];
+              continue;
+            }
+            double acc = 0, mag = 0;
+            for (std::size_t p = 0; p < k; ++p) {
+              const double av = ta == transpose::yes ? a[p * lda + i] : a[i * lda + p];
+              const double bv = tb == transpose::yes ? b[j * ldb + p] : b[p * ldb + j];
+              acc += av * bv, mag += std::abs(av * bv);
+            }
+            const double want = alpha * acc + beta * double(c0[at]);
+            wrong += std::abs(results[0][at] - want) > 1e-5 * (std::abs(alpha) * mag + std::abs(beta * c0[at]) + 1.0);
+          }
+        BOOST_TEST(wrong == 0u);
+        BOOST_TEST(padding_touched == 0u);
+        BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+        BOOST_TEST(results[0] == results[2], boost::test_tools::per_element());
+      }
+    }
+  set_num_threads(before);
+}
+
+// DTRAIN_GEMM names the engine: dtrain's kernels (also when unset) or BLAS; another word is named.
+BOOST_AUTO_TEST_CASE(gemm_engine_from_the_environment) {
+  using detail::gemm_engine;
+  BOOST_TEST((detail::gemm_engine_from_env(nullptr) == gemm_engine::dtrain));
+  BOOST_TEST((detail::gemm_engine_from_env("") == gemm_engine::dtrain));
+  BOOST_TEST((detail::gemm_engine_from_env("dtrain") == gemm_engine::dtrain));
+  BOOST_TEST((detail::gemm_engine_from_env("blas") == gemm_engine::blas));
+  try {
+    detail::gemm_engine_from_env("openblas");
+    BOOST_ERROR("DTRAIN_GEMM=openblas was accepted");
+  } catch (const config_error& e) {
+    BOOST_TEST(std::string(e.what()) == "DTRAIN_GEMM=\"openblas\": expected dtrain or blas");
+  }
 }
 
 // The direct GEMM (backend/cpu/direct_gemm.hpp) on each instruction set this CPU has, for the shapes it

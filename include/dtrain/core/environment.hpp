@@ -27,6 +27,8 @@ inline std::string get_first(std::initializer_list<const char*> names) {
 inline constexpr const char* num_threads = "DTRAIN_NUM_THREADS";
 /// `baseline`, `avx2` or `avx512`: the instruction set the cpu kernels use, at most the CPU's.
 inline constexpr const char* cpu_isa = "DTRAIN_CPU_ISA";
+/// `dtrain` (default) or `blas`: who computes the GEMMs the cpu backend's direct GEMM declines.
+inline constexpr const char* gemm = "DTRAIN_GEMM";
 /// `live`: progress bars redraw themselves on a pipe as on a terminal.
 inline constexpr const char* progress = "DTRAIN_PROGRESS";
 /// The folder of the Fashion-MNIST IDX files (default: Debian's).

@@ -135,4 +135,105 @@ inline bool direct_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, 
   return false;
 }
 
+/// Rows [r0, r1) and columns [s0, s1) of the baseline's product (no AVX): per row of C, each block of k
+/// summed from zero into a row of partial sums (the loop over columns vectorises to the baseline's
+/// vectors), then added to C, the direct kernels' two-level sum.
+inline void baseline_block(const direct_gemm_problem& q, std::size_t r0, std::size_t r1, std::size_t s0,
+                           std::size_t s1) {
+  thread_local std::vector<float> acc;
+  acc.resize(s1 - s0);
+  for (std::size_t r = r0; r < r1; ++r)
+    for (std::size_t p0 = 0; p0 < q.k; p0 += direct_gemm_depth) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (std::size_t p = p0; p < std::min(q.k, p0 + direct_gemm_depth); ++p) {
+        const float av = q.a[r * q.ars + p * q.aps];
+        const float* brow = q.b + p * q.ldb + s0;
+        for (std::size_t j = 0; j < s1 - s0; ++j) acc[j] += av * brow[j];
+      }
+      float* crow = q.c + r * q.ldc + s0;
+      if (p0 > 0 || q.accumulate)
+        for (std::size_t j = 0; j < s1 - s0; ++j) crow[j] += acc[j];
+      else
+        std::copy(acc.begin(), acc.end(), crow);
+    }
+}
+
+/// Columns of C per pass of the tiles: a block of B (direct_gemm_depth rows of them) stays in the L2
+/// cache while every row tile passes over it.
+inline constexpr std::size_t own_gemm_columns = 512;
+
+/// to[j * rows + i] = scale from[i * ld + j] (i < rows, j < cols), in 16 x 16 blocks that stay in cache.
+inline void transpose_into(const float* from, std::size_t ld, std::size_t rows, std::size_t cols, float* to,
+                           float scale = 1.0f) {
+  for (std::size_t i0 = 0; i0 < rows; i0 += 16)
+    for (std::size_t j0 = 0; j0 < cols; j0 += 16)
+      for (std::size_t i = i0; i < std::min(rows, i0 + 16); ++i)
+        for (std::size_t j = j0; j < std::min(cols, j0 + 16); ++j) to[j * rows + i] = scale * from[i * ld + j];
+}
+
+/// Row-major C = alpha op(A) op(B) + beta C for any shape, on dtrain's kernels: the direct GEMM's tiles
+/// (AVX-512, AVX2) or the baseline's loops, A read where it is (transposed or not). op(B), times
+/// alpha, is packed row-major (k x n) first when B is transposed or alpha is not 1; C is scaled by beta
+/// first when beta is neither 0 nor 1. (Packing a transposed A, a block of rows and of k at a time, was
+/// measured slower: the scalar transpose cost more than the strided reads it saved.) Split over the
+/// thread budget as direct_gemm splits, so the bits do not depend on the thread count either.
+inline void own_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
+                     float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
+                     float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (beta != 0.0f && beta != 1.0f)
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
+  if (k == 0 || alpha == 0.0f) {
+    if (beta == 0.0f)
+      for (std::size_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  thread_local std::vector<float> packed_b;
+  if (tb == transpose::yes) {
+    packed_b.resize(k * n);
+    transpose_into(b, ldb, n, k, packed_b.data(), alpha);
+    b = packed_b.data(), ldb = n;
+  } else if (alpha != 1.0f) {
+    packed_b.resize(k * n);
+    for (std::size_t p = 0; p < k; ++p)
+      for (std::size_t j = 0; j < n; ++j) packed_b[p * n + j] = alpha * b[p * ldb + j];
+    b = packed_b.data(), ldb = n;
+  }
+  const direct_gemm_problem q{m,   n, k,   a, ta == transpose::no ? lda : 1, ta == transpose::no ? 1 : lda,
+                              b,   ldb, c, ldc, beta != 0.0f};
+  // kernel(problem, r0, r1, s0, s1): the chosen set's tiles over rows [r0, r1), columns [s0, s1)
+  const auto run = [&](auto&& kernel) {
+    return [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
+      for (std::size_t s = s0; s < s1; s += own_gemm_columns)
+        kernel(q, r0, r1, s, std::min(s1, s + own_gemm_columns));
+    };
+  };
+#if DTRAIN_CPU_AVX
+  if (isa != cpu_isa::baseline) {
+    const bool wide = isa == cpu_isa::avx512;
+    const std::size_t lanes = wide ? avx512::lanes : avx2::lanes;
+    int nv = wide ? avx512::nv : avx2::nv;
+    while (nv > 1 && !direct::fits(n, std::size_t(nv) * lanes)) nv /= 2;
+    const std::size_t tile_rows = !wide    ? avx2::mr
+                                  : nv == 4 ? avx512::mr_of<4>
+                                  : nv == 2 ? avx512::mr_of<2>
+                                            : avx512::mr_of<1>;
+    direct::split(m >= n, m, n, k, tile_rows, std::size_t(nv) * lanes,
+                  run([&](const direct_gemm_problem& p, std::size_t r0, std::size_t r1, std::size_t s0,
+                          std::size_t s1) {
+                    if (!wide && nv == 2) avx2::block<2>(p, r0, r1, s0, s1);
+                    else if (!wide) avx2::block<1>(p, r0, r1, s0, s1);
+                    else if (nv == 4) avx512::block<4>(p, r0, r1, s0, s1);
+                    else if (nv == 2) avx512::block<2>(p, r0, r1, s0, s1);
+                    else avx512::block<1>(p, r0, r1, s0, s1);
+                  }));
+    return;
+  }
+#else
+  (void)isa;
+#endif
+  direct::split(m >= n, m, n, k, 1, 64, run(baseline_block));
+}
+
 }  // namespace dtrain::detail

@@ -1,20 +1,43 @@
 #pragma once
 /// \file
-/// The cpu backend's GEMM: the skinny shapes of a training step by dtrain's own kernels (direct_gemm.hpp),
-/// the rest by BLAS on one thread per call (see core/threads.hpp), large products split over dtrain's
-/// thread budget by a plan chosen from the shape alone.
+/// The cpu backend's GEMM, on dtrain's own kernels whatever the shape (direct_gemm.hpp: the direct
+/// GEMM's shapes, then `own_gemm`), so its speed does not depend on which BLAS build the system has.
+/// `DTRAIN_GEMM=blas` gives what the direct GEMM declines to BLAS instead, on one thread per call (see
+/// core/threads.hpp), large products split over dtrain's thread budget by a plan chosen from the shape.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "dtrain/backend/cpu/blas.hpp"
 #include "dtrain/backend/cpu/direct_gemm.hpp"
+#include "dtrain/core/environment.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/core/threads.hpp"
 
 namespace dtrain::detail {
 
-/// How one GEMM runs, chosen from the shape alone. OpenBLAS runs on one thread; dtrain's pool shares
+/// Who multiplies what the direct GEMM declines: dtrain's own kernels (the default) or the system's BLAS.
+enum class gemm_engine { dtrain, blas };
+
+/// The engine `DTRAIN_GEMM` (`dtrain` or `blas`) names; unset or empty: dtrain's. Another word is a
+/// `config_error`.
+inline gemm_engine gemm_engine_from_env(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "dtrain") return gemm_engine::dtrain;
+  if (v == "blas") return gemm_engine::blas;
+  throw config_error("DTRAIN_GEMM=\"" + v + "\": expected dtrain or blas");
+}
+
+/// The engine in use (read from the environment once; tests and benchmarks may set it).
+inline std::atomic<gemm_engine>& gemm_engine_in_use() {
+  static std::atomic<gemm_engine> engine{gemm_engine_from_env(environment::get(environment::gemm).c_str())};
+  return engine;
+}
+
+/// How one GEMM runs on BLAS, chosen from the shape alone. OpenBLAS runs on one thread; dtrain's pool shares
 /// the work:
 /// - `one`: too small to share (under ~4 MFLOP): one call on the caller's thread.
 /// - `rows`: a small k (a weight gradient, k = batch; an im2col conv, k = kernel taps) with a large C.
@@ -50,13 +73,17 @@ inline std::vector<float>& gemm_scratch() {
   return s;
 }
 
-/// Row-major `C = alpha op(A) op(B) + beta C` by the plan of its shape.
+/// Row-major `C = alpha op(A) op(B) + beta C`: the direct GEMM, else the engine in use (on BLAS, by the
+/// plan of its shape).
 inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                          const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                          std::size_t ldc) {
   if (m == 0 || n == 0) return;
   const int threads = num_threads();  // (also puts OpenBLAS on one thread before its first call)
-  if (direct_gemm(best_cpu_isa(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  const cpu_isa isa = best_cpu_isa();
+  if (direct_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  if (gemm_engine_in_use() == gemm_engine::dtrain)
+    return own_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   switch (plan_gemm(m, n, k)) {
     case gemm_plan::one:
       sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
