@@ -299,6 +299,10 @@ def make_layers():
                             lambda x, k, b: F.relu(conv_transpose(x, k, b, (3, 2))), x, [kt2, bt]))
     cases.append(layer_case("conv2d_transpose_same_dilation2_no_bias",
                             lambda x, k: conv_transpose(x, k, None, (1, 1), (2, 2), same=True), x, [kt]))
+    # DepthwiseConv2D(3, padding="same", depth_multiplier=2, use_bias=False, activation="relu")
+    x, dkn = randn(2, 6, 5, 3), randn(3, 3, 3, 2, scale=0.3)
+    cases.append(layer_case("depthwise_conv2d_same_x2_relu_no_bias", lambda x, k: F.relu(depthwise(x, k, 1, True)),
+                            x, [dkn]))
     torch.set_rng_state(state)
     return cases
 

@@ -155,6 +155,8 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
      check_layer<B, conv2d_transpose<4, 3, linear, strides<2>, padding::same>, shape<3, 4, 3>>},
     {"conv2d_transpose_k2x3_s3x2_relu",
      check_layer<B, conv2d_transpose<4, kernel_size{2, 3}, relu, strides<3, 2>>, shape<3, 4, 3>>},
+    {"depthwise_conv2d_same_x2_relu_no_bias",
+     check_layer<B, depthwise_conv2d<3, relu, padding::same, depth_multiplier<2>, use_bias<false>>, conv_in>},
     {"conv2d_transpose_same_dilation2_no_bias",
      check_layer<B, conv2d_transpose<4, 3, linear, dilation_rate<2>, padding::same, use_bias<false>>, shape<3, 4, 3>>},
 };

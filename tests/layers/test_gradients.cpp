@@ -144,6 +144,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(depthwise_and_separable_convolutions, B, backends)
     check_layer_gradients<depthwise_conv2d<3, dtrain::tanh, strides<2>, padding::same, depth_multiplier<2>>,
                           shape<5, 6, 3>, B>("depthwise_conv2d same s2 x2 tanh", n);
     check_layer_gradients<separable_conv2d<4, 3, relu, padding::same>, shape<5, 4, 3>, B>("separable_conv2d same relu", n);
+    check_layer_gradients<depthwise_conv2d<3, relu, padding::same, use_bias<false>>, shape<5, 4, 3>, B>(
+        "depthwise_conv2d no bias", n);
+    check_layer_gradients<separable_conv2d<2, kernel_size{3, 2}, gelu, use_bias<false>>, shape<5, 4, 3>, B>(
+        "separable_conv2d 3x2 no bias", n);
     check_layer_gradients<separable_conv2d<2, 2, gelu, strides<2>, depth_multiplier<3>>, shape<5, 5, 2>, B>(
         "separable_conv2d s2 x3 gelu", n);
   }

@@ -36,6 +36,9 @@ static_assert(std::is_same_v<bind_t<conv2d_transpose<4, 3, relu, dilation_rate<2
                              shape<9, 10, 4>>);
 static_assert(param_count_v<bind_t<conv2d_transpose<4, kernel_size{3, 2}>, shape<5, 6, 2>>> == 3 * 2 * 4 * 2 + 4);
 static_assert(layer<bind_t<conv2d_transpose<3, 3>, shape<4, 4, 2>, opaque>, opaque>);
+static_assert(param_count_v<bind_t<depthwise_conv2d<3, relu, use_bias<false>, depth_multiplier<2>>, shape<5, 5, 4>>> ==
+              3 * 3 * 4 * 2);
+static_assert(param_count_v<bind_t<separable_conv2d<6, 3, relu, use_bias<false>>, shape<5, 5, 4>>> == 3 * 3 * 4 + 4 * 6);
 static_assert(std::is_same_v<bind_t<max_pooling2d<2>, shape<7, 7, 3>>::output_shape, shape<3, 3, 3>>);
 static_assert(std::is_same_v<bind_t<max_pooling2d<2, padding::same>, shape<7, 7, 3>>::output_shape, shape<4, 4, 3>>);
 static_assert(std::is_same_v<bind_t<average_pooling2d<3, strides<1>>, shape<5, 6, 1>>::output_shape, shape<3, 4, 1>>);

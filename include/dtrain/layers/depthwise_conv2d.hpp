@@ -5,8 +5,9 @@
 /// `separable_conv2d<Filters, Kernel, Activation, Options...>`: Keras `layers.SeparableConv2D`, a depthwise
 /// convolution without bias, then a 1 x 1 convolution to `Filters` (depthwise_kernel (kh, kw, channels, M),
 /// pointwise_kernel (1, 1, channels M, Filters), bias (Filters)). Options: `strides<...>`,
-/// `padding::valid | padding::same`, `depth_multiplier<M>` (default 1). Channels last, zero padding, the
-/// activation fused as in conv2d.
+/// `padding::valid | padding::same`, `depth_multiplier<M>` (default 1), `use_bias<false>` (no bias: before
+/// batch normalization, as MobileNets have it). Channels last, zero padding, the activation fused as in
+/// conv2d.
 
 #include <algorithm>
 
@@ -35,13 +36,16 @@ struct depthwise_options {
   static_assert(Kernel.positive(), "depthwise convolution: the kernel size must be positive");
   static_assert(activation_policy<Activation>,
                 "depthwise convolution: the activation must be relu, sigmoid, tanh, softmax, gelu or linear");
-  static_assert(
-      ((is_strides<Options>::value || is_padding<Options>::value || is_depth_multiplier<Options>::value) && ...),
-      "depthwise convolution: options are strides<...>, padding::valid | padding::same and depth_multiplier<M>");
+  static_assert(((is_strides<Options>::value || is_padding<Options>::value || is_depth_multiplier<Options>::value ||
+                  is_use_bias<Options>::value) &&
+                 ...),
+                "depthwise convolution: options are strides<...>, padding::valid | padding::same, "
+                "depth_multiplier<M> and use_bias<false>");
   using stride_type = typename find_option<is_strides, strides<1>, Options...>::type;
   using padding_type = typename find_option<is_padding, padding::valid, Options...>::type;
   static constexpr std::size_t multiplier =
       find_option<is_depth_multiplier, depth_multiplier<1>, Options...>::type::value;
+  static constexpr bool bias = find_option<is_use_bias, use_bias<true>, Options...>::type::value;
 
   template <class In, window_layer L>
   using geometry = window2d<In, L, Kernel, stride_type, padding_type>;
@@ -67,8 +71,11 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     static constexpr window_geometry window = geo::with_outputs(f);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t taps = Kernel.h * Kernel.w * f;  // kernel values
-    static constexpr std::array<param_spec, 2> params{
-        {{"kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}}, {"bias", 1, {f, 0, 0, 0}}}};
+    static constexpr auto params = [] {
+      constexpr param_spec kernel{"kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}};
+      if constexpr (base::bias) return std::array<param_spec, 2>{kernel, {"bias", 1, {f, 0, 0, 0}}};
+      else return std::array<param_spec, 1>{kernel};
+    }();
 
     void initialize(std::span<float> p, rng& r) {
       detail::glorot_uniform(p.first(taps), Kernel.h * Kernel.w * geo::c, Kernel.h * Kernel.w * base::multiplier, r);
@@ -78,7 +85,7 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
       const B& dev = ctx.device;
       const std::size_t rows = n * geo::oh * geo::ow;
-      dev.template depthwise_conv2d_forward<window>(n, x, p, p + taps, y);
+      dev.template depthwise_conv2d_forward<window>(n, x, p, base::bias ? p + taps : cptr{}, y);
       if constexpr (needs_input(act)) dev.copy(rows * f, y, ensure(dev, z_, rows * f));
       dev.template activation_forward<act>(rows, f, y);
     }
@@ -88,7 +95,7 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
       const std::size_t rows = n * geo::oh * geo::ow;
       dev.template activation_backward<act>(rows, f, z_.data(), y, dy);
       dev.template depthwise_conv2d_backward<window>(n, x, p, dy, g, dx);
-      dev.column_sums(rows, f, dy, g + taps);
+      if constexpr (base::bias) dev.column_sums(rows, f, dy, g + taps);
     }
 
     void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
@@ -118,10 +125,13 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     static constexpr window_geometry window = geo::with_outputs(mid);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t taps = Kernel.h * Kernel.w * mid, pointwise = mid * Filters;
-    static constexpr std::array<param_spec, 3> params{
-        {{"depthwise_kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}},
-         {"pointwise_kernel", 4, {1, 1, mid, Filters}},
-         {"bias", 1, {Filters, 0, 0, 0}}}};
+    static constexpr auto params = [] {
+      constexpr param_spec depthwise{"depthwise_kernel", 4, {Kernel.h, Kernel.w, geo::c, base::multiplier}},
+          pointwise_kernel{"pointwise_kernel", 4, {1, 1, mid, Filters}};
+      if constexpr (base::bias)
+        return std::array<param_spec, 3>{depthwise, pointwise_kernel, {"bias", 1, {Filters, 0, 0, 0}}};
+      else return std::array<param_spec, 2>{depthwise, pointwise_kernel};
+    }();
 
     void initialize(std::span<float> p, rng& r) {
       detail::glorot_uniform(p.first(taps), Kernel.h * Kernel.w * geo::c, Kernel.h * Kernel.w * base::multiplier, r);
@@ -129,14 +139,15 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
       std::fill(p.begin() + taps + pointwise, p.end(), 0.0f);
     }
 
-    /// The depthwise part into `t_`, then y = t_ pointwise + bias, then the activation.
+    /// The depthwise part into `t_`, then y = t_ pointwise (+ bias), then the activation.
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
       const B& dev = ctx.device;
       const std::size_t rows = n * geo::oh * geo::ow;
       const ptr t = ensure(dev, t_, rows * mid);
       dev.template depthwise_conv2d_forward<window>(n, x, p, cptr{}, t);
-      dev.broadcast_rows(rows, Filters, p + taps + pointwise, y);
-      dev.gemm(transpose::no, transpose::no, rows, Filters, mid, 1.0f, t, mid, p + taps, Filters, 1.0f, y, Filters);
+      if constexpr (base::bias) dev.broadcast_rows(rows, Filters, p + taps + pointwise, y);
+      dev.gemm(transpose::no, transpose::no, rows, Filters, mid, 1.0f, t, mid, p + taps, Filters, base::bias ? 1.0f : 0.0f,
+               y, Filters);
       if constexpr (needs_input(act)) dev.copy(rows * Filters, y, ensure(dev, z_, rows * Filters));
       dev.template activation_forward<act>(rows, Filters, y);
     }
@@ -147,7 +158,7 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
       dev.template activation_backward<act>(rows, Filters, z_.data(), y, dy);
       dev.gemm(transpose::yes, transpose::no, mid, Filters, rows, 1.0f, t_.data(), mid, dy, Filters, 0.0f, g + taps,
                Filters);
-      dev.column_sums(rows, Filters, dy, g + taps + pointwise);
+      if constexpr (base::bias) dev.column_sums(rows, Filters, dy, g + taps + pointwise);
       const ptr dt = ensure(dev, dt_, rows * mid);  // d loss / d the depthwise part's output
       dev.gemm(transpose::no, transpose::yes, rows, mid, Filters, 1.0f, dy, Filters, p + taps, Filters, 0.0f, dt, mid);
       dev.template depthwise_conv2d_backward<window>(n, x, p, dt, g, dx);
