@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "dtrain/backend/backend.hpp"

@@ -16,6 +16,36 @@ template <int NV>
 inline constexpr int mr_of = NV == 4 || lanes == 8 ? 6 : 8;
 inline constexpr int mr = mr_of<nv>;
 
+/// One accumulator of a tile into C at `to` (`left` valid lanes when Partial).
+template <bool Partial>
+DTRAIN_ISA_TARGET DTRAIN_ISA_OP void tile_out(float* to, vec x, bool accumulate, std::size_t left) {
+  if (accumulate) x = add(Partial ? load_part(to, left) : load(to), x);
+  if (Partial) store_part(to, x, left);
+  else store(to, x);
+}
+
+template <int NV, int MR, bool Partial, std::size_t... I>
+DTRAIN_ISA_TARGET inline void tile(std::index_sequence<I...>, std::size_t k, const float* a, std::size_t ars,
+                                   std::size_t aps, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                                   bool accumulate, std::size_t cols) {
+  // Accumulator I is row I / NV, vector I % NV. Folds over I, not loops: each index a constant from the
+  // start, the accumulators stay in registers at any optimisation level (at -O1 and -O2 GCC left loops
+  // over an array of them in memory, at half the speed or less).
+  static_assert(sizeof...(I) == std::size_t(MR * NV));
+  auto left = [cols](std::size_t i) { return direct::lanes_left(cols, (i % NV) * lanes); };
+  vec acc[MR * NV] = {((void)I, zero())...};
+  for (std::size_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    vec bv[NV];
+    ((I < std::size_t(NV) ? void(bv[I % NV] = Partial ? load_part(bp + (I % NV) * lanes, left(I))
+                                                     : load(bp + (I % NV) * lanes))
+                          : void()),
+     ...);
+    ((acc[I] = fma(broadcast(a + (I / NV) * ars + p * aps), bv[I % NV], acc[I])), ...);
+  }
+  (tile_out<Partial>(c + (I / NV) * ldc + (I % NV) * lanes, acc[I], accumulate, left(I)), ...);
+}
+
 /// C[0..MR) x [0..NV lanes) (+)= sum over p < k of a(r, p) b[p][.], a(r, p) = a[r ars + p aps]; `cols`
 /// valid columns when Partial (the rest neither read nor written). The sum starts from zero in registers
 /// and is added to C at the end: over k in blocks (block() below) that is a two-level sum, whose rounding
@@ -25,37 +55,7 @@ template <int NV, int MR, bool Partial>
 DTRAIN_ISA_TARGET inline void tile(std::size_t k, const float* a, std::size_t ars, std::size_t aps,
                                    const float* b, std::size_t ldb, float* c, std::size_t ldc,
                                    bool accumulate, std::size_t cols) {
-  // (the loops over registers unrolled whatever the optimisation level: at -O2, GCC leaves them rolled
-  // and keeps the accumulators in memory, at half the speed)
-  vec acc[MR][NV];
-#pragma GCC unroll 16
-  for (auto& row : acc)
-#pragma GCC unroll 16
-    for (auto& x : row) x = zero();
-  for (std::size_t p = 0; p < k; ++p) {
-    vec bv[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
-      bv[v] = Partial ? load_part(b + p * ldb + v * lanes, left) : load(b + p * ldb + v * lanes);
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const vec ar = broadcast(a + r * ars + p * aps);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[r][v] = fma(ar, bv[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      const std::size_t left = direct::lanes_left(cols, std::size_t(v) * lanes);
-      float* to = c + r * ldc + v * lanes;
-      if (accumulate) acc[r][v] = add(Partial ? load_part(to, left) : load(to), acc[r][v]);
-      if (Partial) store_part(to, acc[r][v], left);
-      else store(to, acc[r][v]);
-    }
+  tile<NV, MR, Partial>(std::make_index_sequence<MR * NV>{}, k, a, ars, aps, b, ldb, c, ldc, accumulate, cols);
 }
 
 /// A tile of `rows` (1 to mr_of<NV>) rows: a last, shorter one in tiles of 8, 4, 2 and 1 rows (fewer
@@ -99,6 +99,21 @@ DTRAIN_ISA_TARGET inline void block(const direct_gemm_problem& q, std::size_t r0
   }
 }
 
+/// out[i] = sum over p of a(arow[i], p) times row p of B from column s (`cols` of them), for i < lanes: one
+/// block of block_transposed (a fold, so the sums stay in registers; see tile).
+template <std::size_t... I>
+DTRAIN_ISA_TARGET inline void transposed_dots(std::index_sequence<I...>, const direct_gemm_problem& q,
+                                              const float* const* arow, std::size_t s, std::size_t cols,
+                                              vec (&out)[lanes]) {
+  vec acc[lanes] = {((void)I, zero())...};
+  for (std::size_t p = 0; p < q.k; ++p) {
+    const float* bp = q.b + p * q.ldb + s;
+    const vec bv = cols == std::size_t(lanes) ? load(bp) : load_part(bp, cols);
+    ((acc[I] = fma(broadcast(arow[I] + p * q.aps), bv, acc[I])), ...);
+  }
+  ((out[I] = acc[I]), ...);
+}
+
 /// The transposed store: C^T[r][s] = C[s][r] for rows [r0, r1) of A (C's columns) and all `q.n` columns
 /// of B (C's rows), in tiles of `lanes` x `lanes` transposed in registers. C = A B, never accumulated.
 /// (Transposing each tile of A's rows first, so that a step's broadcasts come from one cache line, was
@@ -111,12 +126,7 @@ DTRAIN_ISA_TARGET inline void block_transposed(const direct_gemm_problem& q, std
     for (std::size_t s = 0; s < q.n; s += lanes) {
       const std::size_t cols = std::min<std::size_t>(lanes, q.n - s);
       vec acc[lanes];
-      for (auto& x : acc) x = zero();
-      for (std::size_t p = 0; p < q.k; ++p) {
-        const float* bp = q.b + p * q.ldb + s;
-        const vec bv = cols == std::size_t(lanes) ? load(bp) : load_part(bp, cols);
-        for (int i = 0; i < lanes; ++i) acc[i] = fma(broadcast(arow[i] + p * q.aps), bv, acc[i]);
-      }
+      transposed_dots(std::make_index_sequence<lanes>{}, q, arow, s, cols, acc);
       float* c = q.c + s * q.ldc + r;  // C rows s.., columns r..
       if (rows == std::size_t(lanes) && cols == std::size_t(lanes)) {
         transpose(acc);
