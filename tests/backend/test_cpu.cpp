@@ -161,6 +161,56 @@ BOOST_AUTO_TEST_CASE(own_gemm_matches_naive_loops_on_every_instruction_set_and_t
   set_num_threads(before);
 }
 
+// The column sums and batch normalization's passes run over the thread budget, the sums in slices fixed
+// by the shape: the same bits for 1, 2 and 3 threads, and within rounding of a float64 reference.
+BOOST_AUTO_TEST_CASE(column_sums_and_batch_normalization_do_not_depend_on_the_thread_count) {
+  const int before = num_threads();
+  rng r(23);
+  const cpu dev;
+  for (std::size_t rows : {1, 100, 5000, 70000})
+    for (std::size_t cols : {3, 16, 64}) {
+      BOOST_TEST_CONTEXT(rows << " x " << cols) {
+        const auto x = dtrain_test::random_vector(rows * cols, r), dy = dtrain_test::random_vector(rows * cols, r);
+        const auto mean = dtrain_test::random_vector(cols, r), gamma = dtrain_test::random_vector(cols, r);
+        std::vector<float> variance(cols, 0.5f), beta(cols, 0.25f);
+        std::vector<std::vector<float>> results;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          std::vector<float> sums(cols), squares(cols), gradient(2 * cols), y(rows * cols), xhat(rows * cols),
+              inv_std(cols), dx(rows * cols);
+          dev.column_sums(rows, cols, x.data(), sums.data());
+          dev.squared_deviation_sums(rows, cols, x.data(), mean.data(), squares.data());
+          dev.batch_normalization_forward(rows, cols, 1e-3f, x.data(), mean.data(), variance.data(), gamma.data(),
+                                          beta.data(), y.data(), xhat.data(), inv_std.data());
+          dev.batch_normalization_gradient_sums(rows, cols, dy.data(), xhat.data(), gradient.data());
+          dev.batch_normalization_backward(rows, cols, 1.0f / float(rows), xhat.data(), inv_std.data(), gamma.data(),
+                                           gradient.data(), dy.data(), dx.data());
+          std::vector<float> all;
+          for (const auto* v : {&sums, &squares, &gradient, &y, &xhat, &dx}) all.insert(all.end(), v->begin(), v->end());
+          results.push_back(all);
+          if (threads > 1) continue;
+          std::size_t wrong = 0;
+          for (std::size_t j = 0; j < cols; ++j) {
+            double s = 0, sq = 0, sx = 0, sd = 0, mag = 0;
+            for (std::size_t i = 0; i < rows; ++i) {
+              const double e = x[i * cols + j], d = dy[i * cols + j], h = xhat[i * cols + j];
+              s += e, sq += (e - mean[j]) * (e - mean[j]), sx += d * h, sd += d, mag += std::abs(e) + std::abs(d);
+            }
+            const double tol = 1e-4 * (mag + 1.0);
+            wrong += std::abs(sums[j] - s) > tol;
+            wrong += std::abs(squares[j] - sq) > tol * (1.0 + std::abs(mean[j]));
+            wrong += std::abs(gradient[j] - sx) > tol * 4.0;
+            wrong += std::abs(gradient[cols + j] - sd) > tol;
+          }
+          BOOST_TEST(wrong == 0u);
+        }
+        BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+        BOOST_TEST(results[0] == results[2], boost::test_tools::per_element());
+      }
+    }
+  set_num_threads(before);
+}
+
 // DTRAIN_GEMM names the engine: dtrain's kernels (also when unset) or BLAS; another word is named.
 BOOST_AUTO_TEST_CASE(gemm_engine_from_the_environment) {
   using detail::gemm_engine;

@@ -80,6 +80,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_at_every_depth, B, backends) {
       auto xd = upload(dev, x), yd = dev.template allocate<float>(cols);
       dev.column_sums(rows, cols, cptr<B>(xd.data()), yd.data());
       BOOST_TEST(download(dev, yd) == expect, "column sums of " << rows << " x " << cols << tt::per_element());
+      // batch normalization's sums: of (x - mean)^2, and of dy xhat with dy's in one pass
+      const auto mean = integers(cols), h = integers(rows * cols);
+      std::vector<float> squares(cols, 0.0f), gradient(2 * cols, 0.0f);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < cols; ++j) {
+          const float e = x[i * cols + j];
+          squares[j] += (e - mean[j]) * (e - mean[j]);
+          gradient[j] += e * h[i * cols + j], gradient[cols + j] += e;
+        }
+      auto md = upload(dev, mean), hd = upload(dev, h), sums = dev.template allocate<float>(2 * cols);
+      dev.squared_deviation_sums(rows, cols, cptr<B>(xd.data()), cptr<B>(md.data()), yd.data());
+      BOOST_TEST(download(dev, yd) == squares, "squared deviations of " << rows << " x " << cols << tt::per_element());
+      dev.batch_normalization_gradient_sums(rows, cols, cptr<B>(xd.data()), cptr<B>(hd.data()), sums.data());
+      BOOST_TEST(download(dev, sums) == gradient, "gradient sums of " << rows << " x " << cols << tt::per_element());
     }
   for (std::size_t n : {0, 1, 33, 1025, 40000, 70000}) {
     const auto x = integers(n);

@@ -36,8 +36,9 @@
 ///   output shape) with its workspace `conv2d_transpose_workspace<G>`; `depthwise_conv2d_*<G>`,
 ///   `max_pooling2d_*` and `average_pooling2d_*<G>`, `zero_padding2d_*<G>`, `up_sampling2d_*<G>`
 ///   (nearest: each value repeated kh x kw times).
-/// - `normalization_kernels`: `layer_normalization_*`, `batch_normalization_*` with `squared_deviations`
-///   and `moving_average` (the batch statistics come from `column_sums`).
+/// - `normalization_kernels`: `layer_normalization_*`, `batch_normalization_*` (forward, backward and
+///   `_gradient_sums`: the sums of dy xhat and of dy in one pass), `squared_deviation_sums` (the
+///   variance's sums around a given mean; the mean's come from `column_sums`) and `moving_average`.
 /// - `embedding_kernels`: `embedding_*`.
 /// - `regularization_kernels`: `dropout` (mask from a counter-based generator keyed by the model's), `l2`
 ///   (penalty and its gradient).
@@ -257,9 +258,10 @@ concept normalization_kernels = backend_memory<B> && requires(const B& b, std::s
                                                               pointer_t<B, const float> cp) {
   b.layer_normalization_forward(n, n, s, cp, cp, cp, p, p, p);
   b.layer_normalization_backward(n, n, cp, cp, cp, cp, p);
-  b.squared_deviations(n, n, cp, cp, p);
+  b.squared_deviation_sums(n, n, cp, cp, p);
   b.moving_average(n, s, cp, p);
   b.batch_normalization_forward(n, n, s, cp, cp, cp, cp, cp, p, p, p);
+  b.batch_normalization_gradient_sums(n, n, cp, cp, p);
   b.batch_normalization_backward(n, n, s, cp, cp, cp, cp, cp, p);
 };
 

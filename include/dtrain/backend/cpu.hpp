@@ -21,6 +21,7 @@
 #include "dtrain/backend/cpu/gemm.hpp"
 #include "dtrain/backend/cpu/losses.hpp"
 #include "dtrain/backend/cpu/normalization.hpp"
+#include "dtrain/backend/cpu/reductions.hpp"
 #include "dtrain/backend/cpu/regularization.hpp"
 #include "dtrain/backend/cpu/updates.hpp"
 #include "dtrain/backend/cpu/window.hpp"
@@ -99,11 +100,12 @@ struct cpu : detail::cpu_activation_kernels,
   void broadcast_rows(std::size_t rows, std::size_t cols, const float* x, float* y) const {
     for (std::size_t r = 0; r < rows; ++r) std::memcpy(y + r * cols, x, cols * sizeof(float));
   }
-  /// y (cols) = the sum of the rows of x (rows x cols), row after row in float.
+  /// y (cols) = the sum of the rows of x (rows x cols) in float, in fixed slices of rows (detail::sum_rows).
   void column_sums(std::size_t rows, std::size_t cols, const float* x, float* y) const {
-    std::fill_n(y, cols, 0.0f);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < cols; ++j) y[j] += x[r * cols + j];
+    detail::sum_rows(rows, cols, cols, y, [&](std::size_t r, float* acc) {
+      const float* xr = x + r * cols;
+      for (std::size_t j = 0; j < cols; ++j) acc[j] += xr[j];
+    });
   }
   /// out[0] = the sum of x, accumulated in double.
   void sum(std::size_t n, const float* x, float* out) const {

@@ -146,14 +146,16 @@
   K((), (), void, layer_normalization_backward, (V, std::size_t, rows), (V, std::size_t, cols),               \
     (P, const float, xhat, rows * cols), (P, const float, inv_std, rows), (P, const float, gamma, cols),       \
     (P, const float, dy, rows * cols), (P, float, dx, rows * cols))                                           \
-  K((), (), void, squared_deviations, (V, std::size_t, rows), (V, std::size_t, cols),                         \
-    (P, const float, x, rows * cols), (P, const float, mean, cols), (P, float, out, rows * cols))             \
+  K((), (), void, squared_deviation_sums, (V, std::size_t, rows), (V, std::size_t, cols),                     \
+    (P, const float, x, rows * cols), (P, const float, mean, cols), (P, float, out, cols))                    \
   K((), (), void, moving_average, (V, std::size_t, n), (V, float, momentum), (P, const float, value, n),      \
     (P, float, average, n))                                                                                   \
   K((), (), void, batch_normalization_forward, (V, std::size_t, rows), (V, std::size_t, cols),                \
     (V, float, epsilon), (P, const float, x, rows * cols), (P, const float, mean, cols),                       \
     (P, const float, variance, cols), (P, const float, gamma, cols), (P, const float, beta, cols),            \
     (P, float, y, rows * cols), (P, float, xhat, (xhat ? rows * cols : 0)), (P, float, inv_std, cols))        \
+  K((), (), void, batch_normalization_gradient_sums, (V, std::size_t, rows), (V, std::size_t, cols),          \
+    (P, const float, dy, rows * cols), (P, const float, xhat, rows * cols), (P, float, sums, 2 * cols))       \
   K((), (), void, batch_normalization_backward, (V, std::size_t, rows), (V, std::size_t, cols),               \
     (V, float, inv_count), (P, const float, xhat, (sums ? rows * cols : 0)), (P, const float, inv_std, cols),  \
     (P, const float, gamma, cols), (P, const float, sums, (sums ? 2 * cols : 0)),                             \

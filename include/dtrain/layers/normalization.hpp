@@ -128,10 +128,7 @@ struct batch_normalization {
     void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t rows = n * rows_per_sample;
-      dev.column_sums(rows, c, dy, g + c);
-      const ptr t = ensure(dev, scratch_, rows * c);
-      dev.multiply(rows * c, dy, xhat_.data(), t);
-      dev.column_sums(rows, c, t, g);
+      dev.batch_normalization_gradient_sums(rows, c, dy, xhat_.data(), g);
       if (!dx) return;
       if (!training_)
         return dev.batch_normalization_backward(rows, c, 0.0f, xhat_.data(), inv_std_.data(), p, cptr{}, dy, dx);
@@ -171,12 +168,8 @@ struct batch_normalization {
       count_ = O.synchronized ? sum_over_replicas(ctx, sums, c, float(rows)) : float(rows);
       dev.fill(2 * c, 0.0f, m);
       dev.axpy(c, 1.0f / count_, sums, m);
-      if (rows) {
-        dev.squared_deviations(rows, c, x, m, xhat_.data());
-        dev.column_sums(rows, c, xhat_.data(), sums + c);
-      } else {
-        dev.fill(c, 0.0f, sums + c);
-      }
+      if (rows) dev.squared_deviation_sums(rows, c, x, m, sums + c);
+      else dev.fill(c, 0.0f, sums + c);
       if constexpr (O.synchronized) sum_over_replicas(ctx, sums + c, c, 0.0f);
       dev.axpy(c, 1.0f / count_, sums + c, m + c);
     }
@@ -208,7 +201,7 @@ struct batch_normalization {
       return host_[k];
     }
 
-    buffer_t<B, float> xhat_, inv_std_, scratch_;  // forward's normalised values and 1 / std, backward's scratch
+    buffer_t<B, float> xhat_, inv_std_;            // forward's normalised values and 1 / std
     buffer_t<B, float> sums_, moments_;           // the batch's sums and (mean, variance) per channel
     std::vector<float> host_;                     // values on their way through a collective
     float count_ = 0.0f;                          // rows the batch statistics came from

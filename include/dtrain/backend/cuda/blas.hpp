@@ -59,12 +59,23 @@ DTRAIN_DEVICE S strided_sum(const T* v, long long i, long long count, long long 
   }
   return s;
 }
-// Column sums, one level: part[ch * cols + j] = the sum of x[r][j] over the rows r = ch, ch + chunks, ...
+// Column sums, one level: part[ch * cols + j] = the sum of x[r][j] over the rows r = ch, ch + chunks, ...;
+// the first level's terms may be x[r][j] by[r][j] (`by` not null) or (x[r][j] - mean[j])^2 (`mean` not null).
 DTRAIN_KERNEL void dtrain_column_partials(long long rows, long long cols, long long chunks, const float* x,
-                                          float* part) {
+                                          const float* by, const float* mean, float* part) {
   for (long long t = first_index(); t < chunks * cols; t += grid_stride()) {
-    const long long ch = quot(t, cols);
-    part[t] = strided_sum<float>(x, t, quot(rows - ch + chunks - 1, chunks), chunks * cols, 0);
+    const long long ch = quot(t, cols), count = quot(rows - ch + chunks - 1, chunks), stride = chunks * cols;
+    if (!by && !mean) {
+      part[t] = strided_sum<float>(x, t, count, stride, 0);
+      continue;
+    }
+    const float m = mean ? mean[rem(t, cols)] : 0.0f;
+    float s = 0.0f;
+    for (long long k = 0; k < count; ++k) {
+      const long long e = t + k * stride;
+      s += by ? x[e] * by[e] : (x[e] - m) * (x[e] - m);
+    }
+    part[t] = s;
   }
 }
 // Sum, the first level (in double): part[t] = the sum of x[t], x[t + parts], ... (squared when `square`).
@@ -140,17 +151,23 @@ class cuda_blas_kernels {
   /// y = the column sums of x, as a tree: each level adds at most `fan_in` rows of the one below
   /// (rows ch, ch + chunks, ...: coalesced), the last level into y.
   void column_sums(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<float> y) const {
+    column_sums_of(rows, cols, x, nullptr, nullptr, y);
+  }
+  /// column_sums of x by (element-wise, `by` not null) or of (x - mean[j])^2 (`mean` not null), the terms
+  /// made at the tree's first level (the normalization family's sums).
+  void column_sums_of(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<const float> by,
+                      pointer<const float> mean, pointer<float> y) const {
     if (cols == 0) return;
     std::size_t below = 0;
     for (std::size_t r = rows; r > fan_in; r = parts_of(r)) below += parts_of(r) * cols;
     auto* part = static_cast<float*>(self().scratch(below * sizeof(float)));
-    const float* from = x.get();
+    const float *from = x.get(), *b = by.get(), *m = mean.get();
     for (; rows > fan_in; rows = parts_of(rows)) {
       const std::size_t chunks = parts_of(rows);
-      self().template run<&kernels::dtrain_column_partials>(chunks * cols, rows, cols, chunks, from, part);
-      from = part, part += chunks * cols;
+      self().template run<&kernels::dtrain_column_partials>(chunks * cols, rows, cols, chunks, from, b, m, part);
+      from = part, part += chunks * cols, b = m = nullptr;
     }
-    self().template run<&kernels::dtrain_column_partials>(cols, rows, cols, 1, from, y);
+    self().template run<&kernels::dtrain_column_partials>(cols, rows, cols, 1, from, b, m, y);
   }
   void sum(std::size_t n, pointer<const float> x, pointer<float> out) const {
     reduce(n, x, false, 1.0, 0.0f, false, out);

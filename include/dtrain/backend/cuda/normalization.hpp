@@ -45,14 +45,7 @@ DTRAIN_KERNEL void dtrain_layer_norm_backward(long long rows, long long cols, co
   }
 }
 
-// ---- batch normalization: element-wise (the batch statistics are column sums) ----------------------------
-DTRAIN_KERNEL void dtrain_squared_deviations(long long rows, long long cols, const float* x, const float* mean,
-                                             float* out) {
-  for (long long e = first_index(); e < rows * cols; e += grid_stride()) {
-    const float d = x[e] - mean[rem(e, cols)];
-    out[e] = d * d;
-  }
-}
+// ---- batch normalization: element-wise (the sums are column sums, cuda/blas.hpp's column_sums_of) ---------
 DTRAIN_KERNEL void dtrain_moving_average(long long n, float momentum, const float* value, float* average) {
   for (long long i = first_index(); i < n; i += grid_stride())
     average[i] = average[i] * momentum + value[i] * (1.0f - momentum);
@@ -85,8 +78,8 @@ DTRAIN_KERNEL void dtrain_batch_norm_backward(long long rows, long long cols, fl
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
 #define DTRAIN_CUDA_NORMALIZATION_KERNELS(X)                                                                  \
-  X(dtrain_layer_norm_forward) X(dtrain_layer_norm_backward) X(dtrain_squared_deviations)                     \
-  X(dtrain_moving_average) X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward)
+  X(dtrain_layer_norm_forward) X(dtrain_layer_norm_backward) X(dtrain_moving_average)                         \
+  X(dtrain_batch_norm_forward) X(dtrain_batch_norm_backward)
 
 namespace dtrain::cuda_detail {
 
@@ -108,9 +101,9 @@ class cuda_normalization_kernels {
                                     pointer<const float> dy, pointer<float> dx) const {
     self().template run<&kernels::dtrain_layer_norm_backward>(rows, rows, cols, xhat, inv_std, gamma, dy, dx);
   }
-  void squared_deviations(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<const float> mean,
-                          pointer<float> out) const {
-    self().template run<&kernels::dtrain_squared_deviations>(rows * cols, rows, cols, x, mean, out);
+  void squared_deviation_sums(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<const float> mean,
+                              pointer<float> out) const {
+    self().column_sums_of(rows, cols, x, nullptr, mean, out);
   }
   void moving_average(std::size_t n, float momentum, pointer<const float> value, pointer<float> average) const {
     self().template run<&kernels::dtrain_moving_average>(n, n, momentum, value, average);
@@ -121,6 +114,11 @@ class cuda_normalization_kernels {
                                    pointer<float> xhat, pointer<float> inv_std) const {
     self().template run<&kernels::dtrain_batch_norm_forward>(rows * cols, rows, cols, epsilon, x, mean, variance,
                                                               gamma, beta, y, xhat, inv_std);
+  }
+  void batch_normalization_gradient_sums(std::size_t rows, std::size_t cols, pointer<const float> dy,
+                                         pointer<const float> xhat, pointer<float> sums) const {
+    self().column_sums_of(rows, cols, dy, xhat, nullptr, sums);
+    self().column_sums(rows, cols, dy, sums + cols);
   }
   void batch_normalization_backward(std::size_t rows, std::size_t cols, float inv_count, pointer<const float> xhat,
                                     pointer<const float> inv_std, pointer<const float> gamma,
