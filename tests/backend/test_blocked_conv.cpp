@@ -1,6 +1,8 @@
 // The cpu backend's conv2d works in blocks of output rows spread over the thread budget, and sums its
-// kernel and bias gradients over fixed slices of the rows. On a batch with many blocks and every slice in use, its
-// forward and backward must match direct loops, and 1 and 2 threads must give the same bits.
+// kernel and bias gradients over fixed slices of the rows (im2col) or samples (the direct convolution). On a
+// batch with many blocks and every slice in use, its forward and backward must match loops written out
+// here, and 1 and 2 threads must give the same bits; the direct convolution must match im2col + GEMM on
+// every geometry it takes.
 #include "support/gradcheck.hpp"
 
 using namespace dtrain;
@@ -84,6 +86,54 @@ BOOST_AUTO_TEST_CASE(conv2d_blocks_and_slices_match_direct_loops) {
   BOOST_TEST(two.y == one.y);
   BOOST_TEST(two.grads == one.grads);  // fixed slices: the same sums whatever the thread count
   BOOST_TEST(two.dx == one.dx);
+}
+
+namespace {
+
+/// Forward, then backward with every gradient, of the conv2d kernels K of window G, on `threads` threads:
+/// y, the kernel and bias gradients and dx, one after the other.
+template <class K, window_geometry G, activation_kind A>
+std::vector<float> conv_pass(int threads, std::size_t n, const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>& b, const std::vector<float>& dy0) {
+  const int before = num_threads();
+  set_num_threads(threads);
+  std::vector<float> y(n * G.out_size()), z(needs_input(A) ? y.size() : 0), work(K::workspace(n)),
+      scratch(K::backward_workspace(n, true)), gw(G.kernel_values()), gb(G.f), dx(x.size()), dy = dy0;
+  K::forward(n, x.data(), w.data(), b.data(), y.data(), needs_input(A) ? z.data() : nullptr, work.data());
+  K::backward(n, needs_input(A) ? z.data() : nullptr, y.data(), dy.data(), w.data(), work.data(), scratch.data(),
+              gw.data(), gb.data(), dx.data());
+  set_num_threads(before);
+  std::vector<float> all = y;
+  for (const auto* v : {&gw, &gb, &dx}) all.insert(all.end(), v->begin(), v->end());
+  return all;
+}
+
+template <window_geometry G, activation_kind A>
+void direct_matches_im2col(std::size_t n) {
+  static_assert(detail::direct_conv2d_eligible(G));
+  rng r(G.h * 100 + G.kw * 10 + G.f);
+  const auto x = dtrain_test::random_vector(n * G.in_size(), r), w = dtrain_test::random_vector(G.kernel_values(), r);
+  const auto b = dtrain_test::random_vector(G.f, r), dy = dtrain_test::random_vector(n * G.out_size(), r);
+  const auto want = conv_pass<detail::conv2d_kernels<G, A>, G, A>(1, n, x, w, b, dy);
+  const auto one = conv_pass<detail::direct_conv2d_kernels<G, A>, G, A>(1, n, x, w, b, dy);
+  const auto three = conv_pass<detail::direct_conv2d_kernels<G, A>, G, A>(3, n, x, w, b, dy);
+  BOOST_TEST(one == three, tt::per_element());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) wrong += !(std::abs(one[i] - want[i]) <= 2e-4f * (1 + std::abs(want[i])));
+  BOOST_TEST(wrong == 0u);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(direct_conv2d_matches_im2col) {
+  using enum activation_kind;
+  // same 3 x 3 (ResNets' convolution), valid, 5 x 5 same, a 3 x 2 kernel (same pads 1 row above, none left),
+  // 1 x 1; filters that fill whole vectors and ones that do not; activations with and without their input
+  direct_matches_im2col<window_geometry{9, 8, 3, 3, 3, 1, 1, 1, 1, 9, 8, 16}, relu>(11);
+  direct_matches_im2col<window_geometry{9, 8, 5, 3, 3, 1, 1, 0, 0, 7, 6, 12}, linear>(10);
+  direct_matches_im2col<window_geometry{7, 7, 4, 5, 5, 1, 1, 2, 2, 7, 7, 8}, gelu>(3);
+  direct_matches_im2col<window_geometry{6, 7, 3, 3, 2, 1, 1, 1, 0, 6, 7, 5}, linear>(4);
+  direct_matches_im2col<window_geometry{5, 5, 7, 1, 1, 1, 1, 0, 0, 5, 5, 33}, sigmoid>(2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

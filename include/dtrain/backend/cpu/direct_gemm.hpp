@@ -172,6 +172,53 @@ inline void transpose_into(const float* from, std::size_t ld, std::size_t rows, 
         for (std::size_t j = j0; j < std::min(cols, j0 + 16); ++j) to[j * rows + i] = scale * from[i * ld + j];
 }
 
+#if DTRAIN_CPU_AVX
+/// The vectors per row of the tile own_gemm and product_block use for C of n columns on `isa`.
+inline int product_vectors(cpu_isa isa, std::size_t n) {
+  const bool wide = isa == cpu_isa::avx512;
+  int nv = wide ? avx512::nv : avx2::nv;
+  while (nv > 1 && !direct::fits(n, std::size_t(nv) * (wide ? avx512::lanes : avx2::lanes))) nv /= 2;
+  return nv;
+}
+#endif
+/// The rows and columns of that tile (the baseline's: one row, 64 columns), for splitting C over threads.
+struct product_tile {
+  std::size_t rows, cols;
+};
+inline product_tile product_tile_of(cpu_isa isa, std::size_t n) {
+#if DTRAIN_CPU_AVX
+  if (isa == cpu_isa::avx2) return {std::size_t(avx2::mr), std::size_t(product_vectors(isa, n)) * avx2::lanes};
+  if (isa == cpu_isa::avx512) {
+    const int nv = product_vectors(isa, n);
+    return {std::size_t(nv == 4 ? avx512::mr_of<4> : nv == 2 ? avx512::mr_of<2> : avx512::mr_of<1>),
+            std::size_t(nv) * avx512::lanes};
+  }
+#endif
+  (void)isa, (void)n;
+  return {1, 64};
+}
+
+/// Rows [r0, r1) and columns [s0, s1) of problem q (C = A B, plus C when q.accumulate) on this thread, by
+/// the tiles of `isa` (the baseline's loops without AVX), in passes of own_gemm_columns columns.
+inline void product_block(cpu_isa isa, const direct_gemm_problem& q, std::size_t r0, std::size_t r1, std::size_t s0,
+                          std::size_t s1) {
+  for (std::size_t s = s0; s < s1; s += own_gemm_columns) {
+    const std::size_t e = std::min(s1, s + own_gemm_columns);
+#if DTRAIN_CPU_AVX
+    if (isa != cpu_isa::baseline) {
+      const int nv = product_vectors(isa, q.n);
+      if (isa == cpu_isa::avx2 && nv == 2) avx2::block<2>(q, r0, r1, s, e);
+      else if (isa == cpu_isa::avx2) avx2::block<1>(q, r0, r1, s, e);
+      else if (nv == 4) avx512::block<4>(q, r0, r1, s, e);
+      else if (nv == 2) avx512::block<2>(q, r0, r1, s, e);
+      else avx512::block<1>(q, r0, r1, s, e);
+      continue;
+    }
+#endif
+    baseline_block(q, r0, r1, s, e);
+  }
+}
+
 /// Row-major C = alpha op(A) op(B) + beta C for any shape, on dtrain's kernels: the direct GEMM's tiles
 /// (AVX-512, AVX2) or the baseline's loops, A read where it is (transposed or not). op(B), times
 /// alpha, is packed row-major (k x n) first when B is transposed or alpha is not 1; C is scaled by beta
@@ -203,38 +250,10 @@ inline void own_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, std
   }
   const direct_gemm_problem q{m,   n, k,   a, ta == transpose::no ? lda : 1, ta == transpose::no ? 1 : lda,
                               b,   ldb, c, ldc, beta != 0.0f};
-  // kernel(problem, r0, r1, s0, s1): the chosen set's tiles over rows [r0, r1), columns [s0, s1)
-  const auto run = [&](auto&& kernel) {
-    return [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
-      for (std::size_t s = s0; s < s1; s += own_gemm_columns)
-        kernel(q, r0, r1, s, std::min(s1, s + own_gemm_columns));
-    };
-  };
-#if DTRAIN_CPU_AVX
-  if (isa != cpu_isa::baseline) {
-    const bool wide = isa == cpu_isa::avx512;
-    const std::size_t lanes = wide ? avx512::lanes : avx2::lanes;
-    int nv = wide ? avx512::nv : avx2::nv;
-    while (nv > 1 && !direct::fits(n, std::size_t(nv) * lanes)) nv /= 2;
-    const std::size_t tile_rows = !wide    ? avx2::mr
-                                  : nv == 4 ? avx512::mr_of<4>
-                                  : nv == 2 ? avx512::mr_of<2>
-                                            : avx512::mr_of<1>;
-    direct::split(m >= n, m, n, k, tile_rows, std::size_t(nv) * lanes,
-                  run([&](const direct_gemm_problem& p, std::size_t r0, std::size_t r1, std::size_t s0,
-                          std::size_t s1) {
-                    if (!wide && nv == 2) avx2::block<2>(p, r0, r1, s0, s1);
-                    else if (!wide) avx2::block<1>(p, r0, r1, s0, s1);
-                    else if (nv == 4) avx512::block<4>(p, r0, r1, s0, s1);
-                    else if (nv == 2) avx512::block<2>(p, r0, r1, s0, s1);
-                    else avx512::block<1>(p, r0, r1, s0, s1);
-                  }));
-    return;
-  }
-#else
-  (void)isa;
-#endif
-  direct::split(m >= n, m, n, k, 1, 64, run(baseline_block));
+  const product_tile tile = product_tile_of(isa, n);
+  direct::split(m >= n, m, n, k, tile.rows, tile.cols, [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
+    product_block(isa, q, r0, r1, s0, s1);
+  });
 }
 
 }  // namespace dtrain::detail

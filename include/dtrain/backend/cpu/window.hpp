@@ -1,16 +1,20 @@
 #pragma once
 /// \file
-/// The cpu backend's sliding-window kernels: conv2d as im2col + GEMM in blocks of output rows that stay
-/// in cache (spread over the thread budget), max / average pooling, zero padding and depthwise conv2d.
+/// The cpu backend's sliding-window kernels: conv2d direct where it can be (stride 1, no dilation, one
+/// group: products on a zero-padded copy of the input), else as im2col + GEMM in blocks of output rows
+/// that stay in cache (spread over the thread budget), max / average pooling, zero padding and depthwise
+/// conv2d.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "dtrain/backend/cpu/activations.hpp"
 #include "dtrain/backend/cpu/gemm.hpp"
+#include "dtrain/backend/cpu/reductions.hpp"
 
 namespace dtrain::detail {
 
@@ -150,6 +154,138 @@ struct conv2d_kernels {
     });
   }
 };
+
+/// Whether conv2d of window G runs direct (direct_conv2d_kernels): stride 1, no dilation, one group, and at
+/// most kernel - 1 of padding on every side (Keras' valid and same).
+constexpr bool direct_conv2d_eligible(window_geometry G) {
+  return G.sh == 1 && G.sw == 1 && G.dh == 1 && G.dw == 1 && G.groups == 1 && G.pt < G.kh && G.pl < G.kw &&
+         G.oh + G.kh - 1 >= G.h + G.pt && G.ow + G.kw - 1 >= G.w + G.pl && G.oh + G.kh - 1 - G.h - G.pt < G.kh &&
+         G.ow + G.kw - 1 - G.w - G.pl < G.kw;
+}
+
+namespace direct_conv {
+
+/// to (n samples of hp x wp x c) = from (n of h x w x c) placed at row `top`, column `left`, zero around.
+inline void pad(std::size_t n, std::size_t h, std::size_t w, std::size_t c, std::size_t top, std::size_t left,
+                std::size_t hp, std::size_t wp, const float* from, float* to) {
+  for_rows(n * hp, wp * c, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::size_t s = r / hp, y = r % hp;
+      float* row = to + r * wp * c;
+      if (y < top || y >= top + h) {
+        std::fill(row, row + wp * c, 0.0f);
+        continue;
+      }
+      std::fill(row, row + left * c, 0.0f);
+      std::memcpy(row + left * c, from + (s * h + y - top) * w * c, w * c * sizeof(float));
+      std::fill(row + (left + w) * c, row + wp * c, 0.0f);
+    }
+  });
+}
+
+/// out[s][oy][ox][0..f) = bias (zero when null) + the sum over ky, kx, ch of in[s][oy + ky][ox + kx][ch]
+/// k[ky][kx][ch][0..f), for n samples of `in` padded to (oh + kh - 1) x (ow + kw - 1) x c. One product per
+/// output row and kernel row: a pixel's kw taps are kw c consecutive values of `in`, the pixels c apart.
+/// `then(r0, r1)` runs on each block of output rows (sample, oy) once it is done, while it is in cache.
+template <class Then>
+void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_t kh, std::size_t kw, std::size_t c,
+          std::size_t f, const float* in, const float* k, const float* bias, float* out, Then&& then) {
+  const std::size_t hp = oh + kh - 1, wp = ow + kw - 1;
+  for_row_blocks(n * oh, std::max<std::size_t>(1, 16384 / (ow * f)), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      float* o = out + r * ow * f;
+      if (bias)
+        for (std::size_t x = 0; x < ow; ++x) std::memcpy(o + x * f, bias, f * sizeof(float));
+      const float* row = in + (r / oh * hp + r % oh) * wp * c;
+      for (std::size_t ky = 0; ky < kh; ++ky)
+        product_block(isa, {ow, f, kw * c, row + ky * wp * c, c, 1, k + ky * kw * c * f, f, o, f, bias || ky > 0},
+                      0, ow, 0, f);
+    }
+    then(r0 * ow, r1 * ow);
+  });
+}
+
+}  // namespace direct_conv
+
+/// conv2d of window G (direct_conv2d_eligible) with activation A, without im2col: forward pads x into its
+/// workspace (which backward reads) and runs direct_conv::rows; the kernel gradient is one product per
+/// sample, output row and kernel row (A the padded input read strided), summed in fixed slices of the
+/// samples; the input gradient is the convolution of dy, padded by kernel - 1 - padding, with the kernel
+/// flipped and its channels swapped. The same interface as conv2d_kernels.
+template <window_geometry G, activation_kind A>
+struct direct_conv2d_kernels {
+  static_assert(direct_conv2d_eligible(G));
+  static constexpr std::size_t hp = G.oh + G.kh - 1, wp = G.ow + G.kw - 1;  // x padded
+  static constexpr std::size_t dhp = G.h + G.kh - 1, dwp = G.w + G.kw - 1;  // dy padded, for dx
+  static constexpr std::size_t filters = G.f, kernel = G.kernel_values(), max_slices = 8;
+
+  static constexpr std::size_t workspace(std::size_t n) { return n * hp * wp * G.c; }
+  static constexpr std::size_t backward_workspace(std::size_t n, bool input_gradient) {
+    return max_slices * kernel + (input_gradient ? n * dhp * dwp * filters + kernel : 0);
+  }
+
+  static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
+                      float* work) {
+    direct_conv::pad(n, G.h, G.w, G.c, G.pt, G.pl, hp, wp, x, work);
+    direct_conv::rows(best_cpu_isa(), n, G.oh, G.ow, G.kh, G.kw, G.c, filters, work, w, b, y,
+                      [&](std::size_t p0, std::size_t p1) {
+                        float* yb = y + p0 * filters;
+                        if constexpr (needs_input(A)) std::memcpy(z + p0 * filters, yb, (p1 - p0) * filters * sizeof(float));
+                        activation_forward<A>(p1 - p0, filters, yb);
+                      });
+  }
+
+  static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* xp,
+                       float* scratch, float* gw, float* gb, float* dx) {
+    const cpu_isa isa = best_cpu_isa();
+    const std::size_t m = n * G.pixels();
+    for_rows(m, filters, [&](std::size_t r0, std::size_t r1) {
+      activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, dy + r0 * filters);
+    });
+    if (gb)
+      sum_rows(m, filters, filters, gb, [&](std::size_t r, float* acc) {
+        for (std::size_t j = 0; j < filters; ++j) acc[j] += dy[r * filters + j];
+      });
+    // the kernel gradient: slices of the samples (their count from n alone), each into its partial sums
+    const std::size_t slices = std::min(max_slices, n), per = (n + slices - 1) / slices;
+    float* parts = scratch;
+    for_row_blocks(slices, 1, [&](std::size_t s0, std::size_t s1) {
+      for (std::size_t s = s0; s < s1; ++s) {
+        float* part = parts + s * kernel;
+        std::fill(part, part + kernel, 0.0f);
+        for (std::size_t sample = s * per; sample < std::min(n, (s + 1) * per); ++sample)
+          for (std::size_t oy = 0; oy < G.oh; ++oy)
+            for (std::size_t ky = 0; ky < G.kh; ++ky) {
+              const float* a = xp + ((sample * hp + oy + ky) * wp) * G.c;
+              const float* d = dy + (sample * G.oh + oy) * G.ow * filters;
+              const std::size_t rows = G.kw * G.c;
+              product_block(isa, {rows, filters, G.ow, a, 1, G.c, d, filters, part + ky * rows * filters, filters, true},
+                            0, rows, 0, filters);
+            }
+      }
+    });
+    std::copy(parts, parts + kernel, gw);
+    for (std::size_t s = 1; s < slices; ++s)
+      for (std::size_t i = 0; i < kernel; ++i) gw[i] += parts[s * kernel + i];
+    if (!dx) return;
+    float* dyp = parts + max_slices * kernel;
+    float* flipped = dyp + n * dhp * dwp * filters;  // [ky][kx][f][c] = w[kh - 1 - ky][kw - 1 - kx][c][f]
+    for (std::size_t ky = 0; ky < G.kh; ++ky)
+      for (std::size_t kx = 0; kx < G.kw; ++kx)
+        for (std::size_t ch = 0; ch < G.c; ++ch)
+          for (std::size_t j = 0; j < filters; ++j)
+            flipped[((ky * G.kw + kx) * filters + j) * G.c + ch] =
+                w[(((G.kh - 1 - ky) * G.kw + (G.kw - 1 - kx)) * G.c + ch) * filters + j];
+    direct_conv::pad(n, G.oh, G.ow, filters, G.kh - 1 - G.pt, G.kw - 1 - G.pl, dhp, dwp, dy, dyp);
+    direct_conv::rows(isa, n, G.h, G.w, G.kh, G.kw, filters, G.c, dyp, flipped, nullptr, dx,
+                      [](std::size_t, std::size_t) {});
+  }
+};
+
+/// The conv2d kernels of window G: direct where it can be, else im2col + GEMM.
+template <window_geometry G, activation_kind A>
+using conv2d_kernels_of =
+    std::conditional_t<direct_conv2d_eligible(G), direct_conv2d_kernels<G, A>, conv2d_kernels<G, A>>;
 
 /// conv2d_transpose over window G (the convolution it is the adjoint of): x holds G's outputs (f
 /// channels), y its inputs (c channels). Forward: column values x kernel^T, scattered back by col2im,
@@ -363,18 +499,18 @@ struct cpu_window_kernels {
   /// backward reads: the im2col rows) and backward's own (scratch; larger with an input gradient).
   template <window_geometry G>
   std::size_t conv2d_workspace(std::size_t n) const {
-    return detail::conv2d_kernels<G, activation_kind::linear>::workspace(n);
+    return detail::conv2d_kernels_of<G, activation_kind::linear>::workspace(n);
   }
   template <window_geometry G>
   std::size_t conv2d_backward_workspace(std::size_t n, bool input_gradient) const {
-    return detail::conv2d_kernels<G, activation_kind::linear>::backward_workspace(n, input_gradient);
+    return detail::conv2d_kernels_of<G, activation_kind::linear>::backward_workspace(n, input_gradient);
   }
   /// y = A(conv(x, w) + b) for n samples (no bias when `b` is null); z = the pre-activation when A needs it
   /// (else null).
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
                       float* work) const {
-    detail::conv2d_kernels<G, A>::forward(n, x, w, b, y, z, work);
+    detail::conv2d_kernels_of<G, A>::forward(n, x, w, b, y, z, work);
   }
   /// From d loss / d y (`dy`, overwritten): the kernel's gradient into `gw`, the bias' into `gb` (unless
   /// null: a convolution without bias) and, when `dx` is not null, d loss / d x. `work` is what the last
@@ -382,7 +518,7 @@ struct cpu_window_kernels {
   template <window_geometry G, activation_kind A>
   void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
                        float* scratch, float* gw, float* gb, float* dx) const {
-    detail::conv2d_kernels<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx);
+    detail::conv2d_kernels_of<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx);
   }
   template <window_geometry G>
   std::size_t conv2d_transpose_workspace(std::size_t n) const {
