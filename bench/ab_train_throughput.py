@@ -20,7 +20,7 @@ def rows(binary, extra):
     result = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) >= 4 and f[0] in ("cnn", "mlp") and f[1].isdigit():
+        if len(f) >= 4 and f[0] in ("cnn", "mlp", "resnet20") and f[1].isdigit():
             result[(f[0], int(f[1]), int(f[2]))] = float(f[3])
     return result
 

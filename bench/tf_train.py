@@ -40,6 +40,27 @@ except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
     sys.exit(0)
 
 
+def resnet20():
+    """examples/mnist_models.hpp's ResNet-20: convolutions without bias, each followed by batch normalization
+    (momentum 0.9); a stage's first block strided, its shortcut a strided 1 x 1 convolution."""
+    layers = keras.layers
+
+    def conv_bn(h, filters, kernel, strides=1):
+        padding = "same" if kernel > 1 else "valid"
+        h = layers.Conv2D(filters, kernel, strides=strides, padding=padding, use_bias=False)(h)
+        return layers.BatchNormalization(momentum=0.9, epsilon=1e-3)(h)
+
+    inputs = keras.Input((28, 28))
+    h = layers.ReLU()(conv_bn(layers.Reshape((28, 28, 1))(inputs), 16, 3))
+    for filters in (16, 32, 64):
+        for i in range(3):
+            strides = 2 if i == 0 and filters != 16 else 1
+            r = conv_bn(layers.ReLU()(conv_bn(h, filters, 3, strides)), filters, 3)
+            shortcut = h if strides == 1 else conv_bn(h, filters, 1, strides)
+            h = layers.ReLU()(layers.Add()([r, shortcut]))
+    return keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(h)))
+
+
 def make(model, batch, jit):
     """The Keras models of train_throughput.cpp, as TensorFlow's tutorials write them."""
     keras.utils.set_random_seed(0)
@@ -52,6 +73,9 @@ def make(model, batch, jit):
         net = keras.Sequential([keras.Input((784,)), keras.layers.Dense(256, activation="relu"),
                                 keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
         x = np.random.rand(batch, 784).astype("float32")
+    elif model == "resnet20":
+        net = resnet20()
+        x = np.random.rand(batch, 28, 28).astype("float32")
     else:
         raise ValueError(f"unknown model {model!r}")
     y = np.random.randint(0, 10, (batch,)).astype("int64")

@@ -18,6 +18,7 @@ FP32 everywhere, TF32 off (PyTorch's default for matmul; dtrain's cuBLAS calls a
 """
 
 import json
+import os
 import sys
 
 from step_timing import serve, time_steps
@@ -25,6 +26,8 @@ from step_timing import serve, time_steps
 try:
     import torch
     import torch.nn as nn
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "resnet"))
+    from torch_resnet import ResNet20  # the examples' ResNet-20 (bench/resnet)
     if not torch.cuda.is_available():
         raise RuntimeError("torch.cuda.is_available() is False")
 except Exception as e:  # noqa: BLE001 - any failure means "no peer"
@@ -46,6 +49,9 @@ def make(model, batch, mode):
     elif model == "mlp":
         net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
         x = torch.rand(batch, 784, device=DEVICE)
+    elif model == "resnet20":
+        net = ResNet20()
+        x = torch.rand(batch, 1, 28, 28, device=DEVICE)
     else:
         raise ValueError(f"unknown model {model!r}")
     net = net.to(DEVICE)

@@ -34,6 +34,8 @@ from step_timing import report_rss, serve, time_steps
 try:
     import torch
     import torch.nn as nn
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "resnet"))
+    from torch_resnet import ResNet20  # the examples' ResNet-20 (bench/resnet)
 except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
     print(json.dumps({"ok": False, "error": f"no torch: {e}"}), flush=True)
     sys.exit(0)
@@ -74,6 +76,9 @@ def make(model, batch):
     elif model == "mlp":
         net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
         x = torch.rand(batch, 784)
+    elif model == "resnet20":
+        net = ResNet20()
+        x = torch.rand(batch, 1, 28, 28)
     else:
         raise ValueError(f"unknown model {model!r}")
     y = torch.randint(0, 10, (batch,))

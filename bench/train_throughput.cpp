@@ -1,5 +1,6 @@
-// train_throughput: samples/s of full training steps (forward, backward, optimizer) of two Keras models,
-// dtrain against PyTorch in the same invocation. See bench/README.md for the columns.
+// train_throughput: samples/s of full training steps (forward, backward, optimizer) of Keras models (the
+// tutorial's CNN, an MLP, ResNet-20), dtrain against PyTorch and TensorFlow in the same invocation. See
+// bench/README.md for the columns.
 //
 //   cmake --build build --target train_throughput && build/bench/train_throughput [--quick] [--no-torch]
 //   build/bench/train_throughput --device cuda     # on a GPU: the cuda backend against PyTorch on that GPU
@@ -14,6 +15,8 @@
 #include <dtrain/model/sequential.hpp>
 #include <dtrain/optimizers/adam.hpp>
 #include <dtrain/version.hpp>
+
+#include "mnist_models.hpp"
 #ifdef DTRAIN_BENCH_CUDA
 #include <dtrain/backend/cuda.hpp>
 #endif
@@ -49,6 +52,8 @@ using cnn = dtrain::sequential<dtrain::input<28, 28>, dtrain::reshape<28, 28, 1>
                                dtrain::flatten, dtrain::dense<128, dtrain::relu>, dtrain::dense<10>>;
 using mlp = dtrain::sequential<dtrain::input<784>, dtrain::dense<256, dtrain::relu>, dtrain::dense<256, dtrain::relu>,
                                dtrain::dense<10>>;
+using resnet20 = mnist_setup::resnet20;  // the examples' (examples/mnist_models.hpp)
+const std::vector<std::string> known_models{"cnn", "mlp", "resnet20"};
 
 constexpr const char* python = "/usr/bin/python3";
 constexpr const char* malloc_tunables =
@@ -124,7 +129,8 @@ result run_dtrain(std::size_t batch, int threads, const timing& t) {
 }
 
 result run_dtrain(const std::string& model, std::size_t batch, int threads, const timing& t) {
-  return model == "cnn" ? run_dtrain<cnn>(batch, threads, t) : run_dtrain<mlp>(batch, threads, t);
+  if (model == "cnn") return run_dtrain<cnn>(batch, threads, t);
+  return model == "mlp" ? run_dtrain<mlp>(batch, threads, t) : run_dtrain<resnet20>(batch, threads, t);
 }
 
 /// Peak resident memory of this process, KiB (VmHWM).
@@ -414,18 +420,21 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
     if (peer->ok()) std::printf("# torch %s (%s)\n", peer->version().c_str(), interpreter);
     else std::printf("# torch columns n/a: %s\n", peer->why().c_str());
   }
-  std::printf("\n%-5s %6s %12s %12s %12s %12s %12s %10s %10s %10s %11s %11s\n", "model", "batch", "dtrain graph",
+  std::printf("\n%-8s %6s %12s %12s %12s %12s %12s %10s %10s %10s %11s %11s\n", "model", "batch", "dtrain graph",
               "dtrain eager", "torch eager", "torch graph", "torch comp", "graph/eag", "eager/eag", "graph/tgr",
               "dtrain MiB", "torch MiB");
   for (const auto& m : models)
     for (auto b : batches) {
-      const result dg = m == "cnn" ? run_cuda<cnn>(b, true, t) : run_cuda<mlp>(b, true, t);
-      const result dl = m == "cnn" ? run_cuda<cnn>(b, false, t) : run_cuda<mlp>(b, false, t);
+      const auto run = [&](bool graph) {
+        if (m == "cnn") return run_cuda<cnn>(b, graph, t);
+        return m == "mlp" ? run_cuda<mlp>(b, graph, t) : run_cuda<resnet20>(b, graph, t);
+      };
+      const result dg = run(true), dl = run(false);
       std::optional<result> te, tg, tc;
       if (peer) te = peer->run(m, b, "eager", t), tg = peer->run(m, b, "graphs", t);
       if (peer && use_compile) tc = peer->run(m, b, "compile", t);
       auto mib = [](double bytes) { return fmt("%.1f", bytes / (1 << 20)); };
-      std::printf("%-5s %6zu %12.0f %12.0f %12s %12s %12s %10s %10s %10s %11s %11s\n", m.c_str(), b, dg.samples_per_s,
+      std::printf("%-8s %6zu %12.0f %12.0f %12s %12s %12s %10s %10s %10s %11s %11s\n", m.c_str(), b, dg.samples_per_s,
                   dl.samples_per_s, opt_fmt("%.0f", te).c_str(), opt_fmt("%.0f", tg).c_str(), opt_fmt("%.0f", tc).c_str(),
                   ratio(dg.samples_per_s, te).c_str(), ratio(dl.samples_per_s, te).c_str(),
                   ratio(dg.samples_per_s, tg).c_str(), mib(dg.peak_bytes).c_str(),
@@ -438,7 +447,8 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
 
 void usage() {
   std::puts(
-      "usage: train_throughput [--quick] [--no-torch] [--no-pypi] [--no-debian-torch] [--no-rss] [--models cnn,mlp]\n"
+      "usage: train_throughput [--quick] [--no-torch] [--no-pypi] [--no-debian-torch] [--no-rss]\n"
+      "                        [--models cnn,mlp,resnet20 (default cnn,mlp)]\n"
       "                        [--batches 32,64,256] [--threads 1,2] [--window SECONDS] [--windows N]\n"
       "                        [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
       "Trains each model at each batch size and thread count with dtrain, then current PyTorch and TensorFlow\n"
@@ -506,7 +516,8 @@ int main(int argc, char** argv) {
     }
   }
   for (auto& m : models)
-    if (m != "cnn" && m != "mlp") return std::fprintf(stderr, "unknown model %s (cnn, mlp)\n", m.c_str()), 2;
+    if (std::find(known_models.begin(), known_models.end(), m) == known_models.end())
+      return std::fprintf(stderr, "unknown model %s (cnn, mlp, resnet20)\n", m.c_str()), 2;
   if (models.empty() || batches.empty() || thread_counts.empty())
     return std::fprintf(stderr, "train_throughput: --models, --batches and --threads need at least one value\n"), 2;
   for (int th : thread_counts)
@@ -571,7 +582,7 @@ int main(int argc, char** argv) {
     std::printf("# deb torch column n/a: --no-torch\n");
   }
 
-  std::printf("\n%-5s %6s %8s %13s %15s %12s %12s %12s %9s %9s %9s\n", "model", "batch", "threads", "dtrain smp/s",
+  std::printf("\n%-8s %6s %8s %13s %15s %12s %12s %12s %9s %9s %9s\n", "model", "batch", "threads", "dtrain smp/s",
               "dtrain ms/step", "torch smp/s", "tf smp/s", "deb torch", "/torch", "/tf", "/deb");
   struct cnn_row {
     std::size_t batch;
@@ -588,7 +599,7 @@ int main(int argc, char** argv) {
         if (torch) pt = torch->run(m, b, std::to_string(th), t);
         if (tf.contains(th)) pf = tf[th]->run(m, b, std::to_string(th), t);
         if (deb_torch) pd = deb_torch->run(m, b, std::to_string(th), t);
-        std::printf("%-5s %6zu %8d %13.0f %15.2f %12s %12s %12s %9s %9s %9s\n", m.c_str(), b, th, d.samples_per_s,
+        std::printf("%-8s %6zu %8d %13.0f %15.2f %12s %12s %12s %9s %9s %9s\n", m.c_str(), b, th, d.samples_per_s,
                     d.ms_per_step, opt_fmt("%.0f", pt).c_str(), opt_fmt("%.0f", pf).c_str(),
                     opt_fmt("%.0f", pd).c_str(), ratio(d.samples_per_s, pt).c_str(),
                     ratio(d.samples_per_s, pf).c_str(), ratio(d.samples_per_s, pd).c_str());

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""dtrain's ResNets (examples/mnist_setup.hpp: functional models with skip connections and batch
+"""dtrain's ResNets (examples/mnist_models.hpp: functional models with skip connections and batch
 normalization; the small one, or ResNet-20 with --model resnet20) against the same architecture in
 PyTorch, on Fashion-MNIST, in one invocation.
 

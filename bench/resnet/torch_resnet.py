@@ -1,4 +1,4 @@
-"""The ResNets of examples/mnist_setup.hpp in PyTorch (--model resnet, the small one, or resnet20),
+"""The ResNets of examples/mnist_models.hpp in PyTorch (--model resnet, the small one, or resnet20),
 trained as dtrain's single_worker_mnist / multi_worker_mnist train them: Fashion-MNIST (Debian's IDX files) scaled to [0, 1], shuffled, batches of
 --batch-size per worker, Adam, sparse categorical crossentropy on logits, then the test accuracy.
 
