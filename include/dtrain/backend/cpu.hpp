@@ -1,12 +1,13 @@
 #pragma once
 /// \file
-/// `cpu`: the host backend. Its memory is host memory (pointers are plain pointers), GEMMs go to BLAS
-/// through dtrain's plans (cpu/gemm.hpp), every other kernel is a loop of its own, and the large ones
-/// (GEMM, conv2d, optimizer steps) are split over dtrain's thread budget (core/threads.hpp). Kernels run
-/// on the caller's thread and are done when they return. The thread split never changes a result:
-/// every split computes the same sums in the same order (for a GEMM split into blocks of C, as far as the
-/// BLAS computes an element the same way in any block: OpenBLAS' AVX-512 kernels do, its Zen kernels
-/// round differently by block).
+/// `cpu`: the host backend. Its memory is host memory (pointers are plain pointers), GEMMs run on
+/// dtrain's own kernels (cpu/gemm.hpp; on BLAS with DTRAIN_GEMM=blas), every other kernel is a loop of
+/// its own, and the large ones (GEMMs, convolutions, element-wise passes, column sums, normalization,
+/// optimizer steps) are split over dtrain's thread budget (core/threads.hpp). Kernels run on the caller's
+/// thread and are done when they return. The thread split never changes a result: every split computes
+/// the same sums in the same order (on BLAS, for a GEMM split into blocks of C, as far as the BLAS
+/// computes an element the same way in any block: OpenBLAS' AVX-512 kernels do, its Zen kernels round
+/// differently by block).
 
 #include <algorithm>
 #include <cmath>
@@ -73,9 +74,14 @@ struct cpu : detail::cpu_activation_kernels,
   void synchronize() const {}
 
   // ---- BLAS-like ---------------------------------------------------------------------------------------
-  void fill(std::size_t n, float value, float* x) const { std::fill_n(x, n, value); }
+  // (the element-wise kernels split by elements over the thread budget: detail::for_rows)
+  void fill(std::size_t n, float value, float* x) const {
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) { std::fill(x + b, x + e, value); });
+  }
   void copy(std::size_t n, const float* x, float* y) const {
-    if (n) std::memcpy(y, x, n * sizeof(float));
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      if (e > b) std::memcpy(y + b, x + b, (e - b) * sizeof(float));
+    });
   }
   /// y[r][j] = x[r][j] for r < rows, j < cols, rows ldx and ldy floats apart.
   void copy_columns(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx, float* y,
@@ -85,11 +91,15 @@ struct cpu : detail::cpu_activation_kernels,
   }
   /// y += alpha x
   void axpy(std::size_t n, float alpha, const float* x, float* y) const {
-    for (std::size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) y[i] += alpha * x[i];
+    });
   }
   /// z = x * y, element by element (z may be x or y)
   void multiply(std::size_t n, const float* x, const float* y, float* z) const {
-    for (std::size_t i = 0; i < n; ++i) z[i] = x[i] * y[i];
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) z[i] = x[i] * y[i];
+    });
   }
   /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k and op(B) k x n (cblas_sgemm's meaning).
   void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,

@@ -10,6 +10,7 @@
 #include <numbers>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu/reductions.hpp"
 
 namespace dtrain::detail {
 
@@ -64,23 +65,30 @@ void activation_backward(std::size_t rows, std::size_t cols, const float* z, con
   }
 }
 
-/// The cpu backend's activation family (`activation_kernels`).
+/// The cpu backend's activation family (`activation_kernels`), each pass split by rows over the thread
+/// budget.
 struct cpu_activation_kernels {
   template <activation_kind A>
   void activation_forward(std::size_t rows, std::size_t cols, float* v) const {
-    detail::activation_forward<A>(rows, cols, v);
+    for_rows(rows, cols, [&](std::size_t r0, std::size_t r1) { detail::activation_forward<A>(r1 - r0, cols, v + r0 * cols); });
   }
   template <activation_kind A>
   void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) const {
-    detail::activation_backward<A>(rows, cols, z, y, d);
+    for_rows(rows, cols, [&](std::size_t r0, std::size_t r1) {
+      detail::activation_backward<A>(r1 - r0, cols, z ? z + r0 * cols : nullptr, y + r0 * cols, d + r0 * cols);
+    });
   }
   /// y = x where x > 0, else slope x (TF's LeakyRelu).
   void leaky_relu_forward(std::size_t n, float slope, const float* x, float* y) const {
-    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+    for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) y[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+    });
   }
   /// dx = dy where x > 0, else slope dy (TF's LeakyReluGrad; dx may be dy).
   void leaky_relu_backward(std::size_t n, float slope, const float* x, const float* dy, float* dx) const {
-    for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : slope * dy[i];
+    for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) dx[i] = x[i] > 0.0f ? dy[i] : slope * dy[i];
+    });
   }
 };
 
