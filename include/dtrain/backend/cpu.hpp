@@ -112,10 +112,7 @@ struct cpu : detail::cpu_activation_kernels,
   }
   /// y (cols) = the sum of the rows of x (rows x cols) in float, in fixed slices of rows (detail::sum_rows).
   void column_sums(std::size_t rows, std::size_t cols, const float* x, float* y) const {
-    detail::sum_rows(rows, cols, cols, y, [&](std::size_t r, float* acc) {
-      const float* xr = x + r * cols;
-      for (std::size_t j = 0; j < cols; ++j) acc[j] += xr[j];
-    });
+    detail::column_sums(rows, cols, x, y);
   }
   /// out[0] = the sum of x, accumulated in double.
   void sum(std::size_t n, const float* x, float* out) const {

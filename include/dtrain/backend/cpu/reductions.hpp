@@ -47,6 +47,14 @@ void sum_rows(std::size_t rows, std::size_t cols, std::size_t width, float* out,
     for (std::size_t j = 0; j < width; ++j) out[j] += parts[s * width + j];
 }
 
+/// y (cols) = the sums of the rows of x (rows x cols), by sum_rows.
+inline void column_sums(std::size_t rows, std::size_t cols, const float* x, float* y) {
+  sum_rows(rows, cols, cols, y, [&](std::size_t r, float* acc) {
+    const float* xr = x + r * cols;
+    for (std::size_t j = 0; j < cols; ++j) acc[j] += xr[j];
+  });
+}
+
 /// f(r0, r1) on blocks of rows (each `cols` values) covering [0, rows), over the thread budget; f must
 /// write each row alone, the same however the rows are split.
 template <class F>

@@ -242,12 +242,9 @@ struct direct_conv2d_kernels {
     for_rows(m, filters, [&](std::size_t r0, std::size_t r1) {
       activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, dy + r0 * filters);
     });
-    if (gb)
-      sum_rows(m, filters, filters, gb, [&](std::size_t r, float* acc) {
-        for (std::size_t j = 0; j < filters; ++j) acc[j] += dy[r * filters + j];
-      });
+    if (gb) column_sums(m, filters, dy, gb);
     // the kernel gradient: slices of the samples (their count from n alone), each into its partial sums
-    const std::size_t slices = std::min(max_slices, n), per = (n + slices - 1) / slices;
+    const std::size_t slices = std::clamp<std::size_t>(n, 1, max_slices), per = (n + slices - 1) / slices;
     float* parts = scratch;
     for_row_blocks(slices, 1, [&](std::size_t s0, std::size_t s1) {
       for (std::size_t s = s0; s < s1; ++s) {
