@@ -201,7 +201,7 @@ struct batch_normalization {
       return host_[k];
     }
 
-    buffer_t<B, float> xhat_, inv_std_;            // forward's normalised values and 1 / std
+    buffer_t<B, float> xhat_, inv_std_;           // forward's normalised values and 1 / std
     buffer_t<B, float> sums_, moments_;           // the batch's sums and (mean, variance) per channel
     std::vector<float> host_;                     // values on their way through a collective
     float count_ = 0.0f;                          // rows the batch statistics came from
