@@ -7,7 +7,9 @@
 #   crashes. Built at -O0: it compiles three times faster than -O1 and its tests take two minutes. The
 #   release tree's other multi-process tests (fault injection, the tutorial's saving programs) run library
 #   code the unit tests run here; under ASan they would add eight minutes.
-# - build-tsan: ThreadSanitizer on the communicator and strategy tests (threads and sockets), at -O1.
+# - build-tsan: ThreadSanitizer on the communicator and strategy tests (threads and sockets), at -O1;
+#   and every public header compiled on its own (headers_self_contained: clang's precompiled bases keep
+#   their instantiations, GCC's do not).
 # Both build only what they run, and clang-19 checks every other example for warnings (examples_warnings:
 # -Wall -Wextra -Werror, front end only).
 set -eu
@@ -24,10 +26,10 @@ asan() {
 }
 
 tsan() {
-  echo "== ThreadSanitizer: communicator and strategy tests (build-tsan)"
+  echo "== ThreadSanitizer: communicator and strategy tests, and every header on its own (build-tsan)"
   cmake -S . -B build-tsan $common -DCMAKE_CXX_FLAGS_DEBUG=-O1 -DDTRAIN_SANITIZE=thread -DDTRAIN_BUILD_EXAMPLES=OFF
   cmake --build build-tsan --target test_comm test_distribute
-  ctest --test-dir build-tsan -R "^(comm|distribute)$" --output-on-failure -j2
+  ctest --test-dir build-tsan -R "^(comm|distribute|headers_self_contained)$" --output-on-failure -j2
 }
 
 case ${1:-both} in
