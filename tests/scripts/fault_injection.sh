@@ -1,9 +1,9 @@
 #!/bin/bash
-# Automated fault injection on multi-worker training (multi_worker_mnist under dtrain-launch, with
-# backup_and_restore every 10 batches). Each trial breaks a run its own way; every run must finish with
-# the final weights of an uninterrupted run:
-#   chief       kill -9 worker 0 at a random moment after the first backup; the launcher restarts the
-#               job (--max-restarts)
+# Automated fault injection on multi-worker training (multi_worker_mnist's MLP under dtrain-launch, with
+# backup_and_restore every 20 of its 300 batches). Each trial breaks a run its own way, at a random moment
+# between the first backup and the tenth (counted, so that the moment falls inside the run on a fast
+# machine and a slow one alike); every run must finish with the final weights of an uninterrupted run:
+#   chief       kill -9 worker 0; the launcher restarts the job (--max-restarts)
 #   worker      kill -9 worker 1 likewise
 #   mid-write   kill -9 the chief while it writes a backup after the first (its temporary file is there
 #               at the kill, and stays): the restart resumes from the previous backup
@@ -22,7 +22,7 @@ L=$1; P=$2
 dir=$(mktemp -d)
 trap 'pkill -9 -P $$ 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; tail -n 30 "$dir"/*.log; exit 1; }
-args=(--model cnn --optimizer adam --epochs 3 --steps-per-epoch 40 --verbose 0 --seed 4 --save-freq 10)
+args=(--model mlp --optimizer adam --epochs 3 --steps-per-epoch 100 --verbose 0 --seed 4 --save-freq 20)
 
 "$L" -n 2 -- "$P" "${args[@]}" --backup-dir "$dir/ref-backup" --save-weights "$dir/ref.safetensors" \
   > "$dir/ref.log" 2>&1 || fail "the uninterrupted run failed"
@@ -50,7 +50,9 @@ print("%.3g" % max(abs(x - y) / (1e-3 + abs(y)) for k in a for x, y in zip(a[k],
 EOF
 }
 newest_backup() { sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$1/checkpoint"; }
-backups() { grep -c '^all_model_checkpoint_paths' "$1/checkpoint" 2>/dev/null || echo 0; }
+backups() {  # how many backups the job has written: the newest one's number (ckpt-N; older ones are deleted)
+  local n; n=$(newest_backup "$1" 2>/dev/null); echo "${n#ckpt-}" | grep -E '^[0-9]+$' || echo 0
+}
 wait_for_backups() {  # wait_for_backups <launcher pid> <backup dir> <count> <trial>
   local deadline=$((SECONDS + 120))
   until [ "$(backups "$2")" -ge "$3" ]; do
@@ -68,6 +70,12 @@ when_resumed() {  # waits for the launcher $1 to end; prints when its log $2 fir
   [ -z "$resumed" ] && grep -q "resuming at" "$2" && resumed=$(date +%s.%N)
   echo "$resumed"
 }
+# at_random_moment <launcher pid> <backup dir> <fewest backups> <trial>: returns once the job has written
+# a random number of backups, from the fewest to 10, and a random 0-30 ms more have passed
+at_random_moment() {
+  wait_for_backups "$1" "$2" $(( $3 + RANDOM % (11 - $3) )) "$4"
+  sleep "$(awk -v d=$(( RANDOM % 30 )) 'BEGIN {print d / 1000}')"
+}
 since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 where() { grep -o "resuming at epoch [0-9]*, batch [0-9]*" "$1" | head -1; }
 
@@ -79,14 +87,12 @@ for trial in chief worker mid-write damaged fewer; do
   case $trial in
     chief|worker)
       victim=$([ $trial = chief ] && echo 0 || echo 1)
-      delay_ms=$(( RANDOM % 1500 ))
       start=$(date +%s.%N)
       "$L" -n 2 --max-restarts 3 -- "$P" "${args[@]}" --backup-dir "$b" --save-weights "$out" > "$log" 2>&1 &
       lp=$!
-      wait_for_backups $lp "$b" 1 $trial
-      sleep "$(awk -v d=$delay_ms 'BEGIN {print d / 1000}')"
+      at_random_moment $lp "$b" 1 $trial
       pids=($(worker_pids $lp))
-      [ ${#pids[@]} = 2 ] || { wait $lp; fail "$trial: the workers finished before the kill (delay ${delay_ms} ms)"; }
+      [ ${#pids[@]} = 2 ] || { wait $lp; fail "$trial: the workers finished before the kill"; }
       kill -9 "${pids[$victim]}"; killed=$(date +%s.%N)
       resumed=$(when_resumed $lp "$log")
       wait $lp || fail "$trial: the job did not finish (launcher exit $?)"
@@ -123,8 +129,7 @@ for trial in chief worker mid-write damaged fewer; do
       if [ $trial = damaged ]; then n=2; bs=64; opt=adam; else n=4; bs=32; opt=sgd; fi
       "$L" -n $n -- "$P" "${args[@]}" --optimizer $opt --batch-size $bs --backup-dir "$b" > "$log" 2>&1 &
       lp=$!
-      wait_for_backups $lp "$b" $([ $trial = damaged ] && echo 2 || echo 1) $trial
-      sleep "$(awk -v d=$(( RANDOM % 400 )) 'BEGIN {print d / 1000}')"
+      at_random_moment $lp "$b" $([ $trial = damaged ] && echo 2 || echo 1) $trial
       pids=($(worker_pids $lp))
       kill -9 "${pids[$(( RANDOM % n ))]}"
       wait $lp && fail "$trial: the job survived the kill without --max-restarts"
