@@ -274,14 +274,21 @@ def make_layers():
                             lambda x, k, b: F.relu(conv_general(x, k, b, same=True, groups=2)), xg, [kg, bg]))
 
     # Conv2DTranspose: kernel (kh, kw, filters, cin); the full transposed convolution, cropped (or
-    # extended with zeros) to Keras' output length, the crop's start TF's 'same' pad before
-    def conv_transpose(x, k, b, stride, dilation=(1, 1), same=False):
+    # extended with zeros) to Keras' output length (deconv_output_length, with output_padding when
+    # given), the crop's start TF's 'same' pad before for that length
+    def conv_transpose(x, k, b, stride, dilation=(1, 1), same=False, output_padding=None):
         xt = nhwc_to_nchw(x)
         full = F.conv_transpose2d(xt, k.permute(3, 2, 0, 1), None, stride=stride, dilation=dilation)
         out, start = [], []
         for i, axis in ((0, 2), (1, 3)):
             span = (k.shape[i] - 1) * dilation[i] + 1
-            length = xt.shape[axis] * stride[i] if same else xt.shape[axis] * stride[i] + max(span - stride[i], 0)
+            if output_padding is not None:
+                pad = span // 2 if same else 0
+                length = (xt.shape[axis] - 1) * stride[i] + span - 2 * pad + output_padding[i]
+            elif same:
+                length = xt.shape[axis] * stride[i]
+            else:
+                length = xt.shape[axis] * stride[i] + max(span - stride[i], 0)
             out.append(length)
             start.append(same_pads(length, span, stride[i])[0] if same else 0)
         full = F.pad(full, (0, max(0, start[1] + out[1] - full.shape[3]), 0, max(0, start[0] + out[0] - full.shape[2])))
@@ -304,6 +311,19 @@ def make_layers():
     cases.append(layer_case("depthwise_conv2d_same_x2_relu_no_bias", lambda x, k: F.relu(depthwise(x, k, 1, True)),
                             x, [dkn]))
     torch.set_rng_state(state)
+    # Conv2DTranspose with output_padding, from a generator of their own (the cases above keep their numbers)
+    with torch.random.fork_rng():
+        torch.manual_seed(20261127)
+        x, kt = randn(2, 3, 4, 3), randn(3, 3, 4, 3, scale=0.3)
+        kt2, bt = randn(2, 3, 4, 3, scale=0.3), randn(4, scale=0.3)
+        cases.append(layer_case("conv2d_transpose_same_s2_output_padding1",
+                                lambda x, k, b: conv_transpose(x, k, b, (2, 2), same=True, output_padding=(1, 1)),
+                                x, [kt, bt]))
+        cases.append(layer_case("conv2d_transpose_same_k2x3_s2_output_padding1x0",
+                                lambda x, k, b: conv_transpose(x, k, b, (2, 2), same=True, output_padding=(1, 0)),
+                                x, [kt2, bt]))
+        cases.append(layer_case("conv2d_transpose_valid_k2x3_s3x2_output_padding2x1",
+                                lambda x, k, b: conv_transpose(x, k, b, (3, 2), output_padding=(2, 1)), x, [kt2, bt]))
     return cases
 
 

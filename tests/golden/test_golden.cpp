@@ -159,6 +159,14 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
      check_layer<B, depthwise_conv2d<3, relu, padding::same, depth_multiplier<2>, use_bias<false>>, conv_in>},
     {"conv2d_transpose_same_dilation2_no_bias",
      check_layer<B, conv2d_transpose<4, 3, linear, dilation_rate<2>, padding::same, use_bias<false>>, shape<3, 4, 3>>},
+    {"conv2d_transpose_same_s2_output_padding1",
+     check_layer<B, conv2d_transpose<4, 3, linear, strides<2>, padding::same, output_padding<1>>, shape<3, 4, 3>>},
+    {"conv2d_transpose_same_k2x3_s2_output_padding1x0",
+     check_layer<B, conv2d_transpose<4, kernel_size{2, 3}, linear, strides<2>, padding::same, output_padding<1, 0>>,
+                 shape<3, 4, 3>>},
+    {"conv2d_transpose_valid_k2x3_s3x2_output_padding2x1",
+     check_layer<B, conv2d_transpose<4, kernel_size{2, 3}, linear, strides<3, 2>, output_padding<2, 1>>,
+                 shape<3, 4, 3>>},
 };
 
 // ---- losses --------------------------------------------------------------------------------------------

@@ -60,6 +60,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
         "conv2d_transpose 2x3 s3x2 (uncovered rows) gelu", n);
     check_layer_gradients<conv2d_transpose<3, 3, dtrain::tanh, dilation_rate<2>, use_bias<false>>, shape<3, 3, 2>, B>(
         "conv2d_transpose dilation 2, no bias", n);
+    check_layer_gradients<conv2d_transpose<2, 3, linear, strides<2>, padding::same, output_padding<1>>, shape<3, 4, 2>,
+                          B>("conv2d_transpose same s2 output_padding 1", n);
+    check_layer_gradients<conv2d_transpose<2, kernel_size{2, 3}, relu, strides<3, 2>, output_padding<2, 1>>,
+                          shape<3, 3, 2>, B>("conv2d_transpose valid s3x2 output_padding 2x1 (rows no tap reaches)", n);
   }
 }
 

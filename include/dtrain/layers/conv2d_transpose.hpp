@@ -4,16 +4,38 @@
 /// last: the adjoint of a conv2d whose input has this layer's output shape, so strides s grow the image
 /// s-fold. Kernel (kh, kw, filters, in_channels) and bias (filters) as Keras stores them. Options:
 /// `strides<...>`, `padding::valid` (default; output (in - 1) s + span, or in s when the span is smaller)
-/// / `padding::same` (output in s), `dilation_rate<...>`, `use_bias<false>`, a regularizer (of the
-/// kernel). Keras' `output_padding` is not offered.
+/// / `padding::same` (output in s), `output_padding<...>`, `dilation_rate<...>`, `use_bias<false>`, a
+/// regularizer (of the kernel).
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/window.hpp"
 
 namespace dtrain {
+
+/// Keras' `output_padding` of conv2d_transpose: the output is (in - 1) stride + span - 2 (span / 2, under
+/// padding::same) + H rows (and likewise W columns), each smaller than the stride along its axis. Which
+/// rows the extra ones are follows TF's padding rule for that output size (valid: added at the bottom,
+/// reached by no tap; same: the crop moves).
+template <std::size_t H, std::size_t W = H>
+struct output_padding {
+  static constexpr bool is_output_padding = true;
+  static constexpr std::size_t h = H, w = W;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_output_padding : std::false_type {};
+template <class T>
+struct is_output_padding<T, std::void_t<decltype(T::is_output_padding)>> : std::true_type {};
+struct no_output_padding {  // Keras' None: the output length by the padding alone
+  static constexpr std::size_t h = 0, w = 0;
+};
+}  // namespace detail
 
 template <std::size_t Filters, kernel_size Kernel, class Activation = linear, class... Options>
 struct conv2d_transpose {
@@ -23,20 +45,28 @@ struct conv2d_transpose {
                 "linear)");
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
-                  detail::is_dilation_rate<Options>::value) &&
+                  detail::is_dilation_rate<Options>::value || detail::is_output_padding<Options>::value) &&
                  ...),
-                "conv2d_transpose: options are strides<...>, padding::valid | padding::same, dilation_rate<...>, "
-                "use_bias<false> and regularizers such as l2<>");
+                "conv2d_transpose: options are strides<...>, padding::valid | padding::same, output_padding<...>, "
+                "dilation_rate<...>, use_bias<false> and regularizers such as l2<>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  using output_padding_type =
+      typename detail::find_option<detail::is_output_padding, detail::no_output_padding, Options...>::type;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
+  static constexpr bool padded = detail::is_output_padding<output_padding_type>::value;
+  static constexpr bool padding_below_strides =
+      output_padding_type::h < stride_type::h && output_padding_type::w < stride_type::w;
+  static_assert(padding_below_strides,
+                "conv2d_transpose: output_padding must be smaller than the strides along each axis (as in Keras)");
 
-  /// Keras' output length along one axis (deconv_output_length without output_padding).
+  /// Keras' output length along one axis (deconv_output_length).
   static constexpr std::size_t output_length(std::size_t in, std::size_t taps, std::size_t stride,
-                                             std::size_t dilation) {
+                                             std::size_t dilation, std::size_t extra) {
     const std::size_t span = (taps - 1) * dilation + 1;
+    if (padded) return (in - 1) * stride + span - (padding_type::is_same ? span / 2 * 2 : 0) + extra;
     return padding_type::is_same ? in * stride : in * stride + (span > stride ? span - stride : 0);
   }
 
@@ -47,12 +77,16 @@ struct conv2d_transpose {
                   "conv2d_transpose expects a rank-3 input (height, width, channels); add dtrain::reshape<h, w, c> "
                   "before it");
     static constexpr std::size_t c = In::dims[2];
-    using output_shape = shape<output_length(In::dims[0], Kernel.h, stride_type::h, dilation_type::h),
-                               output_length(In::dims[1], Kernel.w, stride_type::w, dilation_type::w), Filters>;
+    using output_shape =
+        shape<output_length(In::dims[0], Kernel.h, stride_type::h, dilation_type::h, output_padding_type::h),
+              output_length(In::dims[1], Kernel.w, stride_type::w, dilation_type::w, output_padding_type::w), Filters>;
     // the convolution this layer is the adjoint of: from the output back to the input
     using geo = detail::window2d<output_shape, detail::window_layer::conv2d_transpose, Kernel, stride_type,
                                  padding_type, dilation_type>;
-    static_assert(geo::oh == In::dims[0] && geo::ow == In::dims[1]);
+    static_assert(!padding_below_strides || (geo::oh == In::dims[0] && geo::ow == In::dims[1]),
+                  "conv2d_transpose: with this output_padding, a convolution of the output with these strides "
+                  "and padding does not give back the input's size (TF rejects it too): under padding::same "
+                  "with an even kernel span, output_padding must be at least 1");
     using input_shape = In;
     using ptr = pointer_t<B, float>;
     using cptr = pointer_t<B, const float>;
