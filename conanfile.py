@@ -1,5 +1,6 @@
-# Conan 2 recipe for dtrain, after ConanCenter's header-only template. dtrain calls BLAS' sgemm_ itself
-# (include/dtrain/backend/cpu/blas.hpp); OpenBLAS, from ConanCenter, provides it.
+# Conan 2 recipe for dtrain, after ConanCenter's header-only template. dtrain multiplies on its own kernels;
+# with_blas adds the dtrain::blas component, whose programs may hand GEMMs to OpenBLAS (DTRAIN_GEMM=blas;
+# include/dtrain/backend/cpu/blas.hpp).
 import os
 
 from conan import ConanFile
@@ -24,8 +25,9 @@ class DtrainConan(ConanFile):
     # it is taken from the machine, at the conf user.dtrain:cuda_root (default /usr/local/cuda).
     # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
-    options = {"with_ring_tcp": [True, False], "with_cuda": [True, False], "with_nccl": [True, False]}
-    default_options = {"with_ring_tcp": True, "with_cuda": False, "with_nccl": False}
+    options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
+               "with_nccl": [True, False]}
+    default_options = {"with_ring_tcp": True, "with_blas": False, "with_cuda": False, "with_nccl": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -36,9 +38,10 @@ class DtrainConan(ConanFile):
         # the same dependencies as CMakeLists.txt, in ranges that start at Debian 12's versions (what CI
         # tests) so a profile's [platform_requires] can take them from the system
         self.requires("xtensor/[>=0.24.3 <0.25]", transitive_headers=True)
-        self.requires("openblas/[>=0.3.21 <0.4]")
         self.requires("nlohmann_json/[>=3.11.2 <4]", transitive_headers=True)
         self.requires("zlib/[>=1.2.13 <2]")
+        if self.options.with_blas:
+            self.requires("openblas/[>=0.3.21 <0.4]")
         if self.options.with_ring_tcp:
             self.requires("asio/[>=1.22.1 <2]", transitive_headers=True)
             self.requires("openssl/[>=3 <4]")
@@ -82,10 +85,18 @@ class DtrainConan(ConanFile):
         core.set_property("cmake_target_name", "dtrain::dtrain")
         core.bindirs = []
         core.libdirs = []
-        self._link(core, {"xtensor::xtensor": None, "openblas::openblas": "openblas",
-                          "nlohmann_json::nlohmann_json": None, "zlib::zlib": "z"})
+        self._link(core, {"xtensor::xtensor": None, "nlohmann_json::nlohmann_json": None, "zlib::zlib": "z"})
         if self.settings.os in ["Linux", "FreeBSD"]:
             core.system_libs.append("pthread")
+
+        if self.options.with_blas:
+            blas = self.cpp_info.components["blas"]
+            blas.set_property("cmake_target_name", "dtrain::blas")
+            blas.requires = ["dtrain"]
+            blas.bindirs = []
+            blas.libdirs = []
+            blas.defines = ["DTRAIN_BLAS"]
+            self._link(blas, {"openblas::openblas": "openblas"})
 
         if self.options.with_ring_tcp:
             ring = self.cpp_info.components["ring_tcp"]

@@ -1,6 +1,7 @@
 """Proves conanfile.py with the real Conan 2 (from PyPI, in the venv this runs in): `conan create` with its
-test_package, once with the default options and once without the ring, against tools/conan/debian12 (every
-dependency from Debian, none from ConanCenter), and `validate()` refusing a compiler dtrain does not support.
+test_package, once with the default options and once without the ring and with a BLAS, against
+tools/conan/debian12 (every dependency from Debian, none from ConanCenter), and `validate()` refusing a
+compiler dtrain does not support.
 The recipe is copied with what it exports into a scratch folder, and Conan's home is a scratch folder too.
 usage: python check_conan.py <dtrain source dir>"""
 import os
@@ -43,10 +44,11 @@ with tempfile.TemporaryDirectory() as tmp:
         sys.exit("FAIL: test_package did not train under the ring")
     print([l for l in out.splitlines() if "): loss" in l][-1])
 
-    out = run("create", str(recipe), "-pr:a", profile, "--build=missing", "-nr", *fast, "-o", "dtrain/*:with_ring_tcp=False")
-    if "(single worker): loss" not in out:
+    out = run("create", str(recipe), "-pr:a", profile, "--build=missing", "-nr", *fast, "-o", "dtrain/*:with_ring_tcp=False",
+              "-o", "dtrain/*:with_blas=True")
+    if "(single worker, DTRAIN_GEMM=blas): loss" not in out:
         print(out[-3000:])
-        sys.exit("FAIL: test_package without the ring did not train")
+        sys.exit("FAIL: test_package without the ring, with OpenBLAS, did not train")
     print([l for l in out.splitlines() if "): loss" in l][-1])
 
     out = run("create", str(recipe), "-pr:a", profile, "-nr", "-s", "compiler.version=11", expect_ok=False)

@@ -75,6 +75,9 @@ component_program() {
   "$d/b/p" > "$tmp/log" 2>&1 || fail "run a program on dtrain::$c"
   echo "find_package(dtrain COMPONENTS $c): $(cat "$tmp/log")"
 }
+# COMPONENTS blas: a BLAS, and DTRAIN_BLAS defined (the program on dtrain::blas sees has_blas)
+component_program blas dtrain/backend/cpu/blas.hpp '"dtrain::detail::has_blas: %d\n", int(dtrain::detail::has_blas)'
+grep -q "has_blas: 1" "$tmp/log" || fail "dtrain::blas does not define DTRAIN_BLAS"
 # COMPONENTS cuda: where the CUDA Toolkit is, the cuda backend (no nvcc; 0 devices is an answer, not an
 # error); COMPONENTS nccl: where NCCL is too, comm::nccl
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// One thread budget for the whole process, and dtrain's pool that uses it. dtrain runs OpenBLAS on one
-/// thread and splits the large GEMMs itself (see `cpu::gemm`): two pools on the same cores fight (an
+/// One thread budget for the whole process, and dtrain's pool that uses it. Where a program links
+/// OpenBLAS, dtrain runs it on one thread and splits the large GEMMs itself (see `cpu::gemm`): two pools on the same cores fight (an
 /// idle OpenBLAS thread spins for a while after each call, and takes the core a dtrain worker needed),
 /// which on a 2-core machine halves some steps at random.
 ///
@@ -23,7 +23,7 @@
 #include "dtrain/core/environment.hpp"
 
 // OpenBLAS' own controls, declared here (dtrain includes no BLAS header, see backend/cpu/blas.hpp) and
-// weak: with another BLAS (BLA_VENDOR) they are absent, and dtrain goes on without them.
+// weak: with another BLAS (BLA_VENDOR), or none, they are absent, and dtrain goes on without them.
 extern "C" {
 __attribute__((weak)) void openblas_set_num_threads(int num_threads);
 __attribute__((weak)) int openblas_get_num_threads(void);
@@ -32,8 +32,8 @@ __attribute__((weak)) int openblas_get_num_threads(void);
 namespace dtrain {
 
 namespace detail {
-/// The budget: `DTRAIN_NUM_THREADS` when set, else OpenBLAS' own count (OPENBLAS_NUM_THREADS /
-/// OMP_NUM_THREADS, else the cores), else (another BLAS) the cores. Read once, on first use; OpenBLAS
+/// The budget: `DTRAIN_NUM_THREADS` when set, else OpenBLAS' own count where it is linked
+/// (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the cores), else (another BLAS, or none) the cores. Read once, on first use; OpenBLAS
 /// is then kept on one thread (another BLAS keeps its own threading: set it to one thread yourself).
 inline std::atomic<int>& thread_budget() {
   static std::atomic<int> budget{[] {

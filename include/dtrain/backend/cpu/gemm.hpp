@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// The cpu backend's GEMM, on dtrain's own kernels whatever the shape (direct_gemm.hpp: the direct
-/// GEMM's shapes, then `own_gemm`), so its speed does not depend on which BLAS build the system has.
-/// `DTRAIN_GEMM=blas` gives what the direct GEMM declines to BLAS instead, on one thread per call (see
-/// core/threads.hpp), large products split over dtrain's thread budget by a plan chosen from the shape.
+/// GEMM's shapes, then `own_gemm`), so a program needs no BLAS and its speed does not depend on which
+/// BLAS build the system has. In a program built with one (cpu/blas.hpp), `DTRAIN_GEMM=blas` gives what
+/// the direct GEMM declines to BLAS instead, on one thread per call (see core/threads.hpp), large
+/// products split over dtrain's thread budget by a plan chosen from the shape.
 
 #include <algorithm>
 #include <atomic>
@@ -22,13 +23,16 @@ namespace dtrain::detail {
 /// Who multiplies what the direct GEMM declines: dtrain's own kernels (the default) or the system's BLAS.
 enum class gemm_engine { dtrain, blas };
 
-/// The engine `DTRAIN_GEMM` (`dtrain` or `blas`) names; unset or empty: dtrain's. Another word is a
-/// `config_error`.
-inline gemm_engine gemm_engine_from_env(const char* value) {
+/// The engine `DTRAIN_GEMM` (`dtrain` or `blas`) names; unset or empty: dtrain's. Another word, or
+/// `blas` in a program built without one (`with_blas` false), is a `config_error`.
+inline gemm_engine gemm_engine_from_env(const char* value, bool with_blas = has_blas) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "dtrain") return gemm_engine::dtrain;
-  if (v == "blas") return gemm_engine::blas;
-  throw config_error("DTRAIN_GEMM=\"" + v + "\": expected dtrain or blas");
+  if (v != "blas") throw config_error("DTRAIN_GEMM=\"" + v + "\": expected dtrain or blas");
+  if (!with_blas)
+    throw config_error("DTRAIN_GEMM=blas: this program was built without a BLAS (link dtrain::blas, or compile "
+                       "with -DDTRAIN_BLAS and link one, such as -lopenblas)");
+  return gemm_engine::blas;
 }
 
 /// The engine in use (read from the environment once; tests and benchmarks may set it).
@@ -67,23 +71,18 @@ inline const float* at(const float* a, transpose t, std::size_t ld, std::size_t 
   return t == transpose::no ? a + i * ld + j : a + j * ld + i;
 }
 
+#ifdef DTRAIN_BLAS
 /// Scratch for `depth` GEMMs: grows to the largest seen, per thread, and is reused.
 inline std::vector<float>& gemm_scratch() {
   thread_local std::vector<float> s;
   return s;
 }
 
-/// Row-major `C = alpha op(A) op(B) + beta C`: the direct GEMM, else the engine in use (on BLAS, by the
-/// plan of its shape).
-inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
-                         const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                         std::size_t ldc) {
-  if (m == 0 || n == 0) return;
+/// Row-major `C = alpha op(A) op(B) + beta C` on BLAS, by the plan of its shape.
+inline void blas_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                      const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                      std::size_t ldc) {
   const int threads = num_threads();  // (also puts OpenBLAS on one thread before its first call)
-  const cpu_isa isa = best_cpu_isa();
-  if (direct_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
-  if (gemm_engine_in_use() == gemm_engine::dtrain)
-    return own_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   switch (plan_gemm(m, n, k)) {
     case gemm_plan::one:
       sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -150,6 +149,22 @@ inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t 
       return;
     }
   }
+}
+#endif
+
+/// Row-major `C = alpha op(A) op(B) + beta C`: the direct GEMM, else the engine in use.
+inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                         const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                         std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  const gemm_engine engine = gemm_engine_in_use();  // (DTRAIN_GEMM is checked in every program)
+  const cpu_isa isa = best_cpu_isa();
+  if (direct_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+#ifdef DTRAIN_BLAS
+  if (engine == gemm_engine::blas) return blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+  (void)engine;
+  own_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace dtrain::detail
