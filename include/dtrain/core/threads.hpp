@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// One thread budget for the whole process, and dtrain's pool that uses it. Where a program links
-/// OpenBLAS, dtrain runs it on one thread and splits the large GEMMs itself (see `cpu::gemm`): two pools on the same cores fight (an
-/// idle OpenBLAS thread spins for a while after each call, and takes the core a dtrain worker needed),
-/// which on a 2-core machine halves some steps at random.
+/// OpenBLAS, dtrain runs it on one thread and splits the large GEMMs itself (see `cpu::gemm`): two pools
+/// on the same cores fight (an idle OpenBLAS thread spins for a while after each call, and takes the
+/// core a dtrain worker needed), which on a 2-core machine halves some steps at random.
 ///
 /// `detail::parallel_for` splits a loop (GEMM blocks, the optimizers' updates) over the budget with a
 /// small persistent pool: `num_threads() - 1` workers that poll for 100 us after a job (the next one of a
@@ -33,8 +33,9 @@ namespace dtrain {
 
 namespace detail {
 /// The budget: `DTRAIN_NUM_THREADS` when set, else OpenBLAS' own count where it is linked
-/// (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the cores), else (another BLAS, or none) the cores. Read once, on first use; OpenBLAS
-/// is then kept on one thread (another BLAS keeps its own threading: set it to one thread yourself).
+/// (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else the cores), else (another BLAS, or none) the cores.
+/// Read once, on first use; OpenBLAS is then kept on one thread (another BLAS keeps its own threading:
+/// set it to one thread yourself).
 inline std::atomic<int>& thread_budget() {
   static std::atomic<int> budget{[] {
     int n = openblas_get_num_threads ? openblas_get_num_threads() : int(std::thread::hardware_concurrency());
