@@ -185,6 +185,10 @@ int main(int argc, char** argv) {
         batches.push_back(std::strtoul(value.substr(p, q - p).c_str(), nullptr, 10));
         p = q + 1;
       }
+      if (batches.empty() || std::find(batches.begin(), batches.end(), 0) != batches.end()) {
+        std::fprintf(stderr, "conv_peers: --batches takes positive sizes, such as 64,256\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: conv_peers [--batches 64,256] [--rounds 15]\n");
       return 2;
