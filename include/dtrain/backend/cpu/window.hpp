@@ -209,19 +209,19 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
 
 /// conv2d of window G (direct_conv2d_eligible) with activation A, without im2col: forward pads x into its
 /// workspace (which backward reads) and runs direct_conv::rows; the kernel gradient is one product per
-/// sample, output row and kernel row (A the padded input read strided), summed in fixed slices of the
-/// samples; the input gradient is the convolution of dy, padded by kernel - 1 - padding, with the kernel
+/// sample, output row and kernel row (A the padded input read strided), summed over the samples by
+/// sum_rows (fixed slices); the input gradient is the convolution of dy, padded by kernel - 1 - padding, with the kernel
 /// flipped and its channels swapped. The same interface as conv2d_kernels.
 template <window_geometry G, activation_kind A>
 struct direct_conv2d_kernels {
   static_assert(direct_conv2d_eligible(G));
   static constexpr std::size_t hp = G.oh + G.kh - 1, wp = G.ow + G.kw - 1;  // x padded
   static constexpr std::size_t dhp = G.h + G.kh - 1, dwp = G.w + G.kw - 1;  // dy padded, for dx
-  static constexpr std::size_t filters = G.f, kernel = G.kernel_values(), max_slices = 8;
+  static constexpr std::size_t filters = G.f, kernel = G.kernel_values();
 
   static constexpr std::size_t workspace(std::size_t n) { return n * hp * wp * G.c; }
   static constexpr std::size_t backward_workspace(std::size_t n, bool input_gradient) {
-    return max_slices * kernel + (input_gradient ? n * dhp * dwp * filters + kernel : 0);
+    return input_gradient ? n * dhp * dwp * filters + kernel : 0;
   }
 
   static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
@@ -243,29 +243,19 @@ struct direct_conv2d_kernels {
       activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, dy + r0 * filters);
     });
     if (gb) column_sums(m, filters, dy, gb);
-    // the kernel gradient: slices of the samples (their count from n alone), each into its partial sums
-    const std::size_t slices = std::clamp<std::size_t>(n, 1, max_slices), per = (n + slices - 1) / slices;
-    float* parts = scratch;
-    for_row_blocks(slices, 1, [&](std::size_t s0, std::size_t s1) {
-      for (std::size_t s = s0; s < s1; ++s) {
-        float* part = parts + s * kernel;
-        std::fill(part, part + kernel, 0.0f);
-        for (std::size_t sample = s * per; sample < std::min(n, (s + 1) * per); ++sample)
-          for (std::size_t oy = 0; oy < G.oh; ++oy)
-            for (std::size_t ky = 0; ky < G.kh; ++ky) {
-              const float* a = xp + ((sample * hp + oy + ky) * wp) * G.c;
-              const float* d = dy + (sample * G.oh + oy) * G.ow * filters;
-              const std::size_t rows = G.kw * G.c;
-              product_block(isa, {rows, filters, G.ow, a, 1, G.c, d, filters, part + ky * rows * filters, filters, true},
-                            0, rows, 0, filters);
-            }
-      }
+    // the kernel gradient, sample by sample: one product per output row and kernel row
+    sum_rows(n, G.out_size(), kernel, gw, [&](std::size_t sample, float* acc) {
+      const std::size_t rows = G.kw * G.c;
+      for (std::size_t oy = 0; oy < G.oh; ++oy)
+        for (std::size_t ky = 0; ky < G.kh; ++ky) {
+          const float* a = xp + ((sample * hp + oy + ky) * wp) * G.c;
+          const float* d = dy + (sample * G.oh + oy) * G.ow * filters;
+          product_block(isa, {rows, filters, G.ow, a, 1, G.c, d, filters, acc + ky * rows * filters, filters, true}, 0,
+                        rows, 0, filters);
+        }
     });
-    std::copy(parts, parts + kernel, gw);
-    for (std::size_t s = 1; s < slices; ++s)
-      for (std::size_t i = 0; i < kernel; ++i) gw[i] += parts[s * kernel + i];
     if (!dx) return;
-    float* dyp = parts + max_slices * kernel;
+    float* dyp = scratch;
     float* flipped = dyp + n * dhp * dwp * filters;  // [ky][kx][f][c] = w[kh - 1 - ky][kw - 1 - kx][c][f]
     for (std::size_t ky = 0; ky < G.kh; ++ky)
       for (std::size_t kx = 0; kx < G.kw; ++kx)
