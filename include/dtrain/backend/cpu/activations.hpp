@@ -70,7 +70,8 @@ void activation_backward(std::size_t rows, std::size_t cols, const float* z, con
 struct cpu_activation_kernels {
   template <activation_kind A>
   void activation_forward(std::size_t rows, std::size_t cols, float* v) const {
-    for_rows(rows, cols, [&](std::size_t r0, std::size_t r1) { detail::activation_forward<A>(r1 - r0, cols, v + r0 * cols); });
+    for_rows(rows, cols,
+             [&](std::size_t r0, std::size_t r1) { detail::activation_forward<A>(r1 - r0, cols, v + r0 * cols); });
   }
   template <activation_kind A>
   void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) const {

@@ -251,9 +251,10 @@ inline void own_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, std
   const direct_gemm_problem q{m,   n, k,   a, ta == transpose::no ? lda : 1, ta == transpose::no ? 1 : lda,
                               b,   ldb, c, ldc, beta != 0.0f};
   const product_tile tile = product_tile_of(isa, n);
-  direct::split(m >= n, m, n, k, tile.rows, tile.cols, [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
-    product_block(isa, q, r0, r1, s0, s1);
-  });
+  direct::split(m >= n, m, n, k, tile.rows, tile.cols,
+                [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
+                  product_block(isa, q, r0, r1, s0, s1);
+                });
 }
 
 }  // namespace dtrain::detail

@@ -210,8 +210,8 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
 /// conv2d of window G (direct_conv2d_eligible) with activation A, without im2col: forward pads x into its
 /// workspace (which backward reads) and runs direct_conv::rows; the kernel gradient is one product per
 /// sample, output row and kernel row (A the padded input read strided), summed over the samples by
-/// sum_rows (fixed slices); the input gradient is the convolution of dy, padded by kernel - 1 - padding, with the kernel
-/// flipped and its channels swapped. The same interface as conv2d_kernels.
+/// sum_rows (fixed slices); the input gradient is the convolution of dy, padded by kernel - 1 - padding,
+/// with the kernel flipped and its channels swapped. The same interface as conv2d_kernels.
 template <window_geometry G, activation_kind A>
 struct direct_conv2d_kernels {
   static_assert(direct_conv2d_eligible(G));
@@ -230,7 +230,8 @@ struct direct_conv2d_kernels {
     direct_conv::rows(best_cpu_isa(), n, G.oh, G.ow, G.kh, G.kw, G.c, filters, work, w, b, y,
                       [&](std::size_t p0, std::size_t p1) {
                         float* yb = y + p0 * filters;
-                        if constexpr (needs_input(A)) std::memcpy(z + p0 * filters, yb, (p1 - p0) * filters * sizeof(float));
+                        if constexpr (needs_input(A))
+                          std::memcpy(z + p0 * filters, yb, (p1 - p0) * filters * sizeof(float));
                         activation_forward<A>(p1 - p0, filters, yb);
                       });
   }
