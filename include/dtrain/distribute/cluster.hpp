@@ -55,6 +55,11 @@ struct endpoint {
 /// `tf.train.ClusterSpec`: job name (chief, worker, ps, evaluator) -> task addresses in index order.
 struct cluster_spec {
   std::map<std::string, std::vector<std::string>> jobs;
+  /// TF's `num_tasks(job)`: how many tasks `job` has (0 when the spec has no such job).
+  int num_tasks(const std::string& job) const {
+    const auto it = jobs.find(job);
+    return it == jobs.end() ? 0 : int(it->second.size());
+  }
 };
 
 /// TF_CONFIG's `task`: this process's job and its index in that job.

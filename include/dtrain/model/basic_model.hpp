@@ -604,8 +604,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                       }};
     return ctx;
   }
-  /// The optimizer's step with this replica's (summed) gradients.
+  /// The optimizer's step with this replica's (summed) gradients, unless the gradients went to a
+  /// parameter server, which applies it.
   void apply_update() {
+    if (sync_ && sync_->applies_update()) return;
     opt_.apply_gradients(this->gradients(), this->parameters());
   }
   /// The first layer that takes input k.

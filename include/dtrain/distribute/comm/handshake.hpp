@@ -40,7 +40,7 @@ inline constexpr std::uint32_t hello_magic = 0x48525444;  // "DTRH"
 inline constexpr std::uint16_t protocol_version = 6;  // 3: the shared-memory offer; 4: both ways round the
                                                       // ring; 5: frames carry a CRC-32C; 6: heartbeats
 
-enum class hello_kind : std::uint8_t { join = 1, ring = 2, beat = 3 };  // beat: heartbeat.hpp
+enum class hello_kind : std::uint8_t { join = 1, ring = 2, beat = 3, ps = 4 };  // beat: heartbeat.hpp; ps: ps/channel.hpp
 
 struct hello {
   std::uint32_t magic = hello_magic;

@@ -1,0 +1,563 @@
+#pragma once
+/// \file
+/// `parameter_server_strategy`: TF's `ParameterServerStrategy` with its `ClusterCoordinator`,
+/// asynchronous data parallelism. The cluster (TF_CONFIG) has one `chief` (the coordinator), workers
+/// and `ps` tasks; every task runs the same program, as under the multi-worker strategy:
+/// - a ps task's constructor is TF's `server.join()`: it holds its share of the variables (placed round
+///   robin, or split by the `variable_partitioner`, ps/partitioner.hpp), applies the optimizer to each
+///   push of gradients (ps/server.hpp), and when the coordinator ends the job it ends the process (exit 0;
+///   `peer_failure_exit_code` when the coordinator failed);
+/// - `make_model` builds the model everywhere; the coordinator's values initialise the ps tasks when
+///   `fit` first runs;
+/// - `fit` on the coordinator schedules the epoch's `steps_per_epoch` steps (required, as in TF) on the
+///   workers, each as soon as one is free, reports each finished step to the callbacks (the loss and
+///   metrics over every step of the epoch so far), re-runs a step whose worker failed on another one,
+///   and at the epoch's end reads the variables back for validation, callbacks and checkpoints;
+/// - `fit` on a worker serves the coordinator: for each step it reads the variables from the ps tasks,
+///   trains on its next batch (worker i of W takes batches i, i + W, ... of the dataset) and pushes the
+///   gradients, which the ps tasks apply; when training ends it keeps the final variables, so
+///   `evaluate`, `predict` and saving work on every task as after any `fit`.
+/// The model is a compile-time type as everywhere; one model per strategy.
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "dtrain/distribute/ps/partitioner.hpp"
+#include "dtrain/distribute/ps/server.hpp"
+#include "dtrain/distribute/strategy.hpp"
+#include "dtrain/model/fit.hpp"
+
+namespace dtrain {
+
+struct parameter_server_options {
+  /// How variables are split among the ps tasks (ps/partitioner.hpp); empty: each variable whole.
+  dtrain::variable_partitioner variable_partitioner{};
+  /// How long every task waits for the others to come up.
+  std::chrono::milliseconds connect_timeout{300'000};
+  /// The job token every connection proves; nullopt: `comm::job_token_from_environment()`, "": none.
+  std::optional<std::string> job_token{};
+  /// Where log lines go (default: stderr, prefixed "dtrain parameter_server:").
+  std::function<void(const std::string&)> log{};
+};
+
+template <class M>
+class ps_model;
+
+namespace detail {
+template <class D>
+struct is_per_replica_dataset : std::false_type {};
+template <class D>
+struct is_per_replica_dataset<per_replica_dataset<D>> : std::true_type {};
+}  // namespace detail
+
+class parameter_server_strategy final : public replica_context {
+ public:
+  using backend_type = cpu;
+  /// What `make_model<Model>()` returns: Model, whose `fit` runs the job's role.
+  template <class Model>
+  using model_type = ps_model<typename detail::rebind_model<Model, cpu>::type>;
+
+  /// Resolves the cluster (explicit, else TF_CONFIG) and connects this task to the ones it talks to. A
+  /// ps task serves the job here and never returns (see above).
+  explicit parameter_server_strategy(parameter_server_options o = {}, std::optional<cluster_info> cluster = {})
+      : o_(std::move(o)), cluster_(cluster ? std::move(*cluster) : resolve_cluster()) {
+    if (!o_.log) o_.log = [](const std::string& s) { std::fprintf(stderr, "dtrain parameter_server: %s\n", s.c_str()); };
+    const auto count = [&](const char* job) { return cluster_.spec.num_tasks(job); };
+    if (count("chief") != 1 || count("worker") < 1 || count("ps") < 1)
+      throw config_error("parameter_server_strategy: the cluster (" + cluster_.source + ") needs one chief task (the "
+                         "coordinator), at least one worker and at least one ps task; it has " +
+                         std::to_string(count("chief")) + ", " + std::to_string(count("worker")) + " and " +
+                         std::to_string(count("ps")));
+    id_.tasks = {count("worker"), count("ps")};
+    id_.fingerprint = ps::job_fingerprint(cluster_.spec);
+    id_.token = o_.job_token ? *o_.job_token : comm::job_token_from_environment();
+    const std::string& type = cluster_.task_type;
+    const int i = cluster_.task_id;
+    if (type == "evaluator")
+      throw config_error("parameter_server_strategy: the evaluator task watches checkpoints with a "
+                         "sidecar_evaluator (checkpoint/sidecar_evaluator.hpp), not with this strategy");
+    id_.me = type == "chief" ? 0 : type == "worker" ? id_.tasks.worker(i) : id_.tasks.ps_task(i);
+    const auto deadline = ps::clock::now() + o_.connect_timeout;
+    if (type == "ps") serve_and_exit();
+    for (int j = 0; j < id_.tasks.ps; ++j) ps_.push_back(ps::connect(id_, id_.tasks.ps_task(j), address("ps", j), deadline));
+    if (type == "chief") {
+      for (int w = 0; w < id_.tasks.workers; ++w)
+        workers_.push_back(ps::connect(id_, id_.tasks.worker(w), address("worker", w), deadline));
+      alive_.assign(workers_.size(), true);
+    } else {
+      ps::listener l(id_, address("worker", i), o_.log);
+      auto c = l.accept([](int task) { return task == 0; }, deadline);
+      if (!c)
+        throw comm_error(id_.tasks.name(id_.me) + ": the coordinator (chief:0) did not connect within " +
+                         std::to_string(o_.connect_timeout.count() / 1000) + " s");
+      coordinator_.emplace(std::move(*c));
+    }
+  }
+  parameter_server_strategy(const parameter_server_strategy&) = delete;
+  parameter_server_strategy& operator=(const parameter_server_strategy&) = delete;
+  /// The coordinator ends the job: the ps tasks end (their processes exit 0). Not while an exception
+  /// unwinds the coordinator's program: then the ps tasks see it fail, and exit 138 for a restart.
+  ~parameter_server_strategy() override {
+    if (!is_chief() || std::uncaught_exceptions() > 0) return;
+    for (auto& c : ps_) try {
+        c.send(ps::message::shutdown);
+        c.receive_text(ps::message::ok, 0);
+      } catch (const std::exception&) {
+      }
+  }
+
+  int num_replicas_in_sync() const override { return 1; }
+  int replica_id() const override { return 0; }
+  bool is_chief() const override { return id_.me == 0; }
+  task_info cluster_resolver() const { return {cluster_.task_type, cluster_.task_id}; }
+  const cluster_info& cluster() const { return cluster_; }
+  /// The number of workers and ps tasks (TF: `strategy.extended._num_workers`, `_num_ps`).
+  int num_workers() const { return id_.tasks.workers; }
+  int num_ps() const { return id_.tasks.ps; }
+  /// Where the variables live (after `make_model`): each ps task's regions of the parameter buffer.
+  const ps::placement& placement() const { return placement_; }
+
+  /// Builds the model on this task. Its trainable variables are placed on the ps tasks now (the
+  /// coordinator sends their values when `fit` first runs).
+  template <class Model>
+  model_type<Model> make_model(std::uint64_t seed = default_seed) {
+    using M = typename detail::rebind_model<Model, cpu>::type;
+    if (made_) throw usage_error("parameter_server_strategy: make_model was called already (one model per strategy)");
+    strategy_scope scope(this);
+    M m(seed);
+    std::vector<ps::variable> vars;
+    for (const auto& l : m.layers())
+      for (const auto& v : l.variables)
+        if (v.trainable) vars.push_back({l.name + "/" + v.name, v.shape, v.offset, v.size});
+    for (const auto& l : m.layers())
+      for (const auto& v : l.variables)
+        if (!v.trainable) moving_.push_back({l.name + "/" + v.name, v.shape, v.offset, v.size});
+    placement_ = ps::place(vars, std::size_t(id_.tasks.ps), o_.variable_partitioner);
+    made_ = true;
+    m.set_strategy(this, is_chief() ? nullptr : &push_);
+    return model_type<Model>(std::move(m), *this);
+  }
+  [[nodiscard]] strategy_scope scope() { return strategy_scope(this); }
+
+  template <class F, class... A>
+  auto run(F&& f, A&&... args) {
+    strategy_scope scope(this);
+    return std::forward<F>(f)(std::forward<A>(args)...);
+  }
+  float reduce(reduce_op, float value) { return value; }
+  tensor reduce(reduce_op op, const tensor& value, std::optional<std::size_t> axis = std::nullopt) {
+    return detail::reduce_tensor(nullptr, op, value, axis);
+  }
+  template <class T>
+  std::vector<T> experimental_local_results(T value) const {
+    return {std::move(value)};
+  }
+  /// The dataset as it is: each worker's `fit` takes its share of the batches.
+  template <data::dataset D>
+  D distribute_dataset(D d) const {
+    return d;
+  }
+  template <data::dataset D>
+  D experimental_distribute_dataset(D d) const {
+    return d;
+  }
+  /// TF's dataset function: `fn(input_context)` builds this worker's pipeline (input pipeline i of W).
+  template <class F>
+  auto distribute_datasets_from_function(F&& f) const {
+    const int w = id_.me >= 1 && id_.me <= id_.tasks.workers ? id_.me - 1 : 0;
+    auto d = std::forward<F>(f)(input_context{id_.tasks.workers, w, 1});
+    return per_replica_dataset<decltype(d)>{std::move(d), nullptr};
+  }
+
+  // ---- replica_context: one replica per task, no collectives ------------------------------------------
+  using replica_context::broadcast;
+  void all_reduce(std::span<float>, reduce_op) override {}
+  void broadcast(std::span<std::byte>, int) override {}
+  void all_gather(std::span<const float> in, std::span<float> out) override {
+    if (out.size() != in.size()) throw value_error("all_gather: a parameter server task holds one replica");
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+  void barrier() override {}
+
+  // ---- what ps_model's loops use -------------------------------------------------------------------------
+  /// The worker this task is (0-based), or -1 on the coordinator.
+  int worker_index() const { return is_chief() ? -1 : id_.me - 1; }
+  /// Reads every ps task's values into their places of `params` (the parameter buffer's layout).
+  void pull(std::span<float> params) {
+    with_ps([&] {
+      for (auto& c : ps_) c.send(ps::message::pull);
+      for (std::size_t j = 0; j < ps_.size(); ++j) {
+        const ps::message_header h = ps_[j].receive(placement_.values_on(j) * sizeof(float));
+        ps_[j].expect(h, ps::message::values);
+        std::vector<asio::mutable_buffer> parts;
+        for (const auto& r : placement_.tasks[j]) parts.push_back(asio::buffer(params.data() + r.offset, r.size * sizeof(float)));
+        ps_[j].read_payload(h, std::move(parts));
+      }
+    });
+  }
+  /// Sends the ps tasks their values and the optimizer, unless they hold values already.
+  void initialise_ps(std::span<const float> params, const std::string& optimizer_config) {
+    for (std::size_t j = 0; j < ps_.size(); ++j) {
+      nlohmann::json regions = nlohmann::json::array();
+      for (const auto& r : placement_.tasks[j])
+        regions.push_back({{"variable", r.variable}, {"shard", r.shard}, {"offset", r.offset}, {"size", r.size}});
+      ps_[j].send(ps::message::init, nlohmann::json{{"optimizer", nlohmann::json::parse(optimizer_config)}, {"regions", regions}}.dump());
+      if (ps_[j].receive_text(ps::message::ok, 64) != "new") continue;
+      ps_[j].send(ps::message::values, parts_of(params, j));
+      ps_[j].receive_text(ps::message::ok, 0);
+    }
+  }
+  /// How many steps each ps task has applied.
+  std::vector<std::uint64_t> applied_steps() {
+    std::vector<std::uint64_t> n;
+    for (auto& c : ps_) {
+      c.send(ps::message::stats);
+      n.push_back(nlohmann::json::parse(c.receive_text(ps::message::ok, 4096)).at("applied").get<std::uint64_t>());
+    }
+    return n;
+  }
+  /// The coordinator's connection (on a worker).
+  ps::channel& coordinator() { return *coordinator_; }
+  /// The step a worker's next push belongs to.
+  void set_step(std::uint64_t s) { push_.step = s; }
+  /// The non-trainable variables (moving statistics), which workers report with each step.
+  const std::vector<ps::variable>& moving() const { return moving_; }
+
+  /// One worker's answer to a step.
+  struct step_result {
+    bool ran_out = false;
+    std::vector<float> states, moving;
+  };
+  /// Runs steps [first, first + count) on the workers, each as soon as one is free (a step whose worker
+  /// fails runs on another), calling `done(result)` on this thread as each finishes; `done` returns
+  /// false to start no more. Returns the number of steps run.
+  std::int64_t run_steps(std::uint64_t first, std::int64_t count, const std::function<bool(const step_result&)>& done) {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<std::uint64_t> retry;
+    std::deque<step_result> results;
+    std::int64_t claimed = 0, finished = 0, in_flight = 0;
+    bool stopping = false;
+    std::string fatal;  // a ps task failed
+    int running = 0;
+    std::vector<std::thread> threads;
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (!alive_[w]) continue;
+      ++running;
+      threads.emplace_back([&, w] {
+        for (;;) {
+          std::uint64_t id;
+          {  // a step to run; or, when none is left, wait while others run theirs (one may fail and come back)
+            std::unique_lock l(m);
+            cv.wait(l, [&] { return stopping || !retry.empty() || claimed < count || in_flight == 0; });
+            if (stopping) break;
+            if (!retry.empty()) id = retry.front(), retry.pop_front();
+            else if (claimed < count) id = first + std::uint64_t(claimed++);
+            else break;
+            ++in_flight;
+          }
+          step_result r;
+          try {
+            workers_[w].send(ps::message::step, id);
+            const ps::message_header h = workers_[w].receive(std::uint64_t(64) << 20);
+            if (h.kind == std::uint32_t(ps::message::ran_out)) {
+              workers_[w].read_payload(h, {});
+              r.ran_out = true;
+            } else if (h.kind == std::uint32_t(ps::message::ps_failed)) {
+              std::string why(h.length, '\0');
+              workers_[w].read_payload(h, {asio::buffer(why)});
+              std::lock_guard l(m);
+              fatal = "worker " + std::to_string(w) + " lost a ps task: " + why;
+              stopping = true;
+              --in_flight;
+              cv.notify_all();
+              break;
+            } else {
+              workers_[w].expect(h, ps::message::ok);
+              std::string text(h.length, '\0');
+              workers_[w].read_payload(h, {asio::buffer(text)});
+              const auto j = nlohmann::json::parse(text);
+              r.states = j.at("states").get<std::vector<float>>();
+              r.moving = j.at("moving").get<std::vector<float>>();
+            }
+          } catch (const std::exception& e) {
+            std::lock_guard l(m);
+            o_.log(std::string("worker ") + std::to_string(w) + " failed (" + e.what() + "); its step " +
+                   std::to_string(id) + " runs on another worker");
+            alive_[w] = false;
+            retry.push_back(id);
+            --in_flight;
+            cv.notify_all();
+            break;
+          }
+          std::lock_guard l(m);
+          results.push_back(std::move(r));
+          --in_flight;
+          cv.notify_all();
+        }
+        std::lock_guard l(m);
+        --running;
+        cv.notify_all();
+      });
+    }
+    std::exception_ptr failure;
+    for (;;) {
+      std::unique_lock l(m);
+      cv.wait(l, [&] { return !results.empty() || running == 0; });
+      if (results.empty()) break;
+      step_result r = std::move(results.front());
+      results.pop_front();
+      l.unlock();
+      bool more = !r.ran_out;
+      if (!r.ran_out) {
+        ++finished;
+        try {
+          more = done(r);
+        } catch (...) {
+          failure = std::current_exception();
+          more = false;
+        }
+      }
+      l.lock();
+      if (!more) stopping = true, cv.notify_all();
+    }
+    for (auto& t : threads) t.join();
+    if (!fatal.empty())
+      throw ps::ps_task_failed("parameter_server_strategy: " + fatal + "; the job cannot go on: restart it (it resumes "
+                               "from its latest backup)");
+    if (failure) std::rethrow_exception(failure);
+    if (!retry.empty() && !stopping)
+      throw comm_error("parameter_server_strategy: every worker failed; the job cannot go on");
+    return finished;
+  }
+  /// Tells every live worker that training is over.
+  void stop_workers() {
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+      if (alive_[w]) try {
+          workers_[w].send(ps::message::stop);
+          workers_[w].receive_text(ps::message::ok, 0);
+        } catch (const std::exception& e) {
+          alive_[w] = false;
+          o_.log("worker " + std::to_string(w) + " failed at the end of training: " + e.what());
+        }
+  }
+
+ private:
+  /// A worker's gradients go to the ps tasks, which apply them.
+  struct push_sync final : gradient_sync<cpu> {
+    explicit push_sync(parameter_server_strategy& s) : s(s) {}
+    void begin(std::span<float> grads) override { g = grads; }
+    void ready(std::size_t, std::size_t) override {}
+    void finish() override {
+      s.with_ps([&] {
+        for (std::size_t j = 0; j < s.ps_.size(); ++j) {
+          auto parts = s.parts_of(g, j);
+          parts.insert(parts.begin(), asio::buffer(&step, sizeof step));
+          s.ps_[j].send(ps::message::push, parts);
+        }
+        for (auto& c : s.ps_) c.receive_number(ps::message::ok);
+      });
+    }
+    bool applies_update() const override { return true; }
+    parameter_server_strategy& s;
+    std::span<float> g;
+    std::uint64_t step = 0;
+  };
+
+  /// Runs `f`, which talks to the ps tasks: a failure of theirs is a `ps::ps_task_failed`.
+  template <class F>
+  void with_ps(F&& f) {
+    try {
+      f();
+    } catch (const comm_error& e) {
+      throw ps::ps_task_failed(e.what());
+    }
+  }
+  std::vector<asio::const_buffer> parts_of(std::span<const float> values, std::size_t j) const {
+    std::vector<asio::const_buffer> parts;
+    for (const auto& r : placement_.tasks[j]) parts.push_back(asio::buffer(values.data() + r.offset, r.size * sizeof(float)));
+    return parts;
+  }
+  std::string address(const std::string& job, int i) const { return cluster_.spec.jobs.at(job).at(std::size_t(i)); }
+
+  [[noreturn]] void serve_and_exit() {
+    const std::string me = id_.tasks.name(id_.me);
+    try {
+      ps::server s(id_, address("ps", cluster_.task_id), o_.log);
+      s.join(o_.connect_timeout);
+    } catch (const std::exception& e) {
+      o_.log(me + ": " + e.what());
+      std::fflush(nullptr);
+      std::exit(peer_failure_exit_code);
+    }
+    std::fflush(nullptr);
+    std::exit(0);
+  }
+
+  parameter_server_options o_;
+  cluster_info cluster_;
+  ps::endpoint_identity id_;
+  std::vector<ps::channel> ps_, workers_;
+  std::vector<bool> alive_;
+  std::optional<ps::channel> coordinator_;
+  ps::placement placement_;
+  std::vector<ps::variable> moving_;
+  bool made_ = false;
+  push_sync push_{*this};
+};
+
+static_assert(strategy<parameter_server_strategy>);
+
+/// What `parameter_server_strategy::make_model` returns: the model, whose `fit` runs this task's part
+/// of the job (see the strategy). Everything else is M's.
+template <class M>
+class ps_model : public M {
+ public:
+  ps_model(M m, parameter_server_strategy& s) : M(std::move(m)), s_(&s) {}
+
+  /// Keras `model.fit` under a parameter server strategy: `steps_per_epoch` is required (as in TF).
+  template <data::dataset D>
+  history fit(const D& ds, basic_fit_options<detail::element_of<M>> o = {}) {
+    if (!this->compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
+    if (o.steps_per_epoch <= 0)
+      throw usage_error("fit: under parameter_server_strategy pass steps_per_epoch (the workers' datasets are "
+                        "read independently, so an epoch has no natural end; TF requires it too)");
+    if (s_->is_chief()) return coordinate(std::move(o));
+    if constexpr (detail::is_per_replica_dataset<D>::value) return serve(ds);  // a dataset function's: this worker's
+    else return serve(ds | data::shard(s_->num_workers(), s_->worker_index()));
+  }
+
+ private:
+  M& model() { return *this; }
+
+  /// The coordinator's loop: the steps on the workers, the callbacks here.
+  history coordinate(basic_fit_options<detail::element_of<M>> o) {
+    strategy_scope scope(s_);
+    M& m = model();
+    const auto config = checkpoint::detail::optimizer_config(m.optimizer());
+    if (config.is_null())
+      throw usage_error("fit: the optimizer runs on the ps tasks, which rebuild it from its Keras config, and "
+                        "this one has none (a learning-rate schedule written as a function?): use dtrain's "
+                        "optimizers and schedules");
+    if (!initialised_) {
+      const std::vector<float> w = m.get_weights();
+      s_->initialise_ps(w, config.dump());
+      initialised_ = true;
+    }
+    auto hist = std::make_shared<history>();
+    callback_list cbs = o.callbacks;
+    if (o.verbose > 0) cbs.push_front(progbar_logger{});
+    cbs.push_back(hist);
+    detail::model_handle<M> handle(m);
+    const auto bound = cbs.bind_model(&handle);
+    cbs.set_params({o.epochs, o.steps_per_epoch, o.verbose});
+    logs l;
+    cbs.on_train_begin(l);
+    bool ran_out = false;
+    for (int epoch = o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
+      m.reset_metrics();
+      cbs.on_epoch_begin(epoch, l);
+      l = m.metric_results();
+      std::int64_t step = 0;
+      std::vector<float> moving;
+      const std::int64_t ran = s_->run_steps(next_step_, o.steps_per_epoch, [&](const auto& r) {
+        cbs.on_train_batch_begin(step, l);
+        std::vector<float> states = checkpoint::metric_states(m);
+        if (r.states.size() != states.size())
+          throw comm_error("a worker reported " + std::to_string(r.states.size()) + " metric states, the model has " +
+                           std::to_string(states.size()) + " (is every task running the same program?)");
+        for (std::size_t k = 0; k < states.size(); ++k) states[k] += r.states[k];
+        checkpoint::set_metric_states(m, states);
+        if (!r.moving.empty()) moving = r.moving;
+        l = m.metric_results();
+        cbs.on_train_batch_end(step++, l);
+        return !handle.stop_training;
+      });
+      next_step_ += std::uint64_t(o.steps_per_epoch);
+      if (ran < o.steps_per_epoch && !handle.stop_training) ran_out = true, detail::ran_out_warning(o.steps_per_epoch, o.epochs);
+      fetch(moving);
+      if (ran == 0) break;
+      l = m.metric_results();
+      if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
+        const logs v = detail::run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+        for (const auto& [k, x] : v) l.set("val_" + k, x);
+      }
+      cbs.on_epoch_end(epoch, l);
+      if (handle.stop_training) break;
+    }
+    s_->stop_workers();
+    cbs.on_train_end(l);
+    return *hist;
+  }
+
+  /// The variables as the ps tasks hold them now, and the latest moving statistics a worker reported.
+  void fetch(const std::vector<float>& moving) {
+    std::vector<float> w = model().get_weights();
+    s_->pull(w);
+    if (!moving.empty()) {
+      std::size_t k = 0;
+      for (const auto& v : s_->moving()) {
+        if (k + v.size > moving.size()) break;
+        std::copy_n(moving.begin() + std::ptrdiff_t(k), v.size, w.begin() + std::ptrdiff_t(v.offset));
+        k += v.size;
+      }
+    }
+    model().set_weights(w);
+  }
+
+  /// A worker's loop: each step the coordinator sends, on this worker's next batch.
+  template <data::dataset D>
+  history serve(const D& ds) {
+    strategy_scope scope(s_);
+    M& m = model();
+    data::iterator<D> it(ds, 0);
+    ps::channel& c = s_->coordinator();
+    for (;;) {
+      const ps::message_header h = c.receive(8);
+      if (h.kind == std::uint32_t(ps::message::stop)) {
+        c.read_payload(h, {});
+        s_->pull(m.parameters());
+        c.send(ps::message::ok);
+        return {};
+      }
+      c.expect(h, ps::message::step);
+      std::uint64_t id = 0;
+      c.read_payload(h, {asio::buffer(&id, sizeof id)});
+      auto b = it.next();
+      if (!b) {
+        c.send(ps::message::ran_out);
+        continue;
+      }
+      try {
+        s_->pull(m.parameters());
+        m.reset_metrics();
+        s_->set_step(id);
+        m.train_step(b->first, b->second);
+      } catch (const ps::ps_task_failed& e) {  // the coordinator ends the job, naming the task
+        try {
+          c.send(ps::message::ps_failed, e.what());
+        } catch (const comm_error&) {
+        }
+        throw;
+      }
+      std::vector<float> moving;
+      if (!s_->moving().empty()) {
+        const std::vector<float> w = m.get_weights();
+        for (const auto& v : s_->moving()) moving.insert(moving.end(), w.begin() + std::ptrdiff_t(v.offset),
+                                                         w.begin() + std::ptrdiff_t(v.offset + v.size));
+      }
+      c.send(ps::message::ok, nlohmann::json{{"states", checkpoint::metric_states(m)}, {"moving", moving}}.dump());
+    }
+  }
+
+  parameter_server_strategy* s_;
+  bool initialised_ = false;
+  std::uint64_t next_step_ = 0;
+};
+
+}  // namespace dtrain

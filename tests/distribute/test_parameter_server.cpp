@@ -1,0 +1,256 @@
+// Parameter server training over real loopback sockets: the coordinator, the workers and the ps tasks
+// run as threads of this process, each task with its own sockets (the ps tasks as bare servers: the
+// strategy's own ps path ends its process, which the example's test runs as separate processes).
+#include "support/helpers.hpp"
+#include "support/loopback.hpp"
+#include "support/mirrored.hpp"
+
+#include <dtrain/distribute/parameter_server_strategy.hpp>
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+
+namespace {
+using net = dtrain_test::small_net;
+using dtrain_test::three_class_problem;
+
+/// A loopback job: one chief, `workers` workers and `ps` ps tasks.
+struct job {
+  cluster_spec spec;
+  int workers, ps;
+  std::string token = "";
+  job(int w, int p) : workers(w), ps(p) {
+    const auto a = dtrain_test::free_addresses(1 + w + p);
+    spec.jobs["chief"] = {a[0]};
+    for (int i = 0; i < w; ++i) spec.jobs["worker"].push_back(a[std::size_t(1 + i)]);
+    for (int i = 0; i < p; ++i) spec.jobs["ps"].push_back(a[std::size_t(1 + w + i)]);
+  }
+  cluster_info task(const std::string& type, int i) const { return simple_cluster_resolver{spec, {type, i}}.resolve(); }
+  parameter_server_options options(variable_partitioner partitioner = {}) const {
+    return {.variable_partitioner = std::move(partitioner), .connect_timeout = std::chrono::seconds(20), .job_token = token,
+            .log = [](const std::string&) {}};
+  }
+  ps::endpoint_identity ps_identity(int j) const {
+    return {ps::task_numbering{workers, ps}.ps_task(j), {workers, ps}, ps::job_fingerprint(spec), token};
+  }
+
+  /// Runs the ps tasks, then `chief(strategy)` and `worker(strategy, i)` on their threads; rethrows the
+  /// first failure.
+  template <class Chief, class Worker>
+  void run(Chief chief, Worker worker, variable_partitioner partitioner = {}) const {
+    const auto errs = dtrain_test::run_threads(1 + workers + ps, [&](int t) {
+      if (t > workers) {
+        const int j = t - 1 - workers;
+        ps::server s(ps_identity(j), spec.jobs.at("ps")[std::size_t(j)], [](const std::string&) {});
+        s.join(std::chrono::seconds(20));
+      } else if (t == 0) {
+        parameter_server_strategy s(options(partitioner), task("chief", 0));
+        chief(s);
+      } else {
+        parameter_server_strategy s(options(partitioner), task("worker", t - 1));
+        worker(s, t - 1);
+      }
+    });
+    for (const auto& failure : std::exchange(dtrain_test::failed_checks(), {})) BOOST_ERROR(failure);
+    for (const auto& e : errs)
+      if (e) std::rethrow_exception(e);
+  }
+};
+
+void compile(auto& model) {
+  model.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {accuracy{}}});
+}
+auto dataset() {
+  auto [x, y] = three_class_problem(96);
+  return data::from_tensor_slices(x, y) | data::shuffle(96, 7) | data::batch(12) | data::repeat();
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(parameter_server)
+
+// The partitioners' arithmetic, on the examples of TF's documentation of each.
+BOOST_AUTO_TEST_CASE(partitioners_follow_tf) {
+  const std::vector<std::size_t> six{6, 1}, ten{10, 3};
+  BOOST_TEST(fixed_shards_partitioner{2}(ten, 4) == 2u);
+  BOOST_TEST(fixed_shards_partitioner{20}(ten, 4) == 10u);
+  BOOST_TEST((min_size_partitioner{4, 2})(six, 4) == 2u);
+  BOOST_TEST((min_size_partitioner{4, 10})(six, 4) == 6u);
+  BOOST_TEST((min_size_partitioner{})(six, 4) == 1u);
+  BOOST_TEST((max_size_partitioner{4})(six, 4) == 6u);
+  BOOST_TEST((max_size_partitioner{4, 2})(six, 4) == 2u);
+  BOOST_TEST((max_size_partitioner{1024})(six, 4) == 1u);
+  BOOST_CHECK_THROW(max_size_partitioner{}(six, 4), value_error);
+}
+
+// Shards of n rows cut into p: the first n % p get one row more; shards go round robin on from the
+// previous variable's last; every value of the buffer is in exactly one region.
+BOOST_AUTO_TEST_CASE(placement_covers_the_buffer_once) {
+  const std::vector<ps::variable> vars{{"a/kernel", {5, 3}, 0, 15}, {"a/bias", {3}, 15, 3}, {"b/kernel", {3, 2}, 18, 6}};
+  for (std::size_t tasks : {1u, 2u, 3u}) {
+    const auto p = ps::place(vars, tasks, fixed_shards_partitioner{2});
+    BOOST_TEST_REQUIRE(p.tasks.size() == tasks);
+    std::vector<int> seen(24, 0);
+    for (const auto& t : p.tasks)
+      for (const auto& r : t)
+        for (std::size_t k = r.offset; k < r.offset + r.size; ++k) ++seen[k];
+    BOOST_TEST(seen == std::vector<int>(24, 1), tt::per_element());
+    BOOST_TEST(p.tasks[0][0].size == 9u);  // a/kernel's rows 0-2
+  }
+  const auto two = ps::place(vars, 2, {});  // whole variables alternate
+  BOOST_TEST(two.tasks[0].size() == 2u);
+  BOOST_TEST(two.tasks[0][1].variable == "b/kernel");
+  BOOST_TEST(two.tasks[1][0].variable == "a/bias");
+  BOOST_CHECK_THROW(ps::place(vars, 0, {}), config_error);
+}
+
+// The values the coordinator sends, split across 1, 2 and 3 ps tasks by each partitioner, come back
+// whole: a worker pulls exactly the coordinator's weights.
+BOOST_AUTO_TEST_CASE(variables_split_and_reassemble) {
+  const std::vector<variable_partitioner> partitioners{{}, fixed_shards_partitioner{3}, min_size_partitioner{16, 4},
+                                                       max_size_partitioner{40}};
+  for (int tasks : {1, 2, 3})
+    for (const auto& partitioner : partitioners) {
+      const job j(1, tasks);
+      std::vector<float> sent, pulled;
+      j.run(
+          [&](parameter_server_strategy& s) {
+            auto model = s.make_model<net>(11);
+            compile(model);
+            sent = model.get_weights();
+            model.fit(dataset(), {.epochs = 0, .steps_per_epoch = 1, .verbose = 0});  // initialises, trains nothing
+          },
+          [&](parameter_server_strategy& s, int) {
+            auto model = s.make_model<net>(99);  // other weights: the pull replaces them
+            compile(model);
+            model.fit(dataset(), {.epochs = 1, .steps_per_epoch = 1, .verbose = 0});
+            pulled = model.get_weights();
+          },
+          partitioner);
+      BOOST_TEST(pulled == sent, tt::per_element());
+    }
+}
+
+// One worker runs the steps one after another: the ps tasks' updates are then the single-worker
+// training's, bit for bit (the same batches, the same Adam arithmetic on the same values).
+BOOST_AUTO_TEST_CASE(one_worker_equals_single_worker_training) {
+  net single(3);
+  compile(single);
+  single.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+  for (int tasks : {1, 2}) {
+    const job j(1, tasks);
+    std::vector<float> coordinator, worker;
+    std::vector<std::uint64_t> applied;
+    history hist;
+    j.run(
+        [&](parameter_server_strategy& s) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          hist = model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+          coordinator = model.get_weights();
+          applied = s.applied_steps();
+        },
+        [&](parameter_server_strategy& s, int) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+          worker = model.get_weights();
+        });
+    BOOST_TEST(applied == std::vector<std::uint64_t>(std::size_t(tasks), 10u), tt::per_element());
+    BOOST_TEST(coordinator == single.get_weights(), tt::per_element());
+    BOOST_TEST(worker == coordinator, tt::per_element());
+    BOOST_TEST(hist.history.at("loss").size() == 2u);
+  }
+}
+
+// Several workers train asynchronously: every scheduled step is applied once on every ps task, the
+// loss falls, and every task ends with the ps tasks' final weights.
+BOOST_AUTO_TEST_CASE(several_workers_train) {
+  for (int workers : {2, 3}) {
+    const job j(workers, 2);
+    std::vector<std::vector<float>> weights(std::size_t(workers + 1));
+    std::vector<std::uint64_t> applied;
+    history hist;
+    j.run(
+        [&](parameter_server_strategy& s) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          hist = model.fit(dataset(), {.epochs = 4, .steps_per_epoch = 12, .verbose = 0});
+          applied = s.applied_steps();
+          weights[0] = model.get_weights();
+        },
+        [&](parameter_server_strategy& s, int i) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          model.fit(dataset(), {.epochs = 4, .steps_per_epoch = 12, .verbose = 0});
+          weights[std::size_t(i + 1)] = model.get_weights();
+        },
+        min_size_partitioner{64, 2});
+    BOOST_TEST(applied == std::vector<std::uint64_t>(2, 48u), tt::per_element());
+    const auto& loss = hist.history.at("loss");
+    BOOST_TEST(loss.back() < loss.front());
+    for (int i = 1; i <= workers; ++i) BOOST_TEST(weights[std::size_t(i)] == weights[0], tt::per_element());
+  }
+}
+
+// A worker that fails mid-epoch: its step runs on another worker, training ends, and every step was
+// applied exactly once.
+BOOST_AUTO_TEST_CASE(a_failed_workers_step_runs_elsewhere) {
+  const job j(2, 1);
+  history hist;
+  std::vector<std::uint64_t> applied;
+  j.run(
+      [&](parameter_server_strategy& s) {
+        auto model = s.make_model<net>(3);
+        compile(model);
+        hist = model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 10, .verbose = 0});
+        applied = s.applied_steps();
+      },
+      [&](parameter_server_strategy& s, int i) {
+        auto model = s.make_model<net>(3);
+        compile(model);
+        int batches = 0;
+        auto ds = dataset() | data::map([&](data::example e) {
+                    if (i == 1 && ++batches == 4) throw io_error("worker 1's disk failed");
+                    return e;
+                  });
+        if (i == 1) WORKER_CHECK_THROW(model.fit(ds, {.epochs = 2, .steps_per_epoch = 10, .verbose = 0}), io_error);
+        else model.fit(ds, {.epochs = 2, .steps_per_epoch = 10, .verbose = 0});
+      });
+  BOOST_TEST(applied == std::vector<std::uint64_t>{20u}, tt::per_element());
+  BOOST_TEST(hist.history.at("loss").size() == 2u);
+}
+
+// A task without the job token cannot join: the ps task refuses it, naming why.
+BOOST_AUTO_TEST_CASE(a_stranger_without_the_token_is_refused) {
+  job j(1, 1);
+  j.token = "0123456789abcdef0123456789abcdef";
+  std::string why;
+  const auto errs = dtrain_test::run_threads(2, [&](int t) {
+    if (t == 0) {
+      ps::server s(j.ps_identity(0), j.spec.jobs.at("ps")[0], [](const std::string&) {});
+      s.join(std::chrono::seconds(2));  // nobody it admits comes
+    } else {
+      auto id = j.ps_identity(0);
+      id.me = 1, id.token = "";
+      try {
+        ps::connect(id, 2, j.spec.jobs.at("ps")[0], ps::clock::now() + std::chrono::seconds(5));
+      } catch (const comm_error& e) {
+        why = e.what();
+      }
+    }
+  });
+  BOOST_TEST(why.find("job token") != std::string::npos, why);
+  BOOST_TEST_REQUIRE(bool(errs[0]));  // the ps task saw no coordinator
+  BOOST_TEST(dtrain_test::message(errs[0]).find("did not connect") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_cluster_without_ps_tasks_is_refused) {
+  cluster_spec spec;
+  spec.jobs["chief"] = {"127.0.0.1:1"};
+  spec.jobs["worker"] = {"127.0.0.1:2"};
+  BOOST_CHECK_EXCEPTION(parameter_server_strategy({}, simple_cluster_resolver{spec, {"chief", 0}}.resolve()), config_error,
+                        [](const config_error& e) { return std::string(e.what()).find("ps task") != std::string::npos; });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
