@@ -1,13 +1,16 @@
 // dtrain-launch: starts N local workers of a multi-worker program with TF_CONFIG set for each, the
 // way the tutorial starts them by hand, in one command.
 //
-//   dtrain-launch -n 2 [--base-port P] [--host H] [--kill-on-failure] [--max-restarts K] -- ./program args...
+//   dtrain-launch -n 2 [--ps K] [--base-port P] [--host H] [--kill-on-failure] [--max-restarts K] -- ./program args...
 //
 // Worker i gets TF_CONFIG = {"cluster": {"worker": ["H:P0", ..., "H:Pn-1"]}, "task": {"type": "worker",
 // "index": i}}, DTRAIN_LAUNCH_RANK = i, DTRAIN_LAUNCH_WORLD_SIZE = N, DTRAIN_RESTART_COUNT, and
 // DTRAIN_NUM_THREADS = cores / N unless it is set, so N workers on one machine do not oversubscribe it,
 // and DTRAIN_JOB_TOKEN = 64 random hex digits unless DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE is set, so
-// only its own workers can join the job (docs/security.md).
+// only its own workers can join the job (docs/security.md). With --ps K the job is a parameter server
+// job: a chief task (the coordinator), the N workers and K ps tasks, as the parameter server tutorial's
+// TF_CONFIG has them; its tasks' lines are prefixed with their task ("[chief:0] ", "[ps:1] "), and the
+// chief and ps tasks get DTRAIN_NUM_THREADS = 1 (the workers compute).
 // Each line of a worker's stdout and stderr goes to the launcher's stdout and stderr, whole and prefixed
 // with the rank ("[1] "); a last line without a newline is flushed when the worker closes the stream.
 // When the launcher's stdout is a terminal, workers get DTRAIN_PROGRESS=live and their progress bars
@@ -54,6 +57,7 @@ constexpr std::size_t max_line = 1 << 20;              // a longer line without 
 
 struct options {
   int n = 0;
+  int ps = 0;  // --ps: ps tasks (and a chief) of a parameter server job
   int base_port = 0;
   std::string host = "localhost";
   bool kill_on_failure = false;
@@ -63,13 +67,15 @@ struct options {
 };
 
 constexpr const char* usage_text =
-    "usage: dtrain-launch -n N [--base-port P] [--host H] [--gpus LIST] [--kill-on-failure] [--max-restarts K] -- "
+    "usage: dtrain-launch -n N [--ps K] [--base-port P] [--host H] [--gpus LIST] [--kill-on-failure] [--max-restarts K] -- "
     "program [args...]\n"
     "Starts N local workers of `program`, each with TF_CONFIG set as the multi-worker tutorial sets it by hand:\n"
     "  {\"cluster\": {\"worker\": [\"H:P0\", ...]}, \"task\": {\"type\": \"worker\", \"index\": i}}\n"
     "and DTRAIN_LAUNCH_RANK=i, DTRAIN_LAUNCH_WORLD_SIZE=N, and a random DTRAIN_JOB_TOKEN unless one (or\n"
     "DTRAIN_JOB_TOKEN_FILE) is set. Output lines are prefixed with the rank.\n"
     "  -n N               number of workers (TF_CONFIG worker tasks 0..N-1)\n"
+    "  --ps K             a parameter server job: also a chief task (the coordinator) and K ps tasks; the\n"
+    "                     chief takes the first port, the workers the next N, the ps tasks the last K\n"
     "  --base-port P      worker i listens on P+i (default: free ports of H)\n"
     "  --host H           the host in the workers' addresses (default localhost)\n"
     "  --gpus LIST        pin worker i to GPU LIST[i mod its length] (CUDA_VISIBLE_DEVICES; LIST: indices or\n"
@@ -98,6 +104,9 @@ int number(const std::string& flag, const std::string& v, int lo, int hi) {
   return int(x);
 }
 
+/// The processes of the job: the workers, and with --ps the chief and the ps tasks.
+int tasks(const options& o) { return o.n + (o.ps ? 1 + o.ps : 0); }
+
 options parse(int argc, char** argv) {
   options o;
   bool have_n = false, have_separator = false;
@@ -125,13 +134,14 @@ options parse(int argc, char** argv) {
       value = a.substr(eq + 1), a.resize(eq);
     else if (a.starts_with("-n") && a.size() > 2)
       value = a.substr(2), a = "-n";
-    const bool known = a == "-n" || a == "--base-port" || a == "--host" || a == "--gpus" || a == "--max-restarts";
+    const bool known = a == "-n" || a == "--ps" || a == "--base-port" || a == "--host" || a == "--gpus" || a == "--max-restarts";
     if (!known) usage_error("unknown option " + a + " (the program's own options go after --)");
     if (!value) {
       if (i + 1 >= argc) usage_error("missing value after " + a);
       value = argv[++i];
     }
     if (a == "-n") o.n = number(a, *value, 1, 4096), have_n = true;
+    else if (a == "--ps") o.ps = number(a, *value, 0, 4096);
     else if (a == "--base-port") o.base_port = number(a, *value, 1, 65535);
     else if (a == "--host") o.host = *value;
     else if (a == "--gpus") {
@@ -152,8 +162,8 @@ options parse(int argc, char** argv) {
   if (!have_separator) usage_error("missing -- and the program to run after it");
   if (o.command.empty()) usage_error("missing the program to run after --");
   if (o.host.empty()) usage_error("--host must not be empty");
-  if (o.base_port && o.base_port + o.n - 1 > 65535)
-    usage_error("--base-port " + std::to_string(o.base_port) + " leaves no room for " + std::to_string(o.n) + " ports");
+  if (o.base_port && o.base_port + tasks(o) - 1 > 65535)
+    usage_error("--base-port " + std::to_string(o.base_port) + " leaves no room for " + std::to_string(tasks(o)) + " ports");
   return o;
 }
 
@@ -201,7 +211,9 @@ std::string json_string(const std::string& s) {
 }
 
 struct worker {
-  int rank = 0;
+  int rank = 0;       // the process's place in the job (DTRAIN_LAUNCH_RANK)
+  std::string label;  // its output's prefix: the rank, or in a parameter server job its task ("ps:0")
+  bool computes = true;  // a worker (a chief or ps task of a parameter server job does not)
   pid_t pid = -1;
   int out = -1, err = -1;
   std::string out_buf, err_buf;
@@ -227,16 +239,16 @@ void emit(const worker& w, std::string& buf, FILE* to, bool at_eof) {
   bool redraw = false;  // the rest of buf follows a '\r'
   while ((end = buf.find_first_of("\r\n", start)) != std::string::npos) {
     redraw = buf[end] == '\r';
-    if (!redraw) clear_live(), std::fprintf(to, "[%d] %.*s\n", w.rank, int(end - start), buf.data() + start);
+    if (!redraw) clear_live(), std::fprintf(to, "[%s] %.*s\n", w.label.c_str(), int(end - start), buf.data() + start);
     start = end + 1;
   }
   buf.erase(0, start);
   if (!buf.empty() && (at_eof || buf.size() >= max_line)) {
     clear_live();
-    std::fprintf(to, "[%d] %s\n", w.rank, buf.c_str());
+    std::fprintf(to, "[%s] %s\n", w.label.c_str(), buf.c_str());
     buf.clear();
   } else if (!buf.empty() && redraw && g_terminal) {
-    std::fprintf(stdout, "\r\033[K[%d] %s", w.rank, buf.c_str());
+    std::fprintf(stdout, "\r\033[K[%s] %s", w.label.c_str(), buf.c_str());
     g_live_shown = true;
   }
   std::fflush(to);
@@ -268,8 +280,8 @@ int spawn(worker& w, const options& o, const std::string& tf_config, int restart
     std::exit(1);
   }
   // everything the child needs is made before fork
-  const std::string rank = std::to_string(w.rank), size = std::to_string(o.n), count = std::to_string(restart);
-  const std::string threads = std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / o.n));
+  const std::string rank = std::to_string(w.rank), size = std::to_string(tasks(o)), count = std::to_string(restart);
+  const std::string threads = std::to_string(w.computes ? std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN) / o.n) : 1L);
   const std::string gpu = o.gpus.empty() ? std::string() : o.gpus[std::size_t(w.rank) % o.gpus.size()];
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -380,10 +392,11 @@ int supervise(std::vector<worker>& ws, bool stop_on_failure) {
 std::string describe(const worker& w) {
   char b[200];
   if (WIFSIGNALED(w.status))
-    std::snprintf(b, sizeof b, "worker %d (pid %d) killed by signal %d (%s)", w.rank, int(w.pid), WTERMSIG(w.status),
-                  ::strsignal(WTERMSIG(w.status)));
+    std::snprintf(b, sizeof b, "%s %s (pid %d) killed by signal %d (%s)", w.computes ? "worker" : "task", w.label.c_str(),
+                  int(w.pid), WTERMSIG(w.status), ::strsignal(WTERMSIG(w.status)));
   else
-    std::snprintf(b, sizeof b, "worker %d (pid %d) exited with code %d", w.rank, int(w.pid), WEXITSTATUS(w.status));
+    std::snprintf(b, sizeof b, "%s %s (pid %d) exited with code %d", w.computes ? "worker" : "task", w.label.c_str(),
+                  int(w.pid), WEXITSTATUS(w.status));
   return b;
 }
 
@@ -410,23 +423,36 @@ int main(int argc, char** argv) {
 
   std::vector<int> ports;
   if (o.base_port)
-    for (int i = 0; i < o.n; ++i) ports.push_back(o.base_port + i);
+    for (int i = 0; i < tasks(o); ++i) ports.push_back(o.base_port + i);
   else
-    ports = free_ports(o.host, o.n);
-  std::string cluster = "{\"cluster\": {\"worker\": [";
-  for (int i = 0; i < o.n; ++i)
-    cluster += (i ? ", " : "") + json_string(o.host + ":" + std::to_string(ports[std::size_t(i)]));
-  cluster += "]}";
+    ports = free_ports(o.host, tasks(o));
+  // the tasks in port order: (job, index)
+  std::vector<std::pair<std::string, int>> task_list;
+  if (o.ps) task_list.emplace_back("chief", 0);
+  for (int i = 0; i < o.n; ++i) task_list.emplace_back("worker", i);
+  for (int i = 0; i < o.ps; ++i) task_list.emplace_back("ps", i);
+  std::string cluster = "{\"cluster\": {";
+  for (const char* job : {"chief", "worker", "ps"}) {
+    std::string list;
+    for (std::size_t t = 0; t < task_list.size(); ++t)
+      if (task_list[t].first == job)
+        list += (list.empty() ? "" : ", ") + json_string(o.host + ":" + std::to_string(ports[t]));
+    if (!list.empty()) cluster += std::string(cluster.back() == '{' ? "" : ", ") + json_string(job) + ": [" + list + "]";
+  }
+  cluster += "}";
 
   std::vector<worker> ws;
   int first = -1;  // the first worker of the last attempt to fail
   for (int restart = 0;; ++restart) {
-    ws.assign(std::size_t(o.n), worker{});
-    for (int i = 0; i < o.n; ++i) {
+    ws.assign(task_list.size(), worker{});
+    for (int i = 0; i < int(task_list.size()); ++i) {
       worker& w = ws[std::size_t(i)];
+      const auto& [job, index] = task_list[std::size_t(i)];
       w.rank = i;
+      w.label = o.ps ? job + ":" + std::to_string(index) : std::to_string(i);
+      w.computes = job == "worker";
       const std::string tf_config =
-          cluster + ", \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}";
+          cluster + ", \"task\": {\"type\": " + json_string(job) + ", \"index\": " + std::to_string(index) + "}}";
       if (const int e = spawn(w, o, tf_config, restart)) {
         std::fprintf(stderr, "dtrain-launch: cannot run %s: %s\n", o.command[0].c_str(), std::strerror(e));
         w.exited = true;
@@ -440,8 +466,8 @@ int main(int argc, char** argv) {
     first = supervise(ws, may_restart || o.kill_on_failure);
     if (first < 0) break;
     if (!may_restart || g_signals > 0) break;
-    std::fprintf(stderr, "dtrain-launch: %s; restarting all %d workers (restart %d of %d)\n",
-                 describe(ws[std::size_t(first)]).c_str(), o.n, restart + 1, o.max_restarts);
+    std::fprintf(stderr, "dtrain-launch: %s; restarting all %d %s (restart %d of %d)\n",
+                 describe(ws[std::size_t(first)]).c_str(), tasks(o), o.ps ? "tasks" : "workers", restart + 1, o.max_restarts);
   }
   for (const auto& w : ws)
     if (failed(w)) std::fprintf(stderr, "dtrain-launch: %s\n", describe(w).c_str());

@@ -36,6 +36,21 @@ looping_worker() {
 await_workers() { echo "for r in $1; do while [ ! -e \"\$D/ready.\$r\" ]; do sleep 0.02; done; done"; }
 
 case $case_name in
+ps_roles)  # --ps: a chief, the workers and the ps tasks, each with its task in TF_CONFIG and as its prefix
+  "$L" -n 2 --ps 2 -- sh -c 'echo "$TF_CONFIG threads=$DTRAIN_NUM_THREADS"; echo "rank=$DTRAIN_LAUNCH_RANK of $DTRAIN_LAUNCH_WORLD_SIZE" >&2' \
+    > "$dir/out" 2> "$dir/err" || fail "5 echo tasks failed"
+  [ "$(wc -l < "$dir/out")" -eq 5 ] || fail "expected 5 lines on stdout"
+  spec='{"cluster": {"chief": \["localhost:[0-9]*"\], "worker": \["localhost:[0-9]*", "localhost:[0-9]*"\], "ps": \["localhost:[0-9]*", "localhost:[0-9]*"\]}'
+  rank=0
+  for task in chief:0 worker:0 worker:1 ps:0 ps:1; do
+    has "^\[$task\] $spec, \"task\": {\"type\": \"${task%:*}\", \"index\": ${task#*:}}} threads=" "$dir/out"
+    has "^\[$task\] rank=$rank of 5$" "$dir/err"
+    rank=$((rank + 1))
+  done
+  has "^\[chief:0\] .* threads=1$" "$dir/out"
+  has "^\[ps:1\] .* threads=1$" "$dir/out"
+  [ "$(head -1 "$dir/out" | grep -o 'localhost:[0-9]*' | sort -u | wc -l)" -eq 5 ] || fail "the 5 ports are not distinct"
+  ;;
 tf_config)  # TF_CONFIG per worker as the tutorial sets it, rank prefixes on stdout and stderr, distinct ports
   "$L" -n 3 -- sh -c 'echo "$TF_CONFIG"; echo "rank=$DTRAIN_LAUNCH_RANK of $DTRAIN_LAUNCH_WORLD_SIZE" >&2' \
     > "$dir/out" 2> "$dir/err" || fail "3 echo workers failed"
