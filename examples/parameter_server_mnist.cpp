@@ -1,0 +1,31 @@
+// The parameter server tutorial with Model.fit: a coordinator (the chief task) schedules the training
+// steps on the workers, and the ps tasks hold the variables and apply the updates (asynchronous
+// training). Every task runs this program with its own TF_CONFIG; the ps tasks serve until the
+// coordinator is done. With the launcher (one chief, N workers, K ps tasks on this machine):
+//   dtrain-launch -n 2 --ps 1 -- parameter_server_mnist --model cnn --epochs 3 --steps-per-epoch 70
+// or by hand, each process with TF_CONFIG = {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
+// "task": {"type": "worker", "index": 0}} and so on, as the tutorial's in-process cluster.
+#include "mnist_setup.hpp"
+
+#include <dtrain/distribute/parameter_server_strategy.hpp>
+
+template <class Net>
+int run(const mnist_setup::arguments& args) {
+  const dtrain::cluster_info cluster = dtrain::resolve_cluster();
+  // the tutorial's partitioner: shards of at least 256 KiB, at most one per ps task
+  const auto num_ps = std::size_t(cluster.spec.num_tasks("ps"));
+  dtrain::parameter_server_strategy strategy(
+      {.variable_partitioner = dtrain::min_size_partitioner{.min_shard_bytes = 256 << 10, .max_shards = std::max<std::size_t>(1, num_ps)}},
+      cluster);
+
+  auto model = strategy.make_model<Net>(args.seed);
+  mnist_setup::compile(model, args);
+  // every worker reads the same pipeline and trains on its share of the batches (worker i of W: i, i + W, ...)
+  model.fit(mnist_setup::mnist_dataset(args.batch_size, args.seed),
+            {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, args.batch_size), .verbose = args.verbose});
+  mnist_setup::save_weights(model, args, strategy.is_chief());
+  if (strategy.is_chief()) mnist_setup::report_test(model);  // the coordinator evaluates, as in the tutorial
+  return 0;
+}
+
+int main(int argc, char** argv) { return mnist_setup::main<run<mnist_setup::cnn>, run<mnist_setup::mlp>>(argc, argv); }

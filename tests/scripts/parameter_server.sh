@@ -1,0 +1,71 @@
+#!/bin/bash
+# Parameter server jobs as separate processes on loopback (the parameter_server_mnist example):
+#  1. through dtrain-launch: a chief, 2 workers and 1 ps task train, the chief reports the test metrics,
+#     every task exits 0;
+#  2. started by hand, each process with its TF_CONFIG: 2 workers and 2 ps tasks, the same;
+#  3. a worker is killed (-9) mid-training: its steps run on the other worker, training finishes and the
+#     coordinator names the failed worker;
+#  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it.
+# usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist
+set -u
+launch=$1
+prog=$2
+dir=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+addresses() { # n base -> "127.0.0.1:base", ...
+  list=""; i=0; while [ $i -lt "$1" ]; do list="$list${list:+, }\"127.0.0.1:$(($2 + i))\""; i=$((i + 1)); done; echo "$list"
+}
+start() { # workers ps args... : starts every task, pids in chief, workers, pss
+  nw=$1; np=$2; shift 2; b=$(port)
+  c="{\"cluster\": {\"chief\": [$(addresses 1 "$b")], \"worker\": [$(addresses "$nw" $((b + 1)))], \"ps\": [$(addresses "$np" $((b + 1 + nw)))]}"
+  workers=""; pss=""
+  i=0; while [ $i -lt "$np" ]; do
+    TF_CONFIG="$c, \"task\": {\"type\": \"ps\", \"index\": $i}}" "$prog" "$@" > "$dir/ps$i.log" 2>&1 & pss="$pss $!"; i=$((i + 1))
+  done
+  i=0; while [ $i -lt "$nw" ]; do
+    TF_CONFIG="$c, \"task\": {\"type\": \"worker\", \"index\": $i}}" "$prog" "$@" > "$dir/w$i.log" 2>&1 & workers="$workers $!"; i=$((i + 1))
+  done
+  TF_CONFIG="$c, \"task\": {\"type\": \"chief\", \"index\": 0}}" "$prog" "$@" > "$dir/chief.log" 2>&1 & chief=$!
+}
+export DTRAIN_NUM_THREADS=1
+
+# 1. the launcher's roles
+"$launch" -n 2 --ps 1 -- "$prog" --model mlp --epochs 2 --steps-per-epoch 50 --verbose 2 > "$dir/launch.log" 2>&1 ||
+  fail "dtrain-launch --ps 1 exited with $?"
+grep -q "^\[chief:0\] test_accuracy: 0\.[0-9]" "$dir/launch.log" || fail "the chief did not report the test accuracy"
+grep -q "^\[chief:0\] Epoch 2/2" "$dir/launch.log" || fail "the chief did not report epoch 2"
+
+# 2. by hand: 2 workers, 2 ps tasks
+start 2 2 --model mlp --epochs 2 --steps-per-epoch 50 --verbose 2
+for p in $chief $workers $pss; do wait "$p" || fail "a task exited with $? (2 workers, 2 ps)"; done
+grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the chief did not report the test accuracy (2 ps)"
+
+# 3. kill -9 a worker
+start 2 1 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2
+set -- $workers
+sleep 2
+kill -0 "$2" 2>/dev/null || fail "worker 1 exited before it was to be killed"
+kill -9 "$2"
+wait "$chief" || fail "the chief exited with $? after worker 1 was killed"
+wait "$1" || fail "worker 0 exited with $? after worker 1 was killed"
+for p in $pss; do wait "$p" || fail "a ps task exited with $? after worker 1 was killed"; done
+grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the chief did not finish after worker 1 was killed"
+grep -q "worker 1 failed" "$dir/chief.log" || fail "the chief does not name the failed worker 1"
+
+# 4. kill -9 a ps task
+start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2
+set -- $pss
+sleep 2
+kill -0 "$1" 2>/dev/null || fail "ps 0 exited before it was to be killed"
+kill -9 "$1"
+t0=$(date +%s)
+wait "$chief"; rc=$?
+t1=$(date +%s)
+[ "$rc" = 138 ] || fail "the chief exited with $rc after ps 0 was killed, expected 138"
+[ $((t1 - t0)) -le 60 ] || fail "the chief took $((t1 - t0)) s to stop"
+grep -q "ps:0" "$dir/chief.log" || fail "the chief does not name ps:0"
+for p in $workers; do wait "$p"; r=$?; [ "$r" = 138 ] || fail "a worker exited with $r after ps 0 was killed, expected 138"; done
+wait "$2"; r=$?; [ "$r" = 138 ] || fail "ps 1 exited with $r after ps 0 was killed, expected 138"
+echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere; a killed ps stopped the job in $((t1 - t0)) s naming it)"
