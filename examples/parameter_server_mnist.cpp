@@ -5,6 +5,8 @@
 //   dtrain-launch -n 2 --ps 1 -- parameter_server_mnist --model cnn --epochs 3 --steps-per-epoch 70
 // or by hand, each process with TF_CONFIG = {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
 // "task": {"type": "worker", "index": 0}} and so on, as the tutorial's in-process cluster.
+// With --backup-dir the coordinator backs up the ps tasks' variables and optimizer state every epoch,
+// and a job restarted after a failure resumes from there.
 #include "mnist_setup.hpp"
 
 #include <dtrain/distribute/parameter_server_strategy.hpp>
@@ -22,7 +24,8 @@ int run(const mnist_setup::arguments& args) {
   mnist_setup::compile(model, args);
   // every worker reads the same pipeline and trains on its share of the batches (worker i of W: i, i + W, ...)
   model.fit(mnist_setup::mnist_dataset(args.batch_size, args.seed),
-            {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, args.batch_size), .verbose = args.verbose});
+            {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, args.batch_size),
+             .callbacks = mnist_setup::callbacks(args), .verbose = args.verbose});
   mnist_setup::save_weights(model, args, strategy.is_chief());
   if (strategy.is_chief()) mnist_setup::report_test(model);  // the coordinator evaluates, as in the tutorial
   return 0;

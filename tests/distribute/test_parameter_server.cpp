@@ -221,6 +221,50 @@ BOOST_AUTO_TEST_CASE(a_failed_workers_step_runs_elsewhere) {
   BOOST_TEST(hist.history.at("loss").size() == 2u);
 }
 
+// The coordinator's backups hold the ps tasks' variables and optimizer state: a job that failed after
+// its second epoch and restarts (every task anew) resumes at its third, and ends where a job that never
+// failed ends, bit for bit (one worker; its data repeat every epoch, as a restarted worker's start over).
+BOOST_AUTO_TEST_CASE(a_restarted_job_resumes_from_its_backup) {
+  struct fail_at_epoch_2 : callback {
+    void on_epoch_begin(int epoch, const logs&) override {
+      if (epoch == 2) throw io_error("the coordinator failed");
+    }
+  };
+  auto [x, y] = three_class_problem(96);
+  const auto ds = data::from_tensor_slices(x, y) | data::batch(12) | data::repeat();
+  const dtrain_test::temp_dir dir;
+  auto train = [&](int epochs, callback_list cbs) {
+    const job j(1, 2);
+    std::vector<float> weights;
+    std::vector<std::uint64_t> applied;
+    try {
+      j.run(
+          [&](parameter_server_strategy& s) {
+            auto model = s.make_model<net>(3);
+            compile(model);
+            model.fit(ds, {.epochs = epochs, .steps_per_epoch = 8, .callbacks = cbs, .verbose = 0});
+            weights = model.get_weights();
+            applied = s.applied_steps();
+          },
+          [&](parameter_server_strategy& s, int) {
+            auto model = s.make_model<net>(3);
+            compile(model);
+            model.fit(ds, {.epochs = epochs, .steps_per_epoch = 8, .verbose = 0});
+          });
+    } catch (const io_error&) {
+    } catch (const comm_error&) {  // the other tasks of the failed job
+    }
+    return std::pair{weights, applied};
+  };
+  const auto whole = train(4, {});
+  BOOST_TEST(whole.second == std::vector<std::uint64_t>(2, 32u), tt::per_element());
+  const auto failed = train(4, {backup_and_restore({.backup_dir = dir.path}), fail_at_epoch_2{}});
+  BOOST_TEST(failed.first.empty());  // it failed
+  const auto resumed = train(4, {backup_and_restore({.backup_dir = dir.path})});
+  BOOST_TEST(resumed.second == std::vector<std::uint64_t>(2, 16u), tt::per_element());  // epochs 3 and 4 only
+  BOOST_TEST(resumed.first == whole.first, tt::per_element());
+}
+
 // A task without the job token cannot join: the ps task refuses it, naming why.
 BOOST_AUTO_TEST_CASE(a_stranger_without_the_token_is_refused) {
   job j(1, 1);

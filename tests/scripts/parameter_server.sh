@@ -5,7 +5,8 @@
 #  2. started by hand, each process with its TF_CONFIG: 2 workers and 2 ps tasks, the same;
 #  3. a worker is killed (-9) mid-training: its steps run on the other worker, training finishes and the
 #     coordinator names the failed worker;
-#  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it.
+#  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it, and
+#     the job started again resumes from the coordinator's backup and finishes.
 # usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist
 set -u
 launch=$1
@@ -55,9 +56,9 @@ grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the chief did not fi
 grep -q "worker 1 failed" "$dir/chief.log" || fail "the chief does not name the failed worker 1"
 
 # 4. kill -9 a ps task
-start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2
+start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2 --backup-dir "$dir/backup"
 set -- $pss
-sleep 2
+for try in $(seq 300); do ls "$dir/backup"/*.safetensors > /dev/null 2>&1 && break; sleep 0.1; done
 kill -0 "$1" 2>/dev/null || fail "ps 0 exited before it was to be killed"
 kill -9 "$1"
 t0=$(date +%s)
@@ -68,4 +69,8 @@ t1=$(date +%s)
 grep -q "ps:0" "$dir/chief.log" || fail "the chief does not name ps:0"
 for p in $workers; do wait "$p"; r=$?; [ "$r" = 138 ] || fail "a worker exited with $r after ps 0 was killed, expected 138"; done
 wait "$2"; r=$?; [ "$r" = 138 ] || fail "ps 1 exited with $r after ps 0 was killed, expected 138"
-echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere; a killed ps stopped the job in $((t1 - t0)) s naming it)"
+start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2 --backup-dir "$dir/backup"
+for p in $chief $workers $pss; do wait "$p" || fail "a task of the restarted job exited with $?"; done
+grep -q "resuming at epoch [2-5]" "$dir/chief.log" || fail "the restarted coordinator did not resume from its backup"
+grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the restarted job did not finish"
+echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup)"

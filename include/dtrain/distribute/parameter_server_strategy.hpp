@@ -25,6 +25,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "dtrain/distribute/ps/partitioner.hpp"
@@ -200,17 +201,60 @@ class parameter_server_strategy final : public replica_context {
       }
     });
   }
-  /// Sends the ps tasks their values and the optimizer, unless they hold values already.
-  void initialise_ps(std::span<const float> params, const std::string& optimizer_config) {
-    for (std::size_t j = 0; j < ps_.size(); ++j) {
-      nlohmann::json regions = nlohmann::json::array();
-      for (const auto& r : placement_.tasks[j])
-        regions.push_back({{"variable", r.variable}, {"shard", r.shard}, {"offset", r.offset}, {"size", r.size}});
-      ps_[j].send(ps::message::init, nlohmann::json{{"optimizer", nlohmann::json::parse(optimizer_config)}, {"regions", regions}}.dump());
-      if (ps_[j].receive_text(ps::message::ok, 64) != "new") continue;
-      ps_[j].send(ps::message::values, parts_of(params, j));
-      ps_[j].receive_text(ps::message::ok, 0);
-    }
+  /// Sends the ps tasks their values (their regions of `weights`), the optimizer's config and its state
+  /// (`state.slots`: each slot over the `params` trainable values, as an optimizer lays them out).
+  /// Returns false when they held values already (a coordinator that restarted): those are kept.
+  bool initialise_ps(std::span<const float> weights, const nlohmann::json& optimizer_config, const optimizer_state& state,
+                     std::size_t params) {
+    const std::size_t slots = params ? state.slots.size() / params : 0;
+    bool fresh = true;
+    with_ps([&] {
+      for (std::size_t j = 0; j < ps_.size(); ++j) {
+        nlohmann::json regions = nlohmann::json::array();
+        for (const auto& r : placement_.tasks[j])
+          regions.push_back({{"variable", r.variable}, {"shard", r.shard}, {"offset", r.offset}, {"size", r.size}});
+        ps_[j].send(ps::message::init, nlohmann::json{{"optimizer", optimizer_config}, {"regions", regions},
+                                                      {"slots", slots}, {"iterations", state.iterations}}.dump());
+        if (ps_[j].receive_text(ps::message::ok, 64) != "new") {
+          fresh = false;
+          continue;
+        }
+        auto parts = parts_of(weights, j);
+        for (std::size_t k = 0; k < slots; ++k) {
+          const auto more = parts_of(std::span<const float>(state.slots).subspan(k * params, params), j);
+          parts.insert(parts.end(), more.begin(), more.end());
+        }
+        ps_[j].send(ps::message::values, parts);
+        ps_[j].receive_text(ps::message::ok, 0);
+      }
+    });
+    return fresh;
+  }
+  /// The ps tasks' values, into their places of `weights`, and their optimizer's state laid out over the
+  /// `params` trainable values (the step count is ps task 0's).
+  optimizer_state read_state(std::span<float> weights, std::size_t params) {
+    optimizer_state state;
+    with_ps([&] {
+      for (auto& c : ps_) c.send(ps::message::state);
+      for (std::size_t j = 0; j < ps_.size(); ++j) {
+        const auto head = nlohmann::json::parse(ps_[j].receive_text(ps::message::ok, 4096));
+        const auto slots = head.at("slots").get<std::size_t>();
+        if (slots > ps::max_slots || (j > 0 && slots * params != state.slots.size()))
+          throw comm_error(ps_[j].peer() + " holds " + std::to_string(slots) + " optimizer slots per value, ps:0 " +
+                           std::to_string(state.slots.size() / std::max<std::size_t>(1, params)));
+        if (j == 0) state.iterations = head.at("iterations").get<std::int64_t>(), state.slots.assign(slots * params, 0.0f);
+        const ps::message_header h = ps_[j].receive((1 + slots) * placement_.values_on(j) * sizeof(float));
+        ps_[j].expect(h, ps::message::values);
+        std::vector<asio::mutable_buffer> parts;
+        auto add = [&](float* base) {
+          for (const auto& r : placement_.tasks[j]) parts.push_back(asio::buffer(base + r.offset, r.size * sizeof(float)));
+        };
+        add(weights.data());
+        for (std::size_t k = 0; k < slots; ++k) add(state.slots.data() + k * params);
+        ps_[j].read_payload(h, std::move(parts));
+      }
+    });
+    return state;
   }
   /// How many steps each ps task has applied.
   std::vector<std::uint64_t> applied_steps() {
@@ -386,12 +430,11 @@ class parameter_server_strategy final : public replica_context {
   std::string address(const std::string& job, int i) const { return cluster_.spec.jobs.at(job).at(std::size_t(i)); }
 
   [[noreturn]] void serve_and_exit() {
-    const std::string me = id_.tasks.name(id_.me);
     try {
       ps::server s(id_, address("ps", cluster_.task_id), o_.log);
       s.join(o_.connect_timeout);
     } catch (const std::exception& e) {
-      o_.log(me + ": " + e.what());
+      o_.log(e.what());
       std::fflush(nullptr);
       std::exit(peer_failure_exit_code);
     }
@@ -435,7 +478,28 @@ class ps_model : public M {
  private:
   M& model() { return *this; }
 
-  /// The coordinator's loop: the steps on the workers, the callbacks here.
+  /// What the coordinator's callbacks see of the model: the ps tasks' variables and optimizer state,
+  /// read when a callback asks for them after a step (a backup, a checkpoint, TensorBoard's histograms).
+  class coordinator_handle final : public detail::model_handle<M> {
+   public:
+    explicit coordinator_handle(ps_model& m) : detail::model_handle<M>(m), m_(m) {}
+    std::vector<float> get_weights() override { return m_.refresh(), detail::model_handle<M>::get_weights(); }
+    std::vector<std::pair<std::string, std::vector<float>>> layer_weights() override {
+      return m_.refresh(), detail::model_handle<M>::layer_weights();
+    }
+    training_state capture_state() override { return m_.refresh(), detail::model_handle<M>::capture_state(); }
+    void save_weights(const std::filesystem::path& path) override {
+      m_.refresh();
+      detail::model_handle<M>::save_weights(path);
+    }
+
+   private:
+    ps_model& m_;
+  };
+
+  /// The coordinator's loop: the steps on the workers, the callbacks here. A backup (backup_and_restore)
+  /// holds the ps tasks' variables and optimizer state; a job that restarts resumes from it, at its epoch
+  /// and step (the workers' datasets start over).
   history coordinate(basic_fit_options<detail::element_of<M>> o) {
     strategy_scope scope(s_);
     M& m = model();
@@ -444,28 +508,39 @@ class ps_model : public M {
       throw usage_error("fit: the optimizer runs on the ps tasks, which rebuild it from its Keras config, and "
                         "this one has none (a learning-rate schedule written as a function?): use dtrain's "
                         "optimizers and schedules");
-    if (!initialised_) {
-      const std::vector<float> w = m.get_weights();
-      s_->initialise_ps(w, config.dump());
-      initialised_ = true;
-    }
     auto hist = std::make_shared<history>();
     callback_list cbs = o.callbacks;
     if (o.verbose > 0) cbs.push_front(progbar_logger{});
     cbs.push_back(hist);
-    detail::model_handle<M> handle(m);
+    coordinator_handle handle(*this);
     const auto bound = cbs.bind_model(&handle);
     cbs.set_params({o.epochs, o.steps_per_epoch, o.verbose});
     logs l;
-    cbs.on_train_begin(l);
+    cbs.on_train_begin(l);  // a backup is restored into the model here
+    const std::optional<training_position> resume = std::exchange(handle.resume, std::nullopt);
+    if (!initialised_) {
+      const std::vector<float> w = m.get_weights();
+      if (!s_->initialise_ps(w, config, std::as_const(m).optimizer().state(), M::param_count))
+        stale_ = true;  // they hold newer values than any backup: a restarted coordinator takes theirs
+      initialised_ = true;
+    }
     bool ran_out = false;
-    for (int epoch = o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
-      m.reset_metrics();
+    for (int epoch = resume ? resume->epoch : o.initial_epoch; epoch < o.epochs && !ran_out; ++epoch) {
+      std::int64_t step = 0;
+      if (resume && epoch == resume->epoch && resume->step > 0) {
+        if (resume->step > o.steps_per_epoch)
+          throw config_error("fit: the backup's position, epoch " + std::to_string(epoch + 1) + " after batch " +
+                             std::to_string(resume->step) + ", is not a position of this run, whose epochs have " +
+                             std::to_string(o.steps_per_epoch) + " steps");
+        step = resume->step;  // the restored running metrics go on
+      } else {
+        m.reset_metrics();
+      }
+      handle.position = {.epoch = epoch, .step = step};
       cbs.on_epoch_begin(epoch, l);
       l = m.metric_results();
-      std::int64_t step = 0;
-      std::vector<float> moving;
-      const std::int64_t ran = s_->run_steps(next_step_, o.steps_per_epoch, [&](const auto& r) {
+      const std::int64_t first = step;
+      const std::int64_t ran = s_->run_steps(next_step_, o.steps_per_epoch - first, [&](const auto& r) {
         cbs.on_train_batch_begin(step, l);
         std::vector<float> states = checkpoint::metric_states(m);
         if (r.states.size() != states.size())
@@ -473,20 +548,24 @@ class ps_model : public M {
                            std::to_string(states.size()) + " (is every task running the same program?)");
         for (std::size_t k = 0; k < states.size(); ++k) states[k] += r.states[k];
         checkpoint::set_metric_states(m, states);
-        if (!r.moving.empty()) moving = r.moving;
+        if (!r.moving.empty()) moving_ = r.moving;
+        stale_ = true;
         l = m.metric_results();
+        handle.position.step = step + 1;
         cbs.on_train_batch_end(step++, l);
         return !handle.stop_training;
       });
-      next_step_ += std::uint64_t(o.steps_per_epoch);
-      if (ran < o.steps_per_epoch && !handle.stop_training) ran_out = true, detail::ran_out_warning(o.steps_per_epoch, o.epochs);
-      fetch(moving);
+      next_step_ += std::uint64_t(o.steps_per_epoch - first);
+      if (ran < o.steps_per_epoch - first && !handle.stop_training)
+        ran_out = true, detail::ran_out_warning(o.steps_per_epoch, o.epochs);
+      refresh();
       if (ran == 0) break;
       l = m.metric_results();
       if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
         const logs v = detail::run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
         for (const auto& [k, x] : v) l.set("val_" + k, x);
       }
+      handle.position = {.epoch = epoch + 1, .step = 0};  // a backup at the epoch's end resumes at the next one
       cbs.on_epoch_end(epoch, l);
       if (handle.stop_training) break;
     }
@@ -495,19 +574,24 @@ class ps_model : public M {
     return *hist;
   }
 
-  /// The variables as the ps tasks hold them now, and the latest moving statistics a worker reported.
-  void fetch(const std::vector<float>& moving) {
-    std::vector<float> w = model().get_weights();
-    s_->pull(w);
-    if (!moving.empty()) {
+  /// Brings the ps tasks' variables and optimizer state, and the latest moving statistics a worker
+  /// reported, into the coordinator's model, when steps ran since it last did.
+  void refresh() {
+    if (!stale_) return;
+    M& m = model();
+    std::vector<float> w = m.get_weights();
+    optimizer_state state = s_->read_state(w, M::param_count);
+    if (!moving_.empty()) {
       std::size_t k = 0;
       for (const auto& v : s_->moving()) {
-        if (k + v.size > moving.size()) break;
-        std::copy_n(moving.begin() + std::ptrdiff_t(k), v.size, w.begin() + std::ptrdiff_t(v.offset));
+        if (k + v.size > moving_.size()) break;
+        std::copy_n(moving_.begin() + std::ptrdiff_t(k), v.size, w.begin() + std::ptrdiff_t(v.offset));
         k += v.size;
       }
     }
-    model().set_weights(w);
+    m.set_weights(w);
+    m.optimizer().set_state(std::move(state));
+    stale_ = false;
   }
 
   /// A worker's loop: each step the coordinator sends, on this worker's next batch.
@@ -557,7 +641,11 @@ class ps_model : public M {
 
   parameter_server_strategy* s_;
   bool initialised_ = false;
-  std::uint64_t next_step_ = 0;
+  bool stale_ = false;         // steps ran since the coordinator's model last read the ps tasks
+  std::vector<float> moving_;  // the latest moving statistics a worker reported
+  /// The next step's number, which a push carries: a random start per coordinator, so a restarted one's
+  /// steps are not taken for steps the ps tasks applied already.
+  std::uint64_t next_step_ = std::uint64_t(std::random_device{}()) << 32;
 };
 
 }  // namespace dtrain

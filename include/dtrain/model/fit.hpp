@@ -88,7 +88,7 @@ int workers(const Model& m) {
 }
 
 template <class Model>
-class model_handle final : public training_model {
+class model_handle : public training_model {
  public:
   explicit model_handle(Model& m) : m_(m) {}
   std::vector<float> get_weights() override { return m_.get_weights(); }

@@ -51,6 +51,8 @@ enum class message : std::uint32_t {
   stats = 10,   // coordinator -> ps: how many steps you applied (JSON)
   shutdown = 11,  // coordinator -> ps: the job is over
   ps_failed = 12,  // worker -> coordinator: a ps task failed (text: which, and how)
+  state = 13,      // coordinator -> ps: your optimizer's step count and slot count (JSON), then `values`:
+                   // your values, then each slot's values
 };
 
 inline constexpr std::uint32_t message_magic = 0x50525444;  // "DTRP"

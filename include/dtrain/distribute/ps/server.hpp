@@ -3,14 +3,16 @@
 /// A ps task (TF's `tf.distribute.Server` of the "ps" job): it holds its share of the model's
 /// variables and applies the optimizer to them.
 ///
-/// The coordinator initialises it once (`init`: its regions of the parameter buffer and the compiled
-/// optimizer's Keras config, then their starting values); workers then `pull` the values at the start
+/// The coordinator initialises it once (`init`: its regions of the parameter buffer, the compiled
+/// optimizer's Keras config and the number of optimizer slots it restores, then the starting values and
+/// those slots: a resumed job's); workers then `pull` the values at the start
 /// of a step and `push` the step's gradients, which the task applies at once with its optimizer
 /// (asynchronous training, as TF's: each push is one optimizer step on the values as they are). A push
 /// names its step; a step already applied is not applied again (a step re-run elsewhere after its
 /// worker failed), so each scheduled step updates each task once. Pulls and pushes are served
 /// concurrently, one thread per connection, each whole under the task's lock, so a pull never sees half
-/// an update. The task ends when the coordinator sends `shutdown` or its connection drops.
+/// an update. The coordinator reads the values and the optimizer's state (`state`) for its callbacks and
+/// backups. The task ends when the coordinator sends `shutdown` or its connection drops.
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,8 @@ namespace dtrain::ps {
 
 /// The largest init message (the regions and the optimizer config, as JSON).
 inline constexpr std::uint64_t max_init_bytes = std::uint64_t{64} << 20;
+/// The most optimizer slots per value a task takes (Adam with amsgrad has 3).
+inline constexpr std::size_t max_slots = 8;
 
 class server {
  public:
@@ -82,6 +86,17 @@ class server {
             break;
           }
           case message::push: apply(c, h, grads); break;
+          case message::state: {
+            c.read_payload(h, {});
+            std::lock_guard l(m_);
+            require_initialised();
+            const optimizer_state st = optimizer_.state();
+            c.send(message::ok, nlohmann::json{{"iterations", st.iterations}, {"slots", slot_count(st)}}.dump());
+            const asio::const_buffer parts[] = {asio::buffer(values_.data(), values_bytes()),
+                                                asio::buffer(st.slots.data(), st.slots.size() * sizeof(float))};
+            c.send(message::values, parts);
+            break;
+          }
           case message::stats: {
             c.read_payload(h, {});
             c.send(message::ok, nlohmann::json{{"applied", applied_.load()}}.dump());
@@ -125,22 +140,31 @@ class server {
       c.send(message::ok, "initialised");
       return;
     }
+    std::size_t slots = 0;
+    optimizer_state st;
     try {
       const auto j = nlohmann::json::parse(text);
       optimizer_ = checkpoint::detail::optimizer_from(j.at("optimizer"));
       std::size_t n = 0;
       for (const auto& r : j.at("regions")) n += r.at("size").get<std::size_t>();
       values_.assign(n, 0.0f);
+      slots = j.at("slots").get<std::size_t>();
+      st.iterations = j.at("iterations").get<std::int64_t>();
+      if (slots > max_slots) throw value_error(std::to_string(slots) + " optimizer slots");
     } catch (const std::exception& e) {
       c.fail("sent an init message that does not parse: " + std::string(e.what()));
     }
     c.send(message::ok, "new");
-    const message_header v = c.receive(values_bytes());
+    st.slots.resize(slots * values_.size());
+    const message_header v = c.receive(values_bytes() + st.slots.size() * sizeof(float));
     c.expect(v, message::values);
-    c.read_payload(v, {asio::buffer(values_.data(), values_bytes())});
+    c.read_payload(v, {asio::buffer(values_.data(), values_bytes()), asio::buffer(st.slots.data(), st.slots.size() * sizeof(float))});
+    if (slots > 0 || st.iterations > 0) optimizer_.set_state(std::move(st));
     initialised_ = true;
     c.send(message::ok);
   }
+
+  std::size_t slot_count(const optimizer_state& st) const { return values_.empty() ? 0 : st.slots.size() / values_.size(); }
 
   void apply(channel& c, const message_header& h, std::vector<float>& grads) {
     std::uint64_t step = 0;
