@@ -32,6 +32,7 @@ struct arguments {
   std::string dir;           // --dir: where the saving examples write their files
   std::string device = "cpu";  // --device (the examples that offer it): cpu, or gpu (the cuda backend)
   std::string implementation = "auto";  // --implementation (with --device): TF's CommunicationImplementation
+  bool validate = false;     // --validate: the test images as fit's validation data (val_loss, val_accuracy)
 };
 
 /// TF's `CommunicationOptions(implementation=...)` from --implementation.
@@ -65,6 +66,7 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
       ->check(CLI::IsMember({"epoch"}) | CLI::Range(std::int64_t(1), std::int64_t(1) << 40))->capture_default_str();
   app.add_option("--save-weights", a.save_weights, "the chief writes the final weights there");
   app.add_option("--dir", a.dir, "where the saving examples write their files");
+  app.add_flag("--validate", a.validate, "evaluate on the 10,000 test images after every epoch (val_accuracy)");
   if (device_flag) {
     app.add_option("--device", a.device, "cpu, or gpu: the model on GPU 0")
         ->check(CLI::IsMember({"cpu", "gpu"}))
@@ -128,6 +130,12 @@ inline std::filesystem::path work_dir(const arguments& a, const char* seed_name)
 inline auto mnist_dataset(std::size_t batch_size, std::uint64_t seed) {
   return dtrain::data::fashion_mnist_train() | dtrain::data::shuffle(60000, seed) | dtrain::data::repeat() |
          dtrain::data::batch(batch_size);
+}
+
+/// fit's validation data: the test images with --validate, else none.
+inline dtrain::data::any_dataset<dtrain::data::example> validation(const arguments& a) {
+  if (!a.validate) return {};
+  return dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000);
 }
 
 /// `build_and_compile_model()`: the model with the tutorial's loss and the chosen optimizer.

@@ -30,7 +30,8 @@ int train(Strategy& strategy, const mnist_setup::arguments& args) {
   auto model = strategy.template make_model<Net>(args.seed);
   mnist_setup::compile(model, args);
   model.fit(dataset, {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, global_batch_size),
-                      .callbacks = mnist_setup::callbacks(args), .verbose = args.verbose});
+                      .validation_data = mnist_setup::validation(args), .callbacks = mnist_setup::callbacks(args),
+                      .verbose = args.verbose});
   mnist_setup::save_weights(model, args, strategy.is_chief());
   mnist_setup::report_test(model);
   return 0;

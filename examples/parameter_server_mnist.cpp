@@ -25,7 +25,8 @@ int run(const mnist_setup::arguments& args) {
   // every worker reads the same pipeline and trains on its share of the batches (worker i of W: i, i + W, ...)
   model.fit(mnist_setup::mnist_dataset(args.batch_size, args.seed),
             {.epochs = args.epochs, .steps_per_epoch = mnist_setup::steps(args, args.batch_size),
-             .callbacks = mnist_setup::callbacks(args), .verbose = args.verbose});
+             .validation_data = mnist_setup::validation(args), .callbacks = mnist_setup::callbacks(args),
+             .verbose = args.verbose});
   mnist_setup::save_weights(model, args, strategy.is_chief());
   if (strategy.is_chief()) mnist_setup::report_test(model);  // the coordinator evaluates, as in the tutorial
   return 0;
