@@ -221,6 +221,37 @@ BOOST_AUTO_TEST_CASE(a_failed_workers_step_runs_elsewhere) {
   BOOST_TEST(hist.history.at("loss").size() == 2u);
 }
 
+// TF's dataset function: each worker builds its own pipeline from its input context (pipeline i of W)
+// and trains on all of it.
+BOOST_AUTO_TEST_CASE(workers_build_their_pipelines_from_a_dataset_function) {
+  const job j(2, 1);
+  std::vector<input_context> seen(2);
+  std::vector<std::uint64_t> applied;
+  j.run(
+      [&](parameter_server_strategy& s) {
+        auto model = s.make_model<net>(3);
+        compile(model);
+        model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 6, .verbose = 0});
+        applied = s.applied_steps();
+      },
+      [&](parameter_server_strategy& s, int i) {
+        auto model = s.make_model<net>(3);
+        compile(model);
+        auto [x, y] = three_class_problem(96);
+        auto per_worker = s.distribute_datasets_from_function([&](const input_context& ctx) {
+          seen[std::size_t(i)] = ctx;
+          return data::from_tensor_slices(x, y) | data::shard(ctx.num_input_pipelines, ctx.input_pipeline_id) |
+                 data::batch(12) | data::repeat();
+        });
+        model.fit(per_worker, {.epochs = 2, .steps_per_epoch = 6, .verbose = 0});
+      });
+  BOOST_TEST(applied == std::vector<std::uint64_t>{12u}, tt::per_element());
+  for (int i : {0, 1}) {
+    BOOST_TEST(seen[std::size_t(i)].num_input_pipelines == 2);
+    BOOST_TEST(seen[std::size_t(i)].input_pipeline_id == i);
+  }
+}
+
 // The coordinator's backups hold the ps tasks' variables and optimizer state: a job that failed after
 // its second epoch and restarts (every task anew) resumes at its third, and ends where a job that never
 // failed ends, bit for bit (one worker; its data repeat every epoch, as a restarted worker's start over).

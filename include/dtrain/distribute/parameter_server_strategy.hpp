@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// `parameter_server_strategy`: TF's `ParameterServerStrategy` with its `ClusterCoordinator`,
-/// asynchronous data parallelism. The cluster (TF_CONFIG) has one `chief` (the coordinator), workers
+/// `parameter_server_strategy`: TF's `ParameterServerStrategy` with `Model.fit` (the coordinator's
+/// scheduling of TF's `ClusterCoordinator` inside `fit`), asynchronous data parallelism. The cluster (TF_CONFIG) has one `chief` (the coordinator), workers
 /// and `ps` tasks; every task runs the same program, as under the multi-worker strategy:
 /// - a ps task's constructor is TF's `server.join()`: it holds its share of the variables (placed round
 ///   robin, or split by the `variable_partitioner`, ps/partitioner.hpp), applies the optimizer to each
@@ -134,10 +134,7 @@ class parameter_server_strategy final : public replica_context {
     std::vector<ps::variable> vars;
     for (const auto& l : m.layers())
       for (const auto& v : l.variables)
-        if (v.trainable) vars.push_back({l.name + "/" + v.name, v.shape, v.offset, v.size});
-    for (const auto& l : m.layers())
-      for (const auto& v : l.variables)
-        if (!v.trainable) moving_.push_back({l.name + "/" + v.name, v.shape, v.offset, v.size});
+        (v.trainable ? vars : moving_).push_back({l.name + "/" + v.name, v.shape, v.offset, v.size});
     placement_ = ps::place(vars, std::size_t(id_.tasks.ps), o_.variable_partitioner);
     made_ = true;
     m.set_strategy(this, is_chief() ? nullptr : &push_);

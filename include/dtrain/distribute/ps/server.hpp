@@ -113,7 +113,7 @@ class server {
             c.fail("sent a message of kind " + std::to_string(h.kind) + ", which a ps task does not serve");
         }
       }
-    } catch (const connection_closed& e) {
+    } catch (const connection_closed&) {
       if (from_coordinator && !done_) {  // the coordinator ended without ending the job: it failed
         std::lock_guard l(m_);
         failure_ = "the coordinator's connection closed before it ended the job";
