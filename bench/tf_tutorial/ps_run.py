@@ -147,10 +147,10 @@ def main():
         print(f"| {name} | {sps:.1f} | {sps * per_step:,.0f} | "
               f"{f'{to:.1f}' if to is not None else f'not reached in {len(runs) - len(reached)} of {len(runs)}'} | "
               f"{statistics.median(x['accuracy'] for x in runs):.4f} |")
-    ps, tf = "dtrain parameter_server_strategy", "tensorflow ParameterServerStrategy"
-    if tf in med:
-        print(f"\ndtrain's parameter server runs {med[ps][0] / med[tf][0]:.2f}x TensorFlow's steps per second" +
-              (f", reaches {TARGET} in {med[tf][1] / med[ps][1]:.2f}x less time" if med[ps][1] and med[tf][1] else ""))
+    ours, theirs = med.get("dtrain parameter_server_strategy"), med.get("tensorflow ParameterServerStrategy")
+    if theirs:
+        print(f"\ndtrain's parameter server runs {ours[0] / theirs[0]:.2f}x TensorFlow's steps per second" +
+              (f", reaches {TARGET} in {theirs[1] / ours[1]:.2f}x less time" if ours[1] and theirs[1] else ""))
 
 
 if __name__ == "__main__":

@@ -221,6 +221,50 @@ BOOST_AUTO_TEST_CASE(a_failed_workers_step_runs_elsewhere) {
   BOOST_TEST(hist.history.at("loss").size() == 2u);
 }
 
+// A failed worker whose program starts again rejoins: the coordinator connects to it at the next epoch
+// and it trains again; every step is still applied once.
+BOOST_AUTO_TEST_CASE(a_failed_worker_rejoins) {
+  const job j(2, 1);
+  std::vector<std::uint64_t> applied;
+  std::atomic<int> after_rejoining{0};
+  j.run(
+      [&](parameter_server_strategy& s) {
+        auto model = s.make_model<net>(3);
+        compile(model);
+        model.fit(dataset(), {.epochs = 6, .steps_per_epoch = 10, .verbose = 0});
+        applied = s.applied_steps();
+      },
+      [&](parameter_server_strategy& s, int i) {
+        auto slow = [](data::example e) {  // a step of a few milliseconds: the epochs outlast a restart
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          return e;
+        };
+        auto model = s.make_model<net>(3);
+        compile(model);
+        if (i == 0) {
+          model.fit(dataset() | data::map(slow), {.epochs = 6, .steps_per_epoch = 10, .verbose = 0});
+          return;
+        }
+        int batches = 0;
+        auto failing = dataset() | data::map([&](data::example e) {
+                         if (++batches == 3) throw io_error("worker 1's disk failed");
+                         return slow(std::move(e));
+                       });
+        WORKER_CHECK_THROW(model.fit(failing, {.epochs = 6, .steps_per_epoch = 10, .verbose = 0}), io_error);
+        // the program starts again: a new strategy (new connections) for the same task
+        parameter_server_strategy again(j.options(), j.task("worker", 1));
+        auto model2 = again.make_model<net>(3);
+        compile(model2);
+        model2.fit(dataset() | data::map([&](data::example e) {
+                     ++after_rejoining;
+                     return slow(std::move(e));
+                   }),
+                   {.epochs = 6, .steps_per_epoch = 10, .verbose = 0});
+      });
+  BOOST_TEST(applied == std::vector<std::uint64_t>{60u}, tt::per_element());
+  BOOST_TEST(after_rejoining.load() > 0);
+}
+
 // TF's dataset function: each worker builds its own pipeline from its input context (pipeline i of W)
 // and trains on all of it.
 BOOST_AUTO_TEST_CASE(workers_build_their_pipelines_from_a_dataset_function) {

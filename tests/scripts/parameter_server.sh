@@ -3,8 +3,8 @@
 #  1. through dtrain-launch: a chief, 2 workers and 1 ps task train, the chief reports the test metrics,
 #     every task exits 0;
 #  2. started by hand, each process with its TF_CONFIG: 2 workers and 2 ps tasks, the same;
-#  3. a worker is killed (-9) mid-training: its steps run on the other worker, training finishes and the
-#     coordinator names the failed worker;
+#  3. a worker is killed (-9) mid-training: its steps run on the other worker, and the coordinator names
+#     it; started again, it rejoins the job at the next epoch; training finishes;
 #  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it, and
 #     the job started again resumes from the coordinator's backup and finishes.
 # usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist
@@ -49,7 +49,12 @@ set -- $workers
 sleep 2
 kill -0 "$2" 2>/dev/null || fail "worker 1 exited before it was to be killed"
 kill -9 "$2"
+TF_CONFIG="$c, \"task\": {\"type\": \"worker\", \"index\": 1}}" "$prog" --model mlp --epochs 5 --steps-per-epoch 400 \
+  --verbose 2 > "$dir/w1-again.log" 2>&1 &
+again=$!
 wait "$chief" || fail "the chief exited with $? after worker 1 was killed"
+grep -q "worker 1 rejoined" "$dir/chief.log" || { kill -9 "$again"; fail "the restarted worker 1 did not rejoin"; }
+wait "$again" || fail "the restarted worker 1 exited with $?"
 wait "$1" || fail "worker 0 exited with $? after worker 1 was killed"
 for p in $pss; do wait "$p" || fail "a ps task exited with $? after worker 1 was killed"; done
 grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the chief did not finish after worker 1 was killed"
@@ -73,4 +78,4 @@ start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2 --backup-dir 
 for p in $chief $workers $pss; do wait "$p" || fail "a task of the restarted job exited with $?"; done
 grep -q "resuming at epoch [2-5]" "$dir/chief.log" || fail "the restarted coordinator did not resume from its backup"
 grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the restarted job did not finish"
-echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup)"
+echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere and it rejoined; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup)"

@@ -276,8 +276,10 @@ class parameter_server_strategy final : public replica_context {
   };
   /// Runs steps [first, first + count) on the workers, each as soon as one is free (a step whose worker
   /// fails runs on another), calling `done(result)` on this thread as each finishes; `done` returns
-  /// false to start no more. Returns the number of steps run.
+  /// false to start no more. Returns the number of steps run. Failed workers that came back (their
+  /// program started again and waits for the coordinator) take steps again from here.
   std::int64_t run_steps(std::uint64_t first, std::int64_t count, const std::function<bool(const step_result&)>& done) {
+    reconnect_workers();
     std::mutex m;
     std::condition_variable cv;
     std::deque<std::uint64_t> retry;
@@ -375,6 +377,19 @@ class parameter_server_strategy final : public replica_context {
     if (!retry.empty() && !stopping)
       throw comm_error("parameter_server_strategy: every worker failed; the job cannot go on");
     return finished;
+  }
+  /// Connects again to each failed worker that listens again (its program restarted), briefly.
+  void reconnect_workers() {
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (alive_[w]) continue;
+      try {
+        const int task = id_.tasks.worker(int(w));
+        workers_[w] = ps::connect(id_, task, address("worker", int(w)), ps::clock::now() + std::chrono::milliseconds(200));
+        alive_[w] = true;
+        o_.log("worker " + std::to_string(w) + " rejoined the job");
+      } catch (const comm_error&) {  // not back (yet)
+      }
+    }
   }
   /// Tells every live worker that training is over.
   void stop_workers() {
@@ -591,7 +606,9 @@ class ps_model : public M {
     stale_ = false;
   }
 
-  /// A worker's loop: each step the coordinator sends, on this worker's next batch.
+  /// A worker's loop: each step the coordinator sends, on this worker's next batch. A step that fails
+  /// here tells the coordinator why (it runs the step elsewhere, or ends the job when a ps task failed)
+  /// and ends this worker's part.
   template <data::dataset D>
   history serve(const D& ds) {
     strategy_scope scope(s_);
@@ -609,21 +626,22 @@ class ps_model : public M {
       c.expect(h, ps::message::step);
       std::uint64_t id = 0;
       c.read_payload(h, {asio::buffer(&id, sizeof id)});
-      auto b = it.next();
-      if (!b) {
-        c.send(ps::message::ran_out);
-        continue;
-      }
       try {
+        auto b = it.next();
+        if (!b) {
+          c.send(ps::message::ran_out);
+          continue;
+        }
         s_->pull(m.parameters());
         m.reset_metrics();
         s_->set_step(id);
         m.train_step(b->first, b->second);
-      } catch (const ps::ps_task_failed& e) {  // the coordinator ends the job, naming the task
+      } catch (const std::exception& e) {
         try {
-          c.send(ps::message::ps_failed, e.what());
+          c.send(dynamic_cast<const ps::ps_task_failed*>(&e) ? ps::message::ps_failed : ps::message::error, e.what());
         } catch (const comm_error&) {
         }
+        c.close();
         throw;
       }
       std::vector<float> moving;
