@@ -364,6 +364,76 @@ BOOST_AUTO_TEST_CASE(a_stranger_without_the_token_is_refused) {
   BOOST_TEST(dtrain_test::message(errs[0]).find("did not connect") != std::string::npos);
 }
 
+// A message that does not fit what the receiver expects is a protocol error naming the peer, read no
+// further than its header: a wrong magic, a length over the bound, a payload whose checksum fails.
+BOOST_AUTO_TEST_CASE(garbage_messages_are_protocol_errors) {
+  auto check = [](ps::message_header h, std::string payload, std::uint64_t bound, const std::string& want) {
+    asio::io_context io;
+    asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    asio::ip::tcp::socket raw(io);
+    raw.connect(a.local_endpoint());
+    auto io2 = std::make_unique<asio::io_context>();
+    asio::ip::tcp::socket s(*io2);
+    a.accept(s);
+    asio::write(raw, asio::buffer(&h, sizeof h));
+    asio::write(raw, asio::buffer(payload));
+    raw.shutdown(asio::ip::tcp::socket::shutdown_send);
+    ps::channel c(std::move(io2), std::move(s), "worker:7");
+    try {
+      const auto got = c.receive(bound);
+      std::vector<char> out(got.length);
+      c.read_payload(got, {asio::buffer(out)});
+      BOOST_ERROR("no error for " + want);
+    } catch (const comm_error& e) {
+      BOOST_TEST(std::string(e.what()).find("worker:7") != std::string::npos, e.what());
+      BOOST_TEST(std::string(e.what()).find(want) != std::string::npos, e.what());
+    }
+  };
+  const std::string eight = "12345678";
+  ps::message_header h{.kind = std::uint32_t(ps::message::values), .length = 8,
+                       .checksum = dtrain::detail::crc32c(eight.data(), eight.size())};
+  auto bad_magic = h;
+  bad_magic.magic = 0x12345678;
+  check(bad_magic, eight, 8, "not a dtrain parameter server message");
+  auto too_long = h;
+  too_long.length = std::uint64_t(1) << 40;
+  check(too_long, eight, 8, "at most 8 expected");
+  auto corrupted = h;
+  corrupted.checksum ^= 1;
+  check(corrupted, eight, 8, "checksum does not match");
+  check(h, "1234", 8, "lost worker:7");  // the peer closed in the middle of the payload
+}
+
+// A ps task logs and drops a client that sends garbage instead of the handshake, and serves on.
+BOOST_AUTO_TEST_CASE(a_ps_task_drops_a_garbage_client) {
+  const job j(1, 1);
+  std::mutex m;
+  std::vector<std::string> lines;
+  const auto errs = dtrain_test::run_threads(2, [&](int t) {
+    if (t == 0) {
+      ps::server s(j.ps_identity(0), j.spec.jobs.at("ps")[0], [&](const std::string& l) {
+        std::lock_guard g(m);
+        lines.push_back(l);
+      });
+      s.join(std::chrono::seconds(20));
+      return;
+    }
+    asio::io_context io;
+    auto raw = dtrain_test::connect_when_listening(io, j.spec.jobs.at("ps")[0]);
+    const std::string garbage(48, 'x');
+    asio::write(raw, asio::buffer(garbage));
+    auto id = j.ps_identity(0);
+    id.me = 0;  // then the coordinator ends the job
+    auto c = ps::connect(id, 2, j.spec.jobs.at("ps")[0], ps::clock::now() + std::chrono::seconds(5));
+    c.send(ps::message::shutdown);
+    c.receive_text(ps::message::ok, 0);
+  });
+  for (const auto& e : errs)
+    if (e) BOOST_ERROR(dtrain_test::message(e));
+  BOOST_TEST_REQUIRE(lines.size() == 1u);
+  BOOST_TEST(lines[0].find("wrong magic") != std::string::npos, lines[0]);
+}
+
 BOOST_AUTO_TEST_CASE(a_cluster_without_ps_tasks_is_refused) {
   cluster_spec spec;
   spec.jobs["chief"] = {"127.0.0.1:1"};

@@ -10,7 +10,7 @@
 /// and checks the checksum before using it: a message that does not fit is a protocol error naming the
 /// peer, never an allocation sized by the sender. An `error` message carries the peer's reason as text.
 ///
-/// Tasks are numbered across the job (`task_number`): the chief 0, workers 1..W, ps tasks W+1..W+P.
+/// Tasks are numbered across the job (`task_numbering`): the chief 0, workers 1..W, ps tasks W+1..W+P.
 
 #include <asio.hpp>
 
@@ -40,7 +40,7 @@ using clock = std::chrono::steady_clock;
 /// What a message asks or answers.
 enum class message : std::uint32_t {
   ok = 1,       // a request done; payload: what it returns
-  error = 2,    // a request refused; payload: the reason (text)
+  error = 2,    // a request refused or failed; payload: the reason (text)
   init = 3,     // coordinator -> ps: the placement and optimizer (JSON), then `values`
   values = 4,   // floats: a ps task's values, in its regions' order
   pull = 5,     // -> ps: send your values
