@@ -221,6 +221,25 @@ BOOST_AUTO_TEST_CASE(a_failed_workers_step_runs_elsewhere) {
   BOOST_TEST(hist.history.at("loss").size() == 2u);
 }
 
+// When every worker has failed, the coordinator says so instead of waiting or calling the data short.
+BOOST_AUTO_TEST_CASE(the_coordinator_stops_when_every_worker_failed) {
+  const job j(1, 1);
+  BOOST_CHECK_EXCEPTION(
+      j.run(
+          [&](parameter_server_strategy& s) {
+            auto model = s.make_model<net>(3);
+            compile(model);
+            model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+          },
+          [&](parameter_server_strategy& s, int) {
+            auto model = s.make_model<net>(3);
+            compile(model);
+            auto failing = dataset() | data::map([](data::example) -> data::example { throw io_error("no data"); });
+            WORKER_CHECK_THROW(model.fit(failing, {.epochs = 2, .steps_per_epoch = 5, .verbose = 0}), io_error);
+          }),
+      comm_error, [](const comm_error& e) { return std::string(e.what()).find("every worker failed") != std::string::npos; });
+}
+
 // A failed worker whose program starts again rejoins: the coordinator connects to it at the next epoch
 // and it trains again; every step is still applied once.
 BOOST_AUTO_TEST_CASE(a_failed_worker_rejoins) {

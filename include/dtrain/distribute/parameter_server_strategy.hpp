@@ -374,7 +374,7 @@ class parameter_server_strategy final : public replica_context {
       throw ps::ps_task_failed("parameter_server_strategy: " + fatal + "; the job cannot go on: restart it (it resumes "
                                "from its latest backup)");
     if (failure) std::rethrow_exception(failure);
-    if (!retry.empty() && !stopping)
+    if (!stopping && (!retry.empty() || claimed < count))  // steps left and no worker to run them
       throw comm_error("parameter_server_strategy: every worker failed; the job cannot go on");
     return finished;
   }
