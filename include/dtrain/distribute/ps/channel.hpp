@@ -110,7 +110,17 @@ class channel {
   channel(std::unique_ptr<asio::io_context> io, asio::ip::tcp::socket s, std::string peer)
       : io_(std::move(io)), s_(std::move(s)), peer_(std::move(peer)) {}
   channel(channel&&) noexcept = default;
-  channel& operator=(channel&&) noexcept = default;
+  /// The old socket goes before the io_context it was made on (a defaulted assignment would replace the
+  /// context first and leave the old socket on a destroyed one).
+  channel& operator=(channel&& o) noexcept {
+    if (this != &o) {
+      close();
+      s_ = std::move(o.s_);
+      io_ = std::move(o.io_);
+      peer_ = std::move(o.peer_);
+    }
+    return *this;
+  }
 
   const std::string& peer() const { return peer_; }
 
