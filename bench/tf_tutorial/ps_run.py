@@ -21,23 +21,14 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 
+from run import free_ports  # the multi-worker tutorial's runner, beside this one
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PER_WORKER, TARGET = 64, 0.85
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def time_to(target, epoch_s, accuracy):

@@ -56,7 +56,9 @@ template <class D>
 struct is_per_replica_dataset<per_replica_dataset<D>> : std::true_type {};
 }  // namespace detail
 
-class parameter_server_strategy final : public replica_context {
+/// One replica per task and no collectives: `reduce`, `experimental_local_results` and
+/// `distribute_dataset` are the default strategy's (each worker's `fit` takes its share of the batches).
+class parameter_server_strategy final : public default_strategy, public replica_context {
  public:
   using backend_type = cpu;
   /// What `make_model<Model>()` returns: Model, whose `fit` runs the job's role.
@@ -146,23 +148,6 @@ class parameter_server_strategy final : public replica_context {
   auto run(F&& f, A&&... args) {
     strategy_scope scope(this);
     return std::forward<F>(f)(std::forward<A>(args)...);
-  }
-  float reduce(reduce_op, float value) { return value; }
-  tensor reduce(reduce_op op, const tensor& value, std::optional<std::size_t> axis = std::nullopt) {
-    return detail::reduce_tensor(nullptr, op, value, axis);
-  }
-  template <class T>
-  std::vector<T> experimental_local_results(T value) const {
-    return {std::move(value)};
-  }
-  /// The dataset as it is: each worker's `fit` takes its share of the batches.
-  template <data::dataset D>
-  D distribute_dataset(D d) const {
-    return d;
-  }
-  template <data::dataset D>
-  D experimental_distribute_dataset(D d) const {
-    return d;
   }
   /// TF's dataset function: `fn(input_context)` builds this worker's pipeline (input pipeline i of W).
   template <class F>
