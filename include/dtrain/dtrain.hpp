@@ -59,6 +59,7 @@
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/threads.hpp"
+#include "dtrain/distribute/central_storage_strategy.hpp"
 #include "dtrain/distribute/input.hpp"
 #include "dtrain/distribute/mirrored_strategy.hpp"
 #include "dtrain/distribute/replica_context.hpp"

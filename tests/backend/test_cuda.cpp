@@ -177,6 +177,28 @@ BOOST_AUTO_TEST_CASE(mirrored_strategy_on_every_gpu_trains_like_one_replica) {
 #endif
 }
 
+BOOST_AUTO_TEST_CASE(central_storage_strategy_on_every_gpu_trains_like_mirrored) {
+  // the variables on one GPU (the first, or the one named), the others reading them through host memory
+  // after its update: the same numbers as mirrored_strategy's, where every GPU makes the update
+  mirrored_strategy<comm::threads, gpu_backend> mirrored;
+  central_storage_strategy<gpu_backend> central;
+  BOOST_TEST(central.devices() == mirrored.devices());
+  BOOST_TEST(central.parameter_device() == "/gpu:0");
+  const auto m = train_small(mirrored), c = train_small(central);
+  BOOST_TEST(c.first == m.first, tt::per_element());
+  BOOST_TEST(c.second == m.second);
+  if (mirrored.num_replicas_in_sync() > 1) {
+    central_storage_strategy<gpu_backend> second({}, "/gpu:1");
+    BOOST_TEST(second.devices().front() == "/gpu:1");
+    BOOST_TEST(second.parameter_device() == "/gpu:1");
+    BOOST_TEST(dtrain_test::weights_close(train_small(second).first, m.first));
+  }
+  const std::string cpu = dtrain_test::error_of([] { central_storage_strategy<gpu_backend>({}, "/cpu:0"); });
+  BOOST_TEST(cpu.find("parameter_device '/cpu:0': variables in host memory with GPU replicas") != std::string::npos, cpu);
+  const std::string absent = dtrain_test::error_of([] { central_storage_strategy<gpu_backend>({"/gpu:0"}, "/gpu:7"); });
+  BOOST_TEST(absent.find("is not one of the compute devices") != std::string::npos, absent);
+}
+
 BOOST_AUTO_TEST_CASE(two_models_of_one_strategy_train_in_turn) {
   // every model a strategy makes sums its gradients through the strategy: making a second one must not
   // take the first one's way away (a fit of one epoch, then two of the other, then one more of the first

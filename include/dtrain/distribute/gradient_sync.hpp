@@ -9,8 +9,11 @@
 ///   is not host memory calls it layer by layer once backward is done (its kernels run on ahead);
 /// - `finish()` returns when `g` holds the SUM of every replica's gradients, identical on all replicas
 ///   (for device memory: in order with the model's kernels on its stream);
-/// - `applies_update()`: true when `finish()` has handed the gradients to whoever applies the update
-///   (a parameter server); the model then makes no optimizer step of its own.
+/// - `applies_update()`: true when someone else applies the update with the summed gradients (a
+///   parameter server; the replica holding central_storage_strategy's variables); the model then makes
+///   no optimizer step of its own;
+/// - `updated(p)` after the step's update (made or not), `p` being the model's parameters: a strategy
+///   that keeps the variables in one place gives the replica their new values here.
 /// A host implementation launches fixed buckets as they fill (`gradient_buckets`), so communication
 /// overlaps backward; `staged_gradient_sync` carries a device model's gradients through pinned host
 /// memory to one; a device communicator (comm::nccl) sums device memory where it is.
@@ -33,6 +36,7 @@ class gradient_sync {
   virtual void ready(std::size_t offset, std::size_t count) = 0;
   virtual void finish() = 0;
   virtual bool applies_update() const { return false; }
+  virtual void updated(span_t<B, float>) {}
 };
 
 /// Splits a gradient buffer into fixed all-reduce buckets from its END (where backward starts): the

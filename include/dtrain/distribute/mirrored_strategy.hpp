@@ -19,6 +19,7 @@
 /// replica's copy (TF's mirrored variables), and a free optimizer's `apply_gradients` steps one copy of
 /// the optimizer's variables per replica (optimizers/optimizer.hpp), counting the step once.
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -64,7 +65,7 @@ struct local_rank_of<Ops, true> {
 /// GPU backend): by NCCL, in device memory.
 /// The template arguments come in the order of `multi_worker_mirrored_strategy<Comm, Backend>`'s.
 template <class CrossDeviceOps = comm::threads, class B = cpu>
-class mirrored_strategy final : public replica_context, public local_replicas {
+class mirrored_strategy : public replica_context, public local_replicas {
   static_assert(!backend<CrossDeviceOps>,
                 "mirrored_strategy<CrossDeviceOps, B>: the first argument is how gradients are summed (comm::threads, "
                 "comm::nccl), the backend comes second: mirrored_strategy<comm::threads, cuda>");
@@ -83,17 +84,24 @@ class mirrored_strategy final : public replica_context, public local_replicas {
   /// Replicas on `devices` (TF names; default: every GPU of a GPU backend, "/cpu:0" on the cpu).
   /// `o.timeout` bounds how long a replica waits for the others in a collective (zero: no bound).
   explicit mirrored_strategy(std::vector<std::string> devices = {}, communication_options o = {})
-      : names_(devices.empty() ? default_devices() : std::move(devices)), timeout_(o.timeout) {
+      : mirrored_strategy(std::move(devices), o, "mirrored_strategy", false) {}
+
+ protected:
+  /// `central`: central_storage_strategy's replicas, whose variables are kept in one place.
+  mirrored_strategy(std::vector<std::string> devices, communication_options o, std::string who, bool central)
+      : names_(devices.empty() ? default_devices(who) : std::move(devices)), timeout_(o.timeout), central_(central) {
     std::set<std::string> seen;
     for (const auto& d : names_) {
-      if (!seen.insert(d).second) throw config_error("mirrored_strategy: device '" + d + "' is listed twice");
-      devices_.push_back(detail::device_for<B>(d, "mirrored_strategy", true));
+      if (!seen.insert(d).second) throw config_error(who + ": device '" + d + "' is listed twice");
+      devices_.push_back(detail::device_for<B>(d, who, true));
     }
     comms_ = comm::threads::make_group(int(names_.size()), timeout_);
     if constexpr (device_ops) device_comms_ = CrossDeviceOps::make_local_group(devices_, timeout_);
     for (int i = 0; i < int(names_.size()); ++i) syncs_.push_back(std::make_unique<replica_sync>(*this, std::size_t(i)));
     for (int i = 1; i < int(names_.size()); ++i) workers_.emplace_back([this, i] { serve(i); });
   }
+
+ public:
   mirrored_strategy(const mirrored_strategy&) = delete;
   mirrored_strategy& operator=(const mirrored_strategy&) = delete;
   ~mirrored_strategy() override {
@@ -292,12 +300,12 @@ class mirrored_strategy final : public replica_context, public local_replicas {
     iterator iterate(std::uint64_t pass) const { return iterator(*this, pass); }
   };
 
-  static std::vector<std::string> default_devices() {
+  static std::vector<std::string> default_devices(const std::string& who) {
     if constexpr (B::device == device_kind::gpu) {
       std::vector<std::string> d;
       for (int i = 0; i < B::device_count(); ++i) d.push_back("/gpu:" + std::to_string(i));
       if (d.empty())
-        throw config_error("mirrored_strategy on " + std::string(B::name) + ": no CUDA device (no GPU or no driver on "
+        throw config_error(who + " on " + std::string(B::name) + ": no CUDA device (no GPU or no driver on "
                            "this machine)");
       return d;
     } else {
@@ -334,12 +342,42 @@ class mirrored_strategy final : public replica_context, public local_replicas {
     /// What replica i's model sums its gradients with (every model the strategy makes: their steps
     /// never overlap).
     gradient_sync<B>& for_model() {
+      if (s_.central_) return central_ ? *central_ : central_.emplace(*this, summing());
+      return summing();
+    }
+
+   private:
+    gradient_sync<B>& summing() {
       if constexpr (device_ops) return device_ ? *device_ : device_.emplace(*this);
       else if constexpr (host_addressable_v<B>) return *this;
       else return staged_ ? *staged_ : staged_.emplace(*this);
     }
+    /// Central storage: the gradients are summed as above; replica 0, whose variables are THE variables,
+    /// alone applies the update (with the only optimizer state), then the others take its new values
+    /// (on a GPU backend through host memory).
+    struct central_copy final : gradient_sync<B> {
+      central_copy(replica_sync& r, gradient_sync<B>& sum) : r(r), sum(sum) {}
+      void begin(span_t<B, float> g) override { sum.begin(g); }
+      void ready(std::size_t offset, std::size_t count) override { sum.ready(offset, count); }
+      void finish() override { sum.finish(); }
+      bool applies_update() const override { return r.i_ != 0 && r.s_.in_replica(); }
+      void updated(span_t<B, float> p) override {
+        mirrored_strategy& s = r.s_;
+        if (!s.in_replica() || s.names_.size() == 1) return;
+        if (r.i_ == 0) {
+          if constexpr (host_addressable_v<B>) s.variables_ = p.data();
+          else s.host_variables_.resize(p.size()), p.device().download(p.size(), pointer_t<B, const float>(p.data()), s.host_variables_.data());
+        }
+        s.comms_[r.i_].barrier();  // replica 0's update is done; nobody writes the variables before the next sum
+        if (r.i_ != 0) {
+          if constexpr (host_addressable_v<B>) std::copy_n(s.variables_, p.size(), p.data());
+          else p.device().upload(p.size(), static_cast<const float*>(s.host_variables_.data()), p.data());
+        }
+      }
+      replica_sync& r;
+      gradient_sync<B>& sum;
+    };
 
-   private:
     struct device_memory final : gradient_sync<B> {
       explicit device_memory(replica_sync& r) : r(r) {}
       void begin(span_t<B, float> g) override { this->g.emplace(g); }
@@ -356,6 +394,7 @@ class mirrored_strategy final : public replica_context, public local_replicas {
     std::optional<std::conditional_t<device_ops, device_memory, std::monostate>> device_;
     std::optional<std::conditional_t<host_addressable_v<B> || device_ops, std::monostate,
                                      detail::staged_gradient_sync<B>>> staged_;
+    std::optional<central_copy> central_;
   };
   std::size_t index() const { return std::size_t(std::max(0, detail::current_local_replica())); }
 
@@ -446,6 +485,9 @@ class mirrored_strategy final : public replica_context, public local_replicas {
   using device_comm = typename detail::local_rank_of<CrossDeviceOps, device_ops>::type;
   std::vector<device_comm> device_comms_;
   std::vector<std::unique_ptr<replica_sync>> syncs_;
+  bool central_;
+  const float* variables_ = nullptr;   // central storage: replica 0's variables after its update (cpu)
+  std::vector<float> host_variables_;  // (a GPU backend: their copy in host memory)
   std::vector<std::thread> workers_;
   std::mutex m_;
   std::condition_variable cv_, done_;

@@ -604,11 +604,11 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                       }};
     return ctx;
   }
-  /// The optimizer's step with this replica's (summed) gradients, unless the gradients went to a
-  /// parameter server, which applies it.
+  /// The optimizer's step with this replica's (summed) gradients, unless someone else applies it (a
+  /// parameter server, the central copy of the variables), whose values the strategy then hands over.
   void apply_update() {
-    if (sync_ && sync_->applies_update()) return;
-    opt_.apply_gradients(this->gradients(), this->parameters());
+    if (!sync_ || !sync_->applies_update()) opt_.apply_gradients(this->gradients(), this->parameters());
+    if (sync_) sync_->updated(this->parameters());
   }
   /// The first layer that takes input k.
   std::string first_taker(std::size_t k) const {

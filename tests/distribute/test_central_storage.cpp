@@ -1,0 +1,137 @@
+// central_storage_strategy on the CPU: 1-4 replicas train like one replica with the global batch, and
+// exactly like mirrored_strategy (the same sums, one update instead of one per replica); only the
+// parameter device's replica steps the optimizer, the others read its variables; a backup resumes
+// bitwise; bad parameter devices are config errors naming them.
+#include "support/helpers.hpp"
+#include "support/mirrored.hpp"
+
+using namespace dtrain;
+namespace tt = boost::test_tools;
+
+namespace {
+using net = dtrain_test::small_net;
+using dtrain_test::three_class_problem;
+using dtrain_test::weights_close;
+
+std::vector<std::string> cpus(int n) {
+  std::vector<std::string> d;
+  for (int i = 0; i < n; ++i) d.push_back("/cpu:" + std::to_string(i));
+  return d;
+}
+
+struct outcome {
+  std::vector<float> weights;
+  history hist;
+  logs eval;
+};
+
+/// Two epochs of `net` (batch 12 of 48 examples, Adam, an l2 penalty) under strategy S on n replicas.
+template <class S>
+outcome train(int n, std::size_t batch = 12) {
+  S s(cpus(n));
+  BOOST_REQUIRE_EQUAL(s.num_replicas_in_sync(), n);
+  auto [x, y] = three_class_problem(48);
+  auto model = s.template make_model<net>(3);
+  model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+                 .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                 .metrics = {accuracy{}}});
+  outcome o;
+  o.hist = model.fit(s.distribute_dataset(data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(batch)),
+                     {.epochs = 2, .verbose = 0});
+  o.weights = model.get_weights();
+  o.eval = model.evaluate(data::from_tensor_slices(x, y) | data::batch(7), {.verbose = 0});
+  return o;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(central_storage)
+
+BOOST_AUTO_TEST_CASE(replicas_train_like_one_with_the_global_batch) {
+  const outcome one = train<mirrored_strategy<>>(1);
+  for (int n : {1, 2, 3, 4}) {
+    BOOST_TEST_CONTEXT("replicas = " << n) {
+      const outcome central = train<central_storage_strategy<>>(n), mirrored = train<mirrored_strategy<>>(n);
+      BOOST_TEST(weights_close(central.weights, one.weights));
+      BOOST_TEST(central.hist["loss"][1] == one.hist["loss"][1], tt::tolerance(1e-4f));
+      BOOST_TEST(central.hist["accuracy"][1] == one.hist["accuracy"][1], tt::tolerance(1e-6f));
+      BOOST_TEST(central.eval["loss"] == one.eval["loss"], tt::tolerance(1e-4f));
+      // the same sums and the same update, applied once: mirrored_strategy's numbers to the bit
+      BOOST_TEST(central.weights == mirrored.weights, tt::per_element());
+      BOOST_TEST(central.hist.history == mirrored.hist.history);
+    }
+  }
+  // uneven shares (batch 5 on 4 replicas: 1, 1, 1, 2 rows; the last batch of 3: 0, 1, 1, 1)
+  BOOST_TEST(weights_close(train<central_storage_strategy<>>(4, 5).weights, train<mirrored_strategy<>>(1, 5).weights));
+}
+
+BOOST_AUTO_TEST_CASE(only_the_parameter_device_steps_the_optimizer) {
+  // two steps inside strategy.run: every replica ends with the same variables, and only replica 0's
+  // optimizer counted them; under mirrored_strategy every replica steps its own copy
+  auto [x, y] = three_class_problem(24);
+  auto steps = [&](auto& s) {
+    auto m = s.template make_model<net>(1);
+    m.compile({.optimizer = sgd{{.learning_rate = 0.1f, .momentum = 0.9f}},
+               .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    auto r = s.run([&](const tensor& xs, const tensor& ys) {
+      m.train_step(xs, ys, 24);
+      m.train_step(xs, ys, 24);
+      const auto p = m.parameters();
+      return std::pair{m.optimizer().iterations(), std::vector<float>(p.begin(), p.end())};
+    }, x, y);
+    return r.values;
+  };
+  central_storage_strategy<> central(cpus(3));
+  mirrored_strategy<> mirrored(cpus(3));
+  const auto c = steps(central), m = steps(mirrored);
+  BOOST_REQUIRE_EQUAL(c.size(), 3u);
+  BOOST_TEST(c[0].first == 2);
+  BOOST_TEST(c[1].first == 0);
+  BOOST_TEST(c[2].first == 0);
+  BOOST_TEST(m[2].first == 2);
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(c[i].second == c[0].second, tt::per_element());
+    BOOST_TEST(c[i].second == m[i].second, tt::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_bitwise) {
+  // dropout (each replica its own masks) and Adam; a crash in epoch 2, a new strategy and model resume
+  // from the backup and end with the uninterrupted run's weights and step count
+  using dnet = sequential<input<6>, dense<16, dtrain::tanh>, dropout<0.25f>, dense<3>>;
+  struct crash_after : callback {
+    std::int64_t limit, seen = 0;
+    explicit crash_after(std::int64_t l) : limit(l) {}
+    void on_train_batch_end(std::int64_t, const logs&) override {
+      if (++seen == limit) throw std::runtime_error("simulated crash");
+    }
+  };
+  auto [x, y] = three_class_problem(40);
+  dtrain_test::temp_dir t;
+  auto run = [&](std::uint64_t seed, std::vector<callback_ref> cbs) {
+    central_storage_strategy<> s(cpus(3));
+    auto m = s.make_model<dnet>(seed);
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    m.fit(data::from_tensor_slices(x, y) | data::shuffle(40, 3) | data::batch(8),
+          {.epochs = 3, .callbacks = callback_list(std::move(cbs)), .verbose = 0});
+    return std::pair{m.get_weights(), m.optimizer().iterations()};
+  };
+  const auto straight = run(1, {});
+  BOOST_CHECK_THROW(run(1, {backup_and_restore({.backup_dir = t.path, .save_freq = std::int64_t(2)}), crash_after(7)}),
+                    std::runtime_error);
+  const auto resumed = run(9, {backup_and_restore({.backup_dir = t.path, .save_freq = std::int64_t(2)})});
+  BOOST_TEST(resumed.first == straight.first, tt::per_element());
+  BOOST_TEST(resumed.second == straight.second);
+  BOOST_TEST(run(2, {}).first != straight.first);  // the seed matters: the comparison above can fail
+}
+
+BOOST_AUTO_TEST_CASE(parameter_devices) {
+  BOOST_TEST(central_storage_strategy<>().parameter_device() == "/cpu:0");
+  BOOST_TEST(central_storage_strategy<>(cpus(2), "/cpu:0").num_replicas_in_sync() == 2);
+  BOOST_CHECK_THROW(central_storage_strategy<>(cpus(2), "/gpu:0"), config_error);
+  const std::string bad = dtrain_test::error_of([] { central_storage_strategy<>(cpus(2), "/gpu:0"); });
+  BOOST_TEST(bad.find("parameter_device '/gpu:0'") != std::string::npos, bad);
+  const std::string twice = dtrain_test::error_of([] { central_storage_strategy<>({"/cpu:0", "/cpu:0"}); });
+  BOOST_TEST(twice.find("central_storage_strategy: device '/cpu:0' is listed twice") != std::string::npos, twice);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
