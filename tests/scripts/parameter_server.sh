@@ -6,11 +6,15 @@
 #  3. a worker is killed (-9) mid-training: its steps run on the other worker, and the coordinator names
 #     it; started again, it rejoins the job at the next epoch; training finishes;
 #  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it, and
-#     the job started again resumes from the coordinator's backup and finishes.
-# usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist
+#     the job started again resumes from the coordinator's backup and finishes;
+#  5. the custom loop with a cluster_coordinator (parameter_server_custom_loop) through dtrain-launch: the
+#     chief reports every epoch, the fetched final loss and the test accuracy; then by hand with a worker
+#     killed (-9) mid-loop: its functions run on the other worker, and started again it rejoins.
+# usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist path/to/parameter_server_custom_loop
 set -u
 launch=$1
 prog=$2
+custom=$3
 dir=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
@@ -78,4 +82,27 @@ start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2 --backup-dir 
 for p in $chief $workers $pss; do wait "$p" || fail "a task of the restarted job exited with $?"; done
 grep -q "resuming at epoch [2-5]" "$dir/chief.log" || fail "the restarted coordinator did not resume from its backup"
 grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the restarted job did not finish"
-echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere and it rejoined; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup)"
+# 5. the custom loop
+"$launch" -n 2 --ps 1 -- "$custom" --model mlp --epochs 2 --steps-per-epoch 50 > "$dir/custom.log" 2>&1 ||
+  fail "dtrain-launch --ps 1 with the custom loop exited with $?"
+grep -q "^\[chief:0\] Finished epoch 1, accuracy is 0\.[0-9]" "$dir/custom.log" || fail "the custom loop's chief did not report epoch 1"
+grep -q "^\[chief:0\] Final loss is [0-9]" "$dir/custom.log" || fail "the custom loop's chief did not fetch the final loss"
+grep -q "^\[chief:0\] test_accuracy: 0\.[0-9]" "$dir/custom.log" || fail "the custom loop's chief did not report the test accuracy"
+prog=$custom
+start 2 1 --model mlp --epochs 6 --steps-per-epoch 300
+set -- $workers
+sleep 2
+kill -0 "$2" 2>/dev/null || fail "worker 1 of the custom loop exited before it was to be killed"
+kill -9 "$2"
+TF_CONFIG="$c, \"task\": {\"type\": \"worker\", \"index\": 1}}" "$prog" --model mlp --epochs 6 --steps-per-epoch 300 \
+  > "$dir/w1-again.log" 2>&1 &
+again=$!
+wait "$chief" || fail "the custom loop's chief exited with $? after worker 1 was killed"
+grep -q "worker 1 failed" "$dir/chief.log" || fail "the custom loop's chief does not name the failed worker 1"
+grep -q "worker 1 rejoined" "$dir/chief.log" || { kill -9 "$again"; fail "the restarted worker 1 did not rejoin the custom loop"; }
+wait "$again" || fail "the restarted worker 1 of the custom loop exited with $?"
+wait "$1" || fail "worker 0 of the custom loop exited with $?"
+for p in $pss; do wait "$p" || fail "a ps task of the custom loop exited with $?"; done
+grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the custom loop did not finish after worker 1 was killed"
+
+echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere and it rejoined; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup; the custom loop through the launcher, and with a killed worker that rejoined)"

@@ -48,6 +48,7 @@ struct parameter_server_options {
 
 template <class M>
 class ps_model;
+class ps_optimizer;
 
 namespace detail {
 template <class D>
@@ -251,6 +252,17 @@ class parameter_server_strategy final : public default_strategy, public replica_
   ps::channel& coordinator() { return *coordinator_; }
   /// The step a worker's next push belongs to.
   void set_step(std::uint64_t s) { push_.step = s; }
+  /// Sends the gradients of a step (the parameter buffer's layout) to the ps tasks, which apply them.
+  void push(std::span<const float> g, std::uint64_t step) {
+    with_ps([&] {
+      for (std::size_t j = 0; j < ps_.size(); ++j) {
+        auto parts = parts_of(g, j);
+        parts.insert(parts.begin(), asio::buffer(&step, sizeof step));
+        ps_[j].send(ps::message::push, parts);
+      }
+      for (auto& c : ps_) c.receive_number(ps::message::ok);
+    });
+  }
   /// The non-trainable variables (moving statistics), which workers report with each step.
   const std::vector<ps::variable>& moving() const { return moving_; }
 
@@ -376,6 +388,76 @@ class parameter_server_strategy final : public default_strategy, public replica_
       }
     }
   }
+  // ---- what cluster_coordinator uses (custom loops) --------------------------------------------------------
+  /// A metric made in the strategy's scope (TF: created under `strategy.scope()`): what the scheduled
+  /// functions add to it on the workers is added into the coordinator's, once per function run. `m` is
+  /// a metric function (held as an any_metric) or a metric object (any_metric, mean).
+  template <class Metric>
+    requires requires(Metric& m) { m.state(); }
+  Metric& make_metric(Metric m) {
+    auto held = std::make_shared<Metric>(std::move(m));
+    tracked_.push_back(&held->state());
+    owned_.push_back(held);
+    return *held;
+  }
+  template <class F>
+    requires(!requires(F& f) { f.state(); })
+  any_metric& make_metric(F f) {
+    return make_metric(any_metric(std::move(f)));
+  }
+  /// The optimizer of a custom loop (TF: created under `strategy.scope()`): its variables live on the ps
+  /// tasks, which apply what a scheduled function's `apply_gradients` sends them.
+  template <class O>
+  ps_optimizer& make_optimizer(O o);
+  /// Where the model `make_model` made lives now (ps_model tells), for the scheduled functions.
+  struct model_access {
+    std::function<std::span<float>()> parameters;
+    std::function<std::vector<float>()> get_weights;
+  };
+  void attach(model_access a) { model_ = std::move(a); }
+  /// On the coordinator before the first scheduled function: the ps tasks get the model's values and the
+  /// strategy's optimizer (nothing when they hold values already).
+  void initialise_for_closures();
+  /// On a worker: runs a scheduled function `f` as step `step` on the variables as the ps tasks hold them
+  /// now; returns the totals it added to the strategy's metrics (which start from zero for it).
+  std::vector<float> run_closure(std::uint64_t step, const std::function<void()>& f) {
+    if (!model_.parameters) throw usage_error("cluster_coordinator: make the model with strategy.make_model first");
+    pull(model_.parameters());
+    for (metric_state* m : tracked_) m->reset();
+    closure_step_ = step, closure_pushes_ = 0, in_closure_ = true;
+    struct leave {
+      bool& in;
+      ~leave() { in = false; }
+    } done{in_closure_};
+    strategy_scope scope(this);
+    f();
+    std::vector<float> totals;
+    for (metric_state* m : tracked_) totals.insert(totals.end(), {m->values[0], m->values[1]}), m->reset();
+    return totals;
+  }
+  /// On the coordinator: adds a scheduled function's metric totals into the strategy's metrics.
+  void add_metric_totals(std::span<const float> totals) {
+    for (std::size_t k = 0; k < tracked_.size(); ++k) tracked_[k]->values[0] += totals[2 * k], tracked_[k]->values[1] += totals[2 * k + 1];
+  }
+  std::size_t metric_count() const { return tracked_.size(); }
+  /// On the coordinator: the model takes the ps tasks' values (after a join).
+  void read_into_model() {
+    if (model_.parameters) pull(model_.parameters());
+  }
+  /// ps_optimizer's `apply_gradients` inside a scheduled function on a worker.
+  void push_from_closure(std::span<const float> g) {
+    if (!in_closure_)
+      throw usage_error("apply_gradients of the strategy's optimizer: call it inside a function scheduled with "
+                        "cluster_coordinator::schedule (the ps tasks apply it for the worker running it)");
+    if (closure_pushes_ == 255) throw usage_error("a scheduled function may apply at most 255 updates");
+    push(g, (closure_step_ << 8) | closure_pushes_++);
+  }
+  /// The coordinator's connection to worker w, and whether it is up.
+  ps::channel& worker_channel(std::size_t w) { return workers_[w]; }
+  bool worker_alive(std::size_t w) const { return alive_[w]; }
+  void worker_failed(std::size_t w) { alive_[w] = false; }
+  void log(const std::string& line) const { o_.log(line); }
+
   /// Tells every live worker that training is over.
   void stop_workers() {
     for (std::size_t w = 0; w < workers_.size(); ++w)
@@ -395,16 +477,15 @@ class parameter_server_strategy final : public default_strategy, public replica_
     void begin(std::span<float> grads) override { g = grads; }
     void ready(std::size_t, std::size_t) override {}
     void finish() override {
-      s.with_ps([&] {
-        for (std::size_t j = 0; j < s.ps_.size(); ++j) {
-          auto parts = s.parts_of(g, j);
-          parts.insert(parts.begin(), asio::buffer(&step, sizeof step));
-          s.ps_[j].send(ps::message::push, parts);
-        }
-        for (auto& c : s.ps_) c.receive_number(ps::message::ok);
-      });
+      if (!s.in_closure_) s.push(g, step);  // a scheduled function's optimizer pushes (ps_optimizer)
     }
     bool applies_update() const override { return true; }
+    void updated(std::span<float>) override {
+      if (s.in_closure_)
+        throw usage_error("train_step inside a scheduled function: its update would stay on this worker; compute "
+                          "value_and_gradients and apply them with the strategy's optimizer (make_optimizer), which "
+                          "sends them to the ps tasks");
+    }
     parameter_server_strategy& s;
     std::span<float> g;
     std::uint64_t step = 0;
@@ -449,7 +530,58 @@ class parameter_server_strategy final : public default_strategy, public replica_
   std::vector<ps::variable> moving_;
   bool made_ = false;
   push_sync push_{*this};
+  // custom loops (cluster_coordinator)
+  model_access model_;
+  std::vector<metric_state*> tracked_;
+  std::vector<std::shared_ptr<void>> owned_;
+  std::unique_ptr<ps_optimizer> optimizer_;
+  bool closures_initialised_ = false, in_closure_ = false;
+  std::uint64_t closure_step_ = 0;
+  unsigned closure_pushes_ = 0;
 };
+
+/// What `parameter_server_strategy::make_optimizer` returns: an optimizer whose variables live on the ps
+/// tasks. Inside a scheduled function, `apply_gradients` sends the gradients there and they apply them
+/// (TF's `apply_gradients` on variables placed on ps tasks); its settings are what the ps tasks use.
+class ps_optimizer {
+ public:
+  ps_optimizer(parameter_server_strategy& s, any_optimizer o) : s_(&s), o_(std::move(o)) {}
+  void apply_gradients(std::span<const float> grads, std::span<const float> params) {
+    if (grads.size() != params.size())
+      throw shape_error(o_.name() + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                        std::to_string(params.size()) + " parameters");
+    s_->push_from_closure(grads);
+  }
+  std::string name() const { return o_.name(); }
+  /// The optimizer the ps tasks rebuild (its Keras config and starting state).
+  const any_optimizer& optimizer() const { return o_; }
+
+ private:
+  parameter_server_strategy* s_;
+  any_optimizer o_;
+};
+
+template <class O>
+ps_optimizer& parameter_server_strategy::make_optimizer(O o) {
+  if (optimizer_) throw usage_error("parameter_server_strategy: make_optimizer was called already (one per strategy)");
+  optimizer_ = std::make_unique<ps_optimizer>(*this, any_optimizer(std::move(o)));
+  return *optimizer_;
+}
+
+inline void parameter_server_strategy::initialise_for_closures() {
+  if (closures_initialised_) return;
+  if (!model_.get_weights) throw usage_error("cluster_coordinator::schedule: make the model with strategy.make_model first");
+  if (!optimizer_)
+    throw usage_error("cluster_coordinator::schedule: make the optimizer with strategy.make_optimizer(...) first: the "
+                      "ps tasks apply it");
+  const auto config = checkpoint::detail::optimizer_config(optimizer_->optimizer());
+  if (config.is_null())
+    throw usage_error("cluster_coordinator: the optimizer runs on the ps tasks, which rebuild it from its Keras config, "
+                      "and this one has none: use dtrain's optimizers and schedules");
+  const std::vector<float> w = model_.get_weights();
+  initialise_ps(w, config, optimizer_->optimizer().state(), model_.parameters().size());
+  closures_initialised_ = true;
+}
 
 static_assert(strategy<parameter_server_strategy>);
 
@@ -458,7 +590,9 @@ static_assert(strategy<parameter_server_strategy>);
 template <class M>
 class ps_model : public M {
  public:
-  ps_model(M m, parameter_server_strategy& s) : M(std::move(m)), s_(&s) {}
+  ps_model(M m, parameter_server_strategy& s) : M(std::move(m)), s_(&s) { attach(); }
+  ps_model(ps_model&& o) noexcept : M(std::move(o)), s_(o.s_) { attach(); }
+  ps_model& operator=(ps_model&&) = delete;
 
   /// Keras `model.fit` under a parameter server strategy: `steps_per_epoch` is required (as in TF).
   template <data::dataset D>
@@ -474,6 +608,10 @@ class ps_model : public M {
 
  private:
   M& model() { return *this; }
+  /// Tells the strategy where this model is (its scheduled functions pull into it).
+  void attach() {
+    s_->attach({[this] { return model().parameters(); }, [this] { return model().get_weights(); }});
+  }
 
   /// What the coordinator's callbacks see of the model: the ps tasks' variables and optimizer state,
   /// read when a callback asks for them after a step (a backup, a checkpoint, TensorBoard's histograms).

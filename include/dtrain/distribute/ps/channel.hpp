@@ -53,6 +53,10 @@ enum class message : std::uint32_t {
   ps_failed = 12,  // worker -> coordinator: a ps task failed (text: which, and how)
   state = 13,      // coordinator -> ps: your optimizer's step count and slot count (JSON), then `values`:
                    // your values, then each slot's values
+  closure = 14,    // coordinator -> worker: run a scheduled function (its number, the step's, its arguments);
+                   // answered by `ok` (its result and the metric totals it added), `failed` or `ps_failed`
+  sync = 15,       // coordinator -> worker: the coordinator's join / fetch / done returned (payload: its answer)
+  failed = 16,     // worker -> coordinator: the scheduled function threw (text: what)
 };
 
 inline constexpr std::uint32_t message_magic = 0x50525444;  // "DTRP"
