@@ -40,6 +40,9 @@ struct parameter_server_options {
   dtrain::variable_partitioner variable_partitioner{};
   /// How long every task waits for the others to come up.
   std::chrono::milliseconds connect_timeout{300'000};
+  /// A task whose host goes down or is cut off fails the connections to it within about this long
+  /// (ps/channel.hpp); zero: the kernel's defaults. A slow task is waited for.
+  std::chrono::milliseconds liveness_timeout{10'000};
   /// The job token every connection proves; nullopt: `comm::job_token_from_environment()`, "": none.
   std::optional<std::string> job_token{};
   /// Where log lines go (default: stderr, prefixed "dtrain parameter_server:").
@@ -80,6 +83,7 @@ class parameter_server_strategy final : public default_strategy, public replica_
     id_.tasks = {count("worker"), count("ps")};
     id_.fingerprint = ps::job_fingerprint(cluster_.spec);
     id_.token = o_.job_token ? *o_.job_token : comm::job_token_from_environment();
+    id_.liveness_timeout = o_.liveness_timeout;
     const std::string& type = cluster_.task_type;
     const int i = cluster_.task_id;
     if (type == "evaluator")

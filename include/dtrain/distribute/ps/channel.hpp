@@ -11,12 +11,20 @@
 /// peer, never an allocation sized by the sender. An `error` message carries the peer's reason as text.
 ///
 /// Tasks are numbered across the job (`task_numbering`): the chief 0, workers 1..W, ps tasks W+1..W+P.
+///
+/// Liveness: every connection has the kernel watch its peer (`watch_liveness`): a peer whose host goes
+/// down or is cut off fails the connection within about the liveness timeout, whether a request to it
+/// is unanswered or the connection is quiet. A peer that is only slow, or a process stopped as a whole
+/// (its kernel still answers), is waited for.
 
 #include <asio.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -259,7 +267,22 @@ struct endpoint_identity {
   std::uint64_t fingerprint = 0;
   std::string token{};
   std::chrono::milliseconds handshake_timeout{5'000};
+  std::chrono::milliseconds liveness_timeout{10'000};  // zero: the kernel's defaults (hours)
 };
+
+/// Has the kernel check the peer of `s`: keepalive probes after a third of `t` of quiet, and the
+/// connection fails once data or probes stay unacknowledged for `t` (TCP_USER_TIMEOUT).
+inline void watch_liveness(asio::ip::tcp::socket& s, std::chrono::milliseconds t) {
+  if (t.count() <= 0) return;
+  const int fd = s.native_handle(), on = 1, count = 3;
+  const int idle = std::max(1, int(t.count() / 3000)), interval = std::max(1, int(t.count() / 6000));
+  const unsigned user = unsigned(t.count());
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
 
 /// Connects to task `peer` at `address` (retrying until `deadline`) and runs the handshake.
 inline channel connect(const endpoint_identity& id, int peer, const std::string& address, clock::time_point deadline) {
@@ -276,6 +299,7 @@ inline channel connect(const endpoint_identity& id, int peer, const std::string&
     if (!ec) asio::connect(s, eps, ec);
     if (!ec) {
       s.set_option(asio::ip::tcp::no_delay(true), ec);
+      watch_liveness(s, id.liveness_timeout);
       const cd::hello mine = detail::make_hello(id.me, id.tasks, id.fingerprint, !id.token.empty());
       cd::hello theirs;
       asio::write(s, asio::buffer(&mine, sizeof mine), ec);
@@ -336,6 +360,7 @@ class listener {
       a_.accept(s, ec);
       if (ec) continue;
       s.set_option(asio::ip::tcp::no_delay(true), ec);
+      watch_liveness(s, id_.liveness_timeout);
       std::string from = "unknown";
       if (auto r = s.remote_endpoint(ec); !ec) from = r.address().to_string() + ":" + std::to_string(r.port());
       cd::hello theirs;
