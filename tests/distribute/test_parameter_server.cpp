@@ -370,6 +370,58 @@ BOOST_AUTO_TEST_CASE(garbage_messages_are_protocol_errors) {
   check(h, "1234", 8, "lost worker:7");  // the peer closed in the middle of the payload
 }
 
+// With TLS (keyed by the job token) training is the same, bit for bit; a task without TLS is refused
+// by name, and TLS without a token is a config error.
+BOOST_AUTO_TEST_CASE(tls_trains_alike_and_refuses_plain_tasks) {
+  auto train = [](bool tls) {
+    job j(1, 2);
+    j.token = "0123456789abcdef0123456789abcdef";
+    j.tls = tls;
+    std::vector<float> weights;
+    j.run(
+        [&](parameter_server_strategy& s) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+          weights = model.get_weights();
+        },
+        [&](parameter_server_strategy& s, int) {
+          auto model = s.make_model<net>(3);
+          compile(model);
+          model.fit(dataset(), {.epochs = 2, .steps_per_epoch = 5, .verbose = 0});
+        });
+    return weights;
+  };
+  const auto plain = train(false), encrypted = train(true);
+  BOOST_TEST(!encrypted.empty());
+  BOOST_TEST(encrypted == plain, tt::per_element());
+
+  job j(1, 1);
+  j.token = "0123456789abcdef0123456789abcdef";
+  j.tls = true;
+  std::string why;
+  dtrain_test::run_threads(2, [&](int t) {
+    if (t == 0) {
+      ps::server s(j.ps_identity(0), j.spec.jobs.at("ps")[0], [](const std::string&) {});
+      try {
+        s.join(std::chrono::seconds(2));  // nobody it admits comes
+      } catch (const comm_error&) {
+      }
+    } else {
+      auto id = j.ps_identity(0);
+      id.me = 1, id.tls = nullptr;
+      try {
+        ps::connect(id, 2, j.spec.jobs.at("ps")[0], ps::clock::now() + std::chrono::seconds(5));
+      } catch (const comm_error& e) {
+        why = e.what();
+      }
+    }
+  });
+  BOOST_TEST(why.find("encrypts the data plane and this worker does not") != std::string::npos, why);
+  BOOST_CHECK_EXCEPTION(parameter_server_strategy({.job_token = "", .tls = true}, j.task("worker", 0)), config_error,
+                        [](const config_error& e) { return std::string(e.what()).find("keyed by the job token") != std::string::npos; });
+}
+
 // A ps task logs and drops a client that sends garbage instead of the handshake, and serves on.
 BOOST_AUTO_TEST_CASE(a_ps_task_drops_a_garbage_client) {
   const job j(1, 1);

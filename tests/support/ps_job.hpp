@@ -16,6 +16,7 @@ struct job {
   cluster_spec spec;
   int workers, ps;
   std::string token = "";
+  bool tls = false;  // (needs a token)
   job(int w, int p) : workers(w), ps(p) {
     const auto a = dtrain_test::free_addresses(1 + w + p);
     spec.jobs["chief"] = {a[0]};
@@ -25,10 +26,12 @@ struct job {
   cluster_info task(const std::string& type, int i) const { return simple_cluster_resolver{spec, {type, i}}.resolve(); }
   parameter_server_options options(variable_partitioner partitioner = {}) const {
     return {.variable_partitioner = std::move(partitioner), .connect_timeout = std::chrono::seconds(20), .job_token = token,
-            .log = [](const std::string&) {}};
+            .tls = tls, .log = [](const std::string&) {}};
   }
   ps::endpoint_identity ps_identity(int j) const {
-    return {ps::task_numbering{workers, ps}.ps_task(j), {workers, ps}, ps::job_fingerprint(spec), token};
+    ps::endpoint_identity id{ps::task_numbering{workers, ps}.ps_task(j), {workers, ps}, ps::job_fingerprint(spec), token};
+    if (tls) id.tls = std::make_shared<comm::detail::tls_context>();
+    return id;
   }
 
   /// Runs the ps tasks, then `chief(strategy)` and `worker(strategy, i)` on their threads; rethrows the

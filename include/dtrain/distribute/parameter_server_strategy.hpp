@@ -28,6 +28,7 @@
 #include <random>
 #include <thread>
 
+#include "dtrain/core/environment.hpp"
 #include "dtrain/distribute/ps/partitioner.hpp"
 #include "dtrain/distribute/ps/server.hpp"
 #include "dtrain/distribute/strategy.hpp"
@@ -45,6 +46,8 @@ struct parameter_server_options {
   std::chrono::milliseconds liveness_timeout{10'000};
   /// The job token every connection proves; nullopt: `comm::job_token_from_environment()`, "": none.
   std::optional<std::string> job_token{};
+  /// TLS 1.3 on every connection, keyed by the job token (also DTRAIN_TLS=1; docs/security.md).
+  bool tls = false;
   /// Where log lines go (default: stderr, prefixed "dtrain parameter_server:").
   std::function<void(const std::string&)> log{};
 };
@@ -84,6 +87,12 @@ class parameter_server_strategy final : public default_strategy, public replica_
     id_.fingerprint = ps::job_fingerprint(cluster_.spec);
     id_.token = o_.job_token ? *o_.job_token : comm::job_token_from_environment();
     id_.liveness_timeout = o_.liveness_timeout;
+    if (o_.tls || environment::get(environment::tls) == "1") {
+      if (id_.token.empty())
+        throw config_error("parameter_server_strategy: TLS (DTRAIN_TLS) is keyed by the job token: set DTRAIN_JOB_TOKEN "
+                           "or DTRAIN_JOB_TOKEN_FILE too");
+      id_.tls = std::make_shared<comm::detail::tls_context>();
+    }
     const std::string& type = cluster_.task_type;
     const int i = cluster_.task_id;
     if (type == "evaluator")

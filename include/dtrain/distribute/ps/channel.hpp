@@ -12,6 +12,9 @@
 ///
 /// Tasks are numbered across the job (`task_numbering`): the chief 0, workers 1..W, ps tasks W+1..W+P.
 ///
+/// With TLS (`endpoint_identity::tls`, DTRAIN_TLS=1) every connection is the ring's TLS 1.3 keyed by the
+/// job token (comm/tls.hpp) once the handshake is done; both ends must agree (the hello says it).
+///
 /// Liveness: every connection has the kernel watch its peer (`watch_liveness`): a peer whose host goes
 /// down or is cut off fails the connection within about the liveness timeout, whether a request to it
 /// is unanswered or the connection is quiet. A peer that is only slow, or a process stopped as a whole
@@ -40,6 +43,7 @@
 #include "dtrain/distribute/comm/communicator.hpp"
 #include "dtrain/distribute/comm/handshake.hpp"
 #include "dtrain/distribute/comm/rendezvous.hpp"
+#include "dtrain/distribute/comm/tls.hpp"
 
 namespace dtrain::ps {
 
@@ -127,11 +131,28 @@ class channel {
   channel& operator=(channel&& o) noexcept {
     if (this != &o) {
       close();
+      tls_ = std::move(o.tls_);
+      tls_context_ = std::move(o.tls_context_);
       s_ = std::move(o.s_);
       io_ = std::move(o.io_);
       peer_ = std::move(o.peer_);
     }
     return *this;
+  }
+
+  /// From now on the connection is TLS keyed by `key` (`server`: the accepting end); the TLS handshake
+  /// must end by `deadline`.
+  void start_tls(std::shared_ptr<comm::detail::tls_context> ctx, bool server, const comm::detail::proof& key,
+                 clock::time_point deadline) {
+    tls_context_ = std::move(ctx);
+    tls_ = std::make_unique<comm::detail::tls_link>(tls_context_->get(), s_.native_handle(), server, key);
+    short events = 0;
+    try {
+      while (!tls_->handshake(events))
+        if (!wait(events, deadline)) throw comm_error("no TLS handshake within the deadline");
+    } catch (const comm_error& e) {
+      fail(std::string("failed the TLS handshake: ") + e.what());
+    }
   }
 
   const std::string& peer() const { return peer_; }
@@ -147,6 +168,18 @@ class channel {
     std::vector<asio::const_buffer> all{asio::buffer(&h, sizeof h)};
     all.insert(all.end(), parts.begin(), parts.end());
     std::error_code ec;
+    if (tls_) {
+      std::string bytes;
+      for (const auto& b : all) bytes.append(static_cast<const char*>(b.data()), b.size());
+      for (std::size_t done = 0; done < bytes.size();) {
+        short events = 0;
+        const long w = tls_->write(bytes.data() + done, bytes.size() - done, events, ec);
+        if (w < 0) throw comm_error("lost " + peer_ + ": " + tls_->describe(ec));
+        if (w > 0) done += std::size_t(w);
+        else wait(events, clock::time_point::max());
+      }
+      return;
+    }
     asio::write(s_, all, ec);
     if (ec) throw comm_error("lost " + peer_ + ": " + ec.message());
   }
@@ -164,7 +197,7 @@ class channel {
   message_header receive(std::uint64_t max_length) {
     message_header h;
     std::error_code ec;
-    const std::size_t got = asio::read(s_, asio::buffer(&h, sizeof h), ec);
+    const std::size_t got = read(asio::buffer(&h, sizeof h), ec);
     if (ec == asio::error::eof && got == 0) throw connection_closed(peer_ + " closed the connection");
     if (ec) throw comm_error("lost " + peer_ + ": " + ec.message());
     if (h.magic != message_magic) fail("sent something that is not a dtrain parameter server message");
@@ -185,8 +218,10 @@ class channel {
     for (const auto& b : parts) n += b.size();
     if (n != h.length) fail("sent " + std::to_string(h.length) + " bytes where " + std::to_string(n) + " were expected");
     std::error_code ec;
-    asio::read(s_, parts, ec);
-    if (ec) throw comm_error("lost " + peer_ + ": " + ec.message());
+    for (const auto& b : parts) {
+      read(b, ec);
+      if (ec) throw comm_error("lost " + peer_ + ": " + ec.message());
+    }
     std::uint32_t c = 0;
     for (const auto& b : parts) c = dtrain::detail::crc32c(b.data(), b.size(), c);
     if (c != h.checksum) fail("sent a message whose checksum does not match (corrupted on the way)");
@@ -226,9 +261,42 @@ class channel {
   }
 
  private:
+  /// Reads `b` whole (through TLS when on); returns the bytes read before an error.
+  std::size_t read(asio::mutable_buffer b, std::error_code& ec) {
+    if (!tls_) return asio::read(s_, b, ec);
+    auto* p = static_cast<char*>(b.data());
+    std::size_t done = 0;
+    while (done < b.size()) {
+      short events = 0;
+      const long r = tls_->read(p + done, b.size() - done, events, ec);
+      if (r < 0) {
+        if (ec) return done;  // the connection's error (eof: the peer closed it)
+        fail("sent what TLS rejects: " + tls_->describe(ec));
+      }
+      if (r > 0) done += std::size_t(r);
+      else wait(events, clock::time_point::max());
+    }
+    return done;
+  }
+  /// Waits for `events` on the socket until `deadline`: false when it passed.
+  bool wait(short events, clock::time_point deadline) {
+    pollfd fd{s_.native_handle(), events ? events : short(POLLIN), 0};
+    for (;;) {
+      const auto left = deadline == clock::time_point::max()
+                            ? -1
+                            : int(std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count()));
+      const int r = ::poll(&fd, 1, left);
+      if (r > 0) return true;
+      if (r == 0) return false;
+      if (errno != EINTR) return true;  // the next read or write reports it
+    }
+  }
+
   std::unique_ptr<asio::io_context> io_;
   asio::ip::tcp::socket s_;
   std::string peer_;
+  std::shared_ptr<comm::detail::tls_context> tls_context_;
+  std::unique_ptr<comm::detail::tls_link> tls_;
 };
 
 namespace detail {
@@ -248,8 +316,9 @@ inline bool read_before(asio::ip::tcp::socket& s, void* p, std::size_t n, clock:
   return true;
 }
 
-inline comm::detail::hello make_hello(int me, const task_numbering& t, std::uint64_t fingerprint, bool token) {
+inline comm::detail::hello make_hello(int me, const task_numbering& t, std::uint64_t fingerprint, bool token, bool tls) {
   comm::detail::hello h;
+  h.tls = tls ? 1 : 0;
   h.kind = std::uint8_t(comm::detail::hello_kind::ps);
   h.world_size = std::uint32_t(t.total());
   h.rank = std::uint32_t(me);
@@ -268,6 +337,8 @@ struct endpoint_identity {
   std::string token{};
   std::chrono::milliseconds handshake_timeout{5'000};
   std::chrono::milliseconds liveness_timeout{10'000};  // zero: the kernel's defaults (hours)
+  /// TLS on every connection (keyed by the token, which it needs); the context all of them share.
+  std::shared_ptr<comm::detail::tls_context> tls{};
 };
 
 /// Has the kernel check the peer of `s`: keepalive probes after a third of `t` of quiet, and the
@@ -300,13 +371,13 @@ inline channel connect(const endpoint_identity& id, int peer, const std::string&
     if (!ec) {
       s.set_option(asio::ip::tcp::no_delay(true), ec);
       watch_liveness(s, id.liveness_timeout);
-      const cd::hello mine = detail::make_hello(id.me, id.tasks, id.fingerprint, !id.token.empty());
+      const cd::hello mine = detail::make_hello(id.me, id.tasks, id.fingerprint, !id.token.empty(), bool(id.tls));
       cd::hello theirs;
       asio::write(s, asio::buffer(&mine, sizeof mine), ec);
       const auto until = std::min(deadline, clock::now() + id.handshake_timeout);
       if (!ec && detail::read_before(s, &theirs, sizeof theirs, until)) {
         const std::string why =
-            cd::check_hello(theirs, {cd::hello_kind::ps, std::uint32_t(id.tasks.total()), id.fingerprint, peer, !id.token.empty()});
+            cd::check_hello(theirs, {cd::hello_kind::ps, std::uint32_t(id.tasks.total()), id.fingerprint, peer, !id.token.empty(), bool(id.tls)});
         if (!why.empty()) throw comm_error(name + " is not this job's task: " + why);
         if (!theirs.accepted) throw comm_error(name + " refused this task (" + id.tasks.name(id.me) + ")");
         if (!id.token.empty()) {
@@ -316,7 +387,11 @@ inline channel connect(const endpoint_identity& id, int peer, const std::string&
           const cd::proof own = cd::make_proof(id.token, cd::client_label, mine, theirs);
           asio::write(s, asio::buffer(own), ec);
         }
-        if (!ec) return channel(std::move(io), std::move(s), name);
+        if (!ec) {
+          channel c(std::move(io), std::move(s), name);
+          if (id.tls) c.start_tls(id.tls, false, cd::make_proof(id.token, cd::tls_label, mine, theirs), until);
+          return c;
+        }
       }
     }
     if (clock::now() + backoff > deadline)
@@ -370,10 +445,10 @@ class listener {
         continue;
       }
       std::string why = cd::check_hello(theirs, {cd::hello_kind::ps, std::uint32_t(id_.tasks.total()), id_.fingerprint, -1,
-                                                 !id_.token.empty()});
+                                                 !id_.token.empty(), bool(id_.tls)});
       if (why.empty() && !allowed(int(theirs.rank)))
         why = id_.tasks.name(int(theirs.rank)) + " has no business with " + id_.tasks.name(id_.me) + " now";
-      cd::hello mine = detail::make_hello(id_.me, id_.tasks, id_.fingerprint, !id_.token.empty());
+      cd::hello mine = detail::make_hello(id_.me, id_.tasks, id_.fingerprint, !id_.token.empty(), bool(id_.tls));
       mine.accepted = why.empty() ? 1 : 0;
       asio::write(s, asio::buffer(&mine, sizeof mine), ec);
       if (!why.empty() || ec) {
@@ -390,7 +465,14 @@ class listener {
           continue;
         }
       }
-      return channel(std::move(io), std::move(s), id_.tasks.name(int(theirs.rank)));
+      channel c(std::move(io), std::move(s), id_.tasks.name(int(theirs.rank)));
+      if (id_.tls) try {
+          c.start_tls(id_.tls, true, cd::make_proof(id_.token, cd::tls_label, theirs, mine), until);
+        } catch (const comm_error& e) {
+          log_("refused a connection from " + from + ": " + e.what());
+          continue;
+        }
+      return c;
     }
     return std::nullopt;
   }
