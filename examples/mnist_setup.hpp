@@ -149,6 +149,20 @@ void compile(Net& model, const arguments& a) {
                  .metrics = {dtrain::accuracy{}}});
 }
 
+/// The evaluator task (Keras SidecarEvaluator): evaluates each checkpoint the chief writes to
+/// `checkpoint_dir` on the test images, until the last epoch's; 0 when it evaluated any.
+template <class Net>
+int evaluate_checkpoints(const arguments& a, const std::filesystem::path& checkpoint_dir) {
+  Net model(a.seed);
+  compile(model, a);  // the loss and metrics to evaluate
+  dtrain::checkpoint::sidecar_evaluator evaluator(
+      model, {.checkpoint_dir = checkpoint_dir, .max_evaluations = a.epochs,  // the last epoch's checkpoint
+              .idle_timeout = std::chrono::minutes(5)});
+  const int n = evaluator.start(dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000));
+  std::printf("evaluator: %d checkpoint(s) evaluated\n", n);
+  return n > 0 ? 0 : 1;
+}
+
 /// Steps per epoch: the tutorial's 70, or (0) one full pass over the 60,000 training images.
 inline std::int64_t steps(const arguments& a, std::size_t global_batch_size) {
   return a.steps_per_epoch > 0 ? a.steps_per_epoch : std::int64_t((60000 + global_batch_size - 1) / global_batch_size);

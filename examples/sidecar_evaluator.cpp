@@ -12,21 +12,9 @@
 using strategy_type = dtrain::multi_worker_mirrored_strategy<dtrain::comm::ring_tcp>;
 
 template <class Net>
-int evaluate_checkpoints(const mnist_setup::arguments& args, const std::filesystem::path& checkpoint_dir) {
-  Net model(args.seed);
-  mnist_setup::compile(model, args);  // the loss and metrics to evaluate
-  dtrain::checkpoint::sidecar_evaluator evaluator(
-      model, {.checkpoint_dir = checkpoint_dir, .max_evaluations = args.epochs,  // the last epoch's checkpoint
-              .idle_timeout = std::chrono::minutes(5)});
-  const int n = evaluator.start(dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000));
-  std::printf("evaluator: %d checkpoint(s) evaluated\n", n);
-  return n > 0 ? 0 : 1;
-}
-
-template <class Net>
 int run(const mnist_setup::arguments& args) {
   const std::filesystem::path checkpoint_dir = mnist_setup::work_dir(args, "sidecar-ckpt");
-  if (dtrain::resolve_cluster().task_type == "evaluator") return evaluate_checkpoints<Net>(args, checkpoint_dir);
+  if (dtrain::resolve_cluster().task_type == "evaluator") return mnist_setup::evaluate_checkpoints<Net>(args, checkpoint_dir);
 
   strategy_type strategy;
   const std::size_t global_batch_size = args.batch_size * strategy.num_replicas_in_sync();

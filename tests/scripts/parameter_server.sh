@@ -7,7 +7,9 @@
 #     it; started again, it rejoins the job at the next epoch; training finishes;
 #  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it, and
 #     the job started again resumes from the coordinator's backup and finishes;
-#  5. the custom loop with a cluster_coordinator (parameter_server_custom_loop) through dtrain-launch: the
+#  5. with an evaluator task in the cluster: it evaluates the coordinator's checkpoints as they appear, the
+#     last one with the coordinator's own test loss;
+#  6. the custom loop with a cluster_coordinator (parameter_server_custom_loop) through dtrain-launch: the
 #     chief reports every epoch, the fetched final loss and the test accuracy; then by hand with a worker
 #     killed (-9) mid-loop: its functions run on the other worker, and started again it rejoins.
 # usage: parameter_server.sh path/to/dtrain-launch path/to/parameter_server_mnist path/to/parameter_server_custom_loop
@@ -22,9 +24,13 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 addresses() { # n base -> "127.0.0.1:base", ...
   list=""; i=0; while [ $i -lt "$1" ]; do list="$list${list:+, }\"127.0.0.1:$(($2 + i))\""; i=$((i + 1)); done; echo "$list"
 }
-start() { # workers ps args... : starts every task, pids in chief, workers, pss
+start() { # workers ps args... : starts every task, pids in chief, workers, pss (with EVALUATOR=1 an evaluator task too: its pid in evaluator)
   nw=$1; np=$2; shift 2; b=$(port)
-  c="{\"cluster\": {\"chief\": [$(addresses 1 "$b")], \"worker\": [$(addresses "$nw" $((b + 1)))], \"ps\": [$(addresses "$np" $((b + 1 + nw)))]}"
+  ev=""; [ "${EVALUATOR:-0}" = 1 ] && ev=", \"evaluator\": [$(addresses 1 $((b + 1 + nw + np)))]"
+  c="{\"cluster\": {\"chief\": [$(addresses 1 "$b")], \"worker\": [$(addresses "$nw" $((b + 1)))], \"ps\": [$(addresses "$np" $((b + 1 + nw)))]$ev}"
+  if [ -n "$ev" ]; then
+    TF_CONFIG="$c, \"task\": {\"type\": \"evaluator\", \"index\": 0}}" "$prog" "$@" > "$dir/evaluator.log" 2>&1 & evaluator=$!
+  fi
   workers=""; pss=""
   i=0; while [ $i -lt "$np" ]; do
     TF_CONFIG="$c, \"task\": {\"type\": \"ps\", \"index\": $i}}" "$prog" "$@" > "$dir/ps$i.log" 2>&1 & pss="$pss $!"; i=$((i + 1))
@@ -82,7 +88,16 @@ start 2 2 --model mlp --epochs 5 --steps-per-epoch 400 --verbose 2 --backup-dir 
 for p in $chief $workers $pss; do wait "$p" || fail "a task of the restarted job exited with $?"; done
 grep -q "resuming at epoch [2-5]" "$dir/chief.log" || fail "the restarted coordinator did not resume from its backup"
 grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the restarted job did not finish"
-# 5. the custom loop
+# 5. an evaluator task beside them evaluates the coordinator's checkpoints as they appear
+EVALUATOR=1 start 1 1 --model mlp --epochs 3 --steps-per-epoch 30 --dir "$dir/ckpt"
+for p in $chief $workers $pss $evaluator; do wait "$p" || fail "a task exited with $? (with an evaluator)"; done
+grep -qE '^evaluator: [1-3] checkpoint\(s\) evaluated$' "$dir/evaluator.log" || fail "no evaluator summary"
+# the last epoch's checkpoint holds the ps tasks' final variables: the coordinator's own test loss
+last=$(grep -oE '^sidecar_evaluator: ckpt-3.safetensors: loss: [0-9.]+' "$dir/evaluator.log" | grep -oE '[0-9.]+$')
+[ -n "$last" ] && grep -q "^test_loss: $last$" "$dir/chief.log" ||
+  fail "the evaluator's loss on the last checkpoint ($last) is not the coordinator's test loss"
+
+# 6. the custom loop
 "$launch" -n 2 --ps 1 -- "$custom" --model mlp --epochs 2 --steps-per-epoch 50 > "$dir/custom.log" 2>&1 ||
   fail "dtrain-launch --ps 1 with the custom loop exited with $?"
 grep -q "^\[chief:0\] Finished epoch 1, accuracy is 0\.[0-9]" "$dir/custom.log" || fail "the custom loop's chief did not report epoch 1"
@@ -105,4 +120,4 @@ wait "$1" || fail "worker 0 of the custom loop exited with $?"
 for p in $pss; do wait "$p" || fail "a ps task of the custom loop exited with $?"; done
 grep -q "test_accuracy: 0\.[0-9]" "$dir/chief.log" || fail "the custom loop did not finish after worker 1 was killed"
 
-echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere and it rejoined; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup; the custom loop through the launcher, and with a killed worker that rejoined)"
+echo "PASS: parameter server jobs (launcher; by hand with 2 ps; a killed worker's steps ran elsewhere and it rejoined; a killed ps stopped the job in $((t1 - t0)) s naming it, and the restarted job resumed from its backup; an evaluator task evaluated the coordinator's checkpoints; the custom loop through the launcher, and with a killed worker that rejoined)"
