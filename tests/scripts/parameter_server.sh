@@ -4,7 +4,7 @@
 #     (100 steps), every task exits 0;
 #  2. started by hand, each process with its TF_CONFIG: 2 workers and 2 ps tasks, the same;
 #  3. a worker is killed (-9) mid-training: its steps run on the other worker, and the coordinator names
-#     it; started again, it rejoins the job at the next epoch; training finishes;
+#     it; started again, it rejoins the job; training finishes;
 #  4. a ps task is killed (-9): the coordinator stops within a minute with exit code 138, naming it, and
 #     the job started again resumes from the coordinator's backup and finishes;
 #  5. with an evaluator task in the cluster: it evaluates the coordinator's checkpoints as they appear, the

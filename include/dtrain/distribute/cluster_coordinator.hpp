@@ -12,8 +12,8 @@
 ///   returned (so both sides go on through the same program); the destructor runs them until the
 ///   coordinator's destructor ends the job.
 /// A function is known by its type and its arguments' types, numbered in the order the program first
-/// schedules them, so a worker whose program started again runs them too: it rejoins at the
-/// coordinator's next `join`. A function runs on the variables as the ps tasks hold them when it
+/// schedules them, so a worker whose program started again runs them too: the coordinator looks for
+/// failed workers every second, and one that answers takes functions at once. A function runs on the variables as the ps tasks hold them when it
 /// starts; its updates go through the strategy's optimizer (`make_optimizer`: each `apply_gradients`
 /// is applied by the ps tasks, once, even when the function runs again elsewhere), and what it adds to
 /// the strategy's metrics (`make_metric`) is added into the coordinator's once it has run.
@@ -129,7 +129,10 @@ class remote_value {
 class cluster_coordinator {
  public:
   explicit cluster_coordinator(parameter_server_strategy& s) : s_(s), next_step_(std::uint64_t(std::random_device{}()) << 24) {
-    if (s_.is_chief()) threads_.resize(std::size_t(s_.num_workers())), syncs_.resize(std::size_t(s_.num_workers()));
+    if (!s_.is_chief()) return;
+    threads_.resize(std::size_t(s_.num_workers()));
+    syncs_.resize(std::size_t(s_.num_workers()));
+    rejoiner_ = std::thread([this] { rejoin(); });
   }
   cluster_coordinator(const cluster_coordinator&) = delete;
   cluster_coordinator& operator=(const cluster_coordinator&) = delete;
@@ -159,6 +162,7 @@ class cluster_coordinator {
       stopping_ = true;
     }
     cv_.notify_all();
+    rejoiner_.join();
     for (auto& t : threads_)
       if (t.joinable()) t.join();
   }
@@ -388,6 +392,31 @@ class cluster_coordinator {
       cv_.notify_all();
     }
   }
+  /// The coordinator's watch for failed workers whose program started again: every second or so it tries
+  /// to reach them, and one that answers takes functions again at once.
+  void rejoin() {
+    std::unique_lock l(m_);
+    while (!stopping_) {
+      cv_.wait_for(l, std::chrono::seconds(1), [&] { return stopping_; });
+      for (std::size_t w = 0; w < threads_.size() && !stopping_; ++w) {
+        if (s_.worker_alive(w) || running_.count(w)) continue;
+        l.unlock();
+        auto c = s_.reach_worker(w);  // (nothing else touches a failed worker's connection)
+        l.lock();
+        if (!c) continue;
+        if (stopping_) {  // too late: its calls end at once
+          try {
+            c->send(ps::message::stop);
+          } catch (const comm_error&) {
+          }
+          continue;
+        }
+        s_.worker_rejoined(w, std::move(*c));
+        start_threads();
+      }
+    }
+  }
+
   /// Worker w failed: its function (if any) goes back to the queue for another worker.
   void lost(std::size_t w, work* job, const std::string& why) {
     {
@@ -468,6 +497,7 @@ class cluster_coordinator {
   std::condition_variable cv_;
   std::deque<work> queue_;
   std::vector<std::thread> threads_;
+  std::thread rejoiner_;
   std::set<std::size_t> running_;
   std::vector<std::deque<std::pair<ps::message, std::string>>> syncs_;
   std::int64_t unfinished_ = 0;

@@ -286,8 +286,8 @@ class parameter_server_strategy final : public default_strategy, public replica_
   };
   /// Runs steps [first, first + count) on the workers, each as soon as one is free (a step whose worker
   /// fails runs on another), calling `done(result)` on this thread as each finishes; `done` returns
-  /// false to start no more. Returns the number of steps run. Failed workers that came back (their
-  /// program started again and waits for the coordinator) take steps again from here.
+  /// false to start no more. Returns the number of steps run. A failed worker that comes back (its
+  /// program started again and waits for the coordinator) takes steps again within a second or so.
   std::int64_t run_steps(std::uint64_t first, std::int64_t count, const std::function<bool(const step_result&)>& done) {
     reconnect_workers();
     std::mutex m;
@@ -295,74 +295,100 @@ class parameter_server_strategy final : public default_strategy, public replica_
     std::deque<std::uint64_t> retry;
     std::deque<step_result> results;
     std::int64_t claimed = 0, finished = 0, in_flight = 0;
-    bool stopping = false;
+    bool stopping = false, ended = false;
     std::string fatal;  // a ps task failed
     int running = 0;
     std::vector<std::thread> threads;
-    for (std::size_t w = 0; w < workers_.size(); ++w) {
-      if (!alive_[w]) continue;
-      ++running;
-      threads.emplace_back([&, w] {
-        for (;;) {
-          std::uint64_t id;
-          {  // a step to run; or, when none is left, wait while others run theirs (one may fail and come back)
-            std::unique_lock l(m);
-            cv.wait(l, [&] { return stopping || !retry.empty() || claimed < count || in_flight == 0; });
-            if (stopping) break;
-            if (!retry.empty()) id = retry.front(), retry.pop_front();
-            else if (claimed < count) id = first + std::uint64_t(claimed++);
-            else break;
-            ++in_flight;
-          }
-          step_result r;
-          try {
-            workers_[w].send(ps::message::step, id);
-            const ps::message_header h = workers_[w].receive(std::uint64_t(64) << 20);
-            if (h.kind == std::uint32_t(ps::message::ran_out)) {
-              workers_[w].read_payload(h, {});
-              r.ran_out = true;
-            } else if (h.kind == std::uint32_t(ps::message::ps_failed)) {
-              std::string why(h.length, '\0');
-              workers_[w].read_payload(h, {asio::buffer(why)});
-              std::lock_guard l(m);
-              fatal = "worker " + std::to_string(w) + " lost a ps task: " + why;
-              stopping = true;
-              --in_flight;
-              cv.notify_all();
-              break;
-            } else {
-              workers_[w].expect(h, ps::message::ok);
-              std::string text(h.length, '\0');
-              workers_[w].read_payload(h, {asio::buffer(text)});
-              const auto j = nlohmann::json::parse(text);
-              r.states = j.at("states").get<std::vector<float>>();
-              r.moving = j.at("moving").get<std::vector<float>>();
-            }
-          } catch (const std::exception& e) {
+    std::vector<bool> idle(workers_.size(), true);  // no thread of this call runs the worker
+    std::function<void(std::size_t)> spawn;          // (with m held)
+    auto work = [&](std::size_t w) {
+      for (;;) {
+        std::uint64_t id;
+        {  // a step to run; or, when none is left, wait while others run theirs (one may fail and come back)
+          std::unique_lock l(m);
+          cv.wait(l, [&] { return stopping || !retry.empty() || claimed < count || in_flight == 0; });
+          if (stopping) break;
+          if (!retry.empty()) id = retry.front(), retry.pop_front();
+          else if (claimed < count) id = first + std::uint64_t(claimed++);
+          else break;
+          ++in_flight;
+        }
+        step_result r;
+        try {
+          workers_[w].send(ps::message::step, id);
+          const ps::message_header h = workers_[w].receive(std::uint64_t(64) << 20);
+          if (h.kind == std::uint32_t(ps::message::ran_out)) {
+            workers_[w].read_payload(h, {});
+            r.ran_out = true;
+          } else if (h.kind == std::uint32_t(ps::message::ps_failed)) {
+            std::string why(h.length, '\0');
+            workers_[w].read_payload(h, {asio::buffer(why)});
             std::lock_guard l(m);
-            o_.log(std::string("worker ") + std::to_string(w) + " failed (" + e.what() + "); its step " +
-                   std::to_string(id) + " runs on another worker");
-            alive_[w] = false;
-            retry.push_back(id);
+            fatal = "worker " + std::to_string(w) + " lost a ps task: " + why;
+            stopping = true;
             --in_flight;
             cv.notify_all();
             break;
+          } else {
+            workers_[w].expect(h, ps::message::ok);
+            std::string text(h.length, '\0');
+            workers_[w].read_payload(h, {asio::buffer(text)});
+            const auto j = nlohmann::json::parse(text);
+            r.states = j.at("states").get<std::vector<float>>();
+            r.moving = j.at("moving").get<std::vector<float>>();
           }
+        } catch (const std::exception& e) {
           std::lock_guard l(m);
-          results.push_back(std::move(r));
+          o_.log(std::string("worker ") + std::to_string(w) + " failed (" + e.what() + "); its step " +
+                 std::to_string(id) + " runs on another worker");
+          alive_[w] = false;
+          retry.push_back(id);
           --in_flight;
           cv.notify_all();
+          break;
         }
         std::lock_guard l(m);
-        --running;
+        results.push_back(std::move(r));
+        --in_flight;
         cv.notify_all();
-      });
-    }
+      }
+      std::lock_guard l(m);
+      --running;
+      idle[w] = true;
+      cv.notify_all();
+    };
+    spawn = [&](std::size_t w) {
+      ++running;
+      idle[w] = false;
+      threads.emplace_back(work, w);
+    };
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+      if (alive_[w]) spawn(w);
+    // a failed worker whose program started again: connected within a second or so, it takes steps too
+    std::thread rejoiner([&] {
+      std::unique_lock l(m);
+      while (!ended) {
+        cv.wait_for(l, std::chrono::seconds(1), [&] { return ended; });
+        for (std::size_t w = 0; w < workers_.size() && !ended; ++w) {
+          if (alive_[w] || !idle[w]) continue;
+          l.unlock();
+          auto c = reach_worker(w);  // (nothing else touches a failed worker's connection)
+          l.lock();
+          if (!c) continue;
+          worker_rejoined(w, std::move(*c));
+          if (!ended && !stopping) spawn(w);
+        }
+      }
+    });
     std::exception_ptr failure;
     for (;;) {
       std::unique_lock l(m);
       cv.wait(l, [&] { return !results.empty() || running == 0; });
-      if (results.empty()) break;
+      if (results.empty()) {
+        ended = true;
+        cv.notify_all();
+        break;
+      }
       step_result r = std::move(results.front());
       results.pop_front();
       l.unlock();
@@ -379,6 +405,7 @@ class parameter_server_strategy final : public default_strategy, public replica_
       l.lock();
       if (!more) stopping = true, cv.notify_all();
     }
+    rejoiner.join();
     for (auto& t : threads) t.join();
     if (!fatal.empty())
       throw ps::ps_task_failed("parameter_server_strategy: " + fatal + "; the job cannot go on: restart it (it resumes "
@@ -388,18 +415,25 @@ class parameter_server_strategy final : public default_strategy, public replica_
       throw comm_error("parameter_server_strategy: every worker failed; the job cannot go on");
     return finished;
   }
-  /// Connects again to each failed worker that listens again (its program restarted), briefly.
-  void reconnect_workers() {
-    for (std::size_t w = 0; w < workers_.size(); ++w) {
-      if (alive_[w]) continue;
-      try {
-        const int task = id_.tasks.worker(int(w));
-        workers_[w] = ps::connect(id_, task, address("worker", int(w)), ps::clock::now() + std::chrono::milliseconds(200));
-        alive_[w] = true;
-        o_.log("worker " + std::to_string(w) + " rejoined the job");
-      } catch (const comm_error&) {  // not back (yet)
-      }
+  /// A new connection to worker w if it listens again (its program started again), tried briefly.
+  std::optional<ps::channel> reach_worker(std::size_t w) const {
+    try {
+      return ps::connect(id_, id_.tasks.worker(int(w)), address("worker", int(w)), ps::clock::now() + std::chrono::milliseconds(200));
+    } catch (const comm_error&) {  // not back (yet)
+      return std::nullopt;
     }
+  }
+  /// Worker w is back, on `c`.
+  void worker_rejoined(std::size_t w, ps::channel c) {
+    workers_[w] = std::move(c);
+    alive_[w] = true;
+    o_.log("worker " + std::to_string(w) + " rejoined the job");
+  }
+  /// Connects again to each failed worker that listens again.
+  void reconnect_workers() {
+    for (std::size_t w = 0; w < workers_.size(); ++w)
+      if (!alive_[w])
+        if (auto c = reach_worker(w)) worker_rejoined(w, std::move(*c));
   }
   // ---- what cluster_coordinator uses (custom loops) --------------------------------------------------------
   /// A metric made in the strategy's scope (TF: created under `strategy.scope()`): what the scheduled

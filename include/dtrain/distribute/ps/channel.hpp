@@ -355,6 +355,36 @@ inline void watch_liveness(asio::ip::tcp::socket& s, std::chrono::milliseconds t
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
 }
 
+namespace detail {
+/// Connects `s` to the first of `eps` that accepts before `until`: a host that does not answer at all
+/// (down, cut off) costs no more than that, not the kernel's minutes of SYN retries.
+inline void connect_before(asio::ip::tcp::socket& s, const asio::ip::tcp::resolver::results_type& eps, clock::time_point until,
+                           std::error_code& ec) {
+  ec = asio::error::host_not_found;
+  for (const auto& e : eps) {
+    std::error_code ig;
+    s.close(ig);
+    s.open(e.endpoint().protocol(), ec);
+    if (!ec) s.non_blocking(true, ec);
+    if (!ec) s.connect(e.endpoint(), ec);
+    if (ec == asio::error::in_progress || ec == asio::error::would_block) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock::now()).count();
+      pollfd fd{s.native_handle(), POLLOUT, 0};
+      if (::poll(&fd, 1, int(std::clamp<long long>(left, 0, 1 << 30))) <= 0) {
+        ec = asio::error::timed_out;
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+      ec = err ? std::error_code(err, std::system_category()) : std::error_code();
+    }
+    if (!ec) s.non_blocking(false, ec);
+    if (!ec) return;
+  }
+}
+}  // namespace detail
+
 /// Connects to task `peer` at `address` (retrying until `deadline`) and runs the handshake.
 inline channel connect(const endpoint_identity& id, int peer, const std::string& address, clock::time_point deadline) {
   namespace cd = comm::detail;
@@ -367,7 +397,7 @@ inline channel connect(const endpoint_identity& id, int peer, const std::string&
     std::error_code ec;
     asio::ip::tcp::resolver res(*io);
     auto eps = res.resolve(host, std::to_string(port), ec);
-    if (!ec) asio::connect(s, eps, ec);
+    if (!ec) detail::connect_before(s, eps, std::min(deadline, clock::now() + id.handshake_timeout), ec);
     if (!ec) {
       s.set_option(asio::ip::tcp::no_delay(true), ec);
       watch_liveness(s, id.liveness_timeout);
