@@ -69,6 +69,7 @@
 #include "dtrain/losses/crossentropy.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/losses/mean_squared_error.hpp"
+#include "dtrain/losses/regression.hpp"
 
 #include "dtrain/metrics/accuracy.hpp"
 #include "dtrain/metrics/metric.hpp"

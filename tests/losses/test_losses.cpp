@@ -84,6 +84,33 @@ BOOST_AUTO_TEST_CASE(categorical_binary_mse_values) {
              boost::test_tools::tolerance(1e-6f));
 }
 
+BOOST_AUTO_TEST_CASE(regression_kl_and_smoothed_values) {
+  namespace tt = boost::test_tools;
+  const tensor y = t2({1, 2, 3, 4}, 2, 2), p = t2({1, 4, 3, 3}, 2, 2);
+  BOOST_TEST(mean_absolute_error{}(y, p)() == (2.0f / 2 + 1.0f / 2) / 2, tt::tolerance(1e-6f));
+  // errors 0.5 (quadratic: 0.125) and -2 (linear: 2 - 0.5), the row's mean
+  BOOST_TEST(huber{}(t2({0, 0}, 1, 2), t2({0.5f, -2}, 1, 2))() == (0.125f + 1.5f) / 2, tt::tolerance(1e-6f));
+  // delta 3: both quadratic
+  BOOST_TEST(huber{{.delta = 3.0f}}(t2({0, 0}, 1, 2), t2({0.5f, -2}, 1, 2))() == (0.125f + 2.0f) / 2, tt::tolerance(1e-6f));
+  // a row's sum, not its mean
+  BOOST_TEST(kl_divergence{}(t2({0.5f, 0.5f}, 1, 2), t2({0.25f, 0.75f}, 1, 2))() ==
+                 0.5f * std::log(2.0f) + 0.5f * std::log(2.0f / 3.0f), tt::tolerance(1e-6f));
+  // Keras' documented example: -0 (orthogonal), -1 (the same direction), 1 (opposite)
+  const tensor per = cosine_similarity{{.reduction = reduction::none}}(t2({0, 1, 1, 1, 1, 1}, 3, 2), t2({1, 0, 1, 1, -1, -1}, 3, 2));
+  BOOST_TEST(per(0) == 0.0f, tt::tolerance(1e-6f));
+  BOOST_TEST(per(1) == -1.0f, tt::tolerance(1e-6f));
+  BOOST_TEST(per(2) == 1.0f, tt::tolerance(1e-6f));
+  // label smoothing 0.3 over 3 classes: (0, 1, 0) -> (0.1, 0.8, 0.1)
+  BOOST_TEST(categorical_crossentropy{{.label_smoothing = 0.3f}}(t2({0, 1, 0}, 1, 3), t2({0.2f, 0.6f, 0.2f}, 1, 3))() ==
+                 -(0.2f * std::log(0.2f) + 0.8f * std::log(0.6f)), tt::tolerance(1e-5f));
+  // binary, 0.2: 1 -> 0.9
+  BOOST_TEST(binary_crossentropy{{.label_smoothing = 0.2f}}(t2({1}, 1, 1), t2({0.8f}, 1, 1))() ==
+                 -(0.9f * std::log(0.8f) + 0.1f * std::log(0.2f)), tt::tolerance(1e-4f));
+  BOOST_CHECK_THROW(categorical_crossentropy{{.label_smoothing = 1.5f}}(t2({0, 1}, 1, 2), t2({0.5f, 0.5f}, 1, 2)), value_error);
+  BOOST_CHECK_THROW(huber{{.delta = 0.0f}}(t2({0}, 1, 1), t2({1}, 1, 1)), value_error);
+  BOOST_CHECK_THROW(kl_divergence{}(t2({0.5f, 0.5f}, 1, 2), t1({1})), shape_error);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_central_differences, B, backends) {
   rng r(5);
   for (std::size_t n : {1, 5}) {
@@ -102,6 +129,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_match_central_differences, B, backends) 
     check_loss_gradient<B>("bce logits", binary_crossentropy{{.from_logits = true}}, y_soft, logits, pe);
     check_loss_gradient<B>("bce probs", binary_crossentropy{}, y_soft, probs, pe);
     check_loss_gradient<B>("mse", mean_squared_error{}, y_soft, logits, pe);
+    check_loss_gradient<B>("cce logits smoothed", categorical_crossentropy{{.from_logits = true, .label_smoothing = 0.2f}}, y_onehot, logits, pe);
+    check_loss_gradient<B>("cce probs smoothed", categorical_crossentropy{{.label_smoothing = 0.2f}}, y_onehot, probs, pe);
+    check_loss_gradient<B>("bce logits smoothed", binary_crossentropy{{.from_logits = true, .label_smoothing = 0.1f}}, y_soft, logits, pe);
+    check_loss_gradient<B>("bce probs smoothed", binary_crossentropy{{.label_smoothing = 0.1f}}, y_soft, probs, pe);
+    check_loss_gradient<B>("mae", mean_absolute_error{}, y_soft, logits, pe);  // (no error lands at 0)
+    check_loss_gradient<B>("huber", huber{{.delta = 0.7f}}, y_soft, logits, pe);  // both sides of delta
+    check_loss_gradient<B>("kl divergence", kl_divergence{}, y_soft, probs, pe);
+    check_loss_gradient<B>("cosine", cosine_similarity{}, y_soft, logits, pe);
   }
 }
 

@@ -100,16 +100,32 @@ namespace op {
 struct sparse_categorical_crossentropy {
   bool from_logits = false;
 };
-/// `y_true` holds a (soft) one-hot row per row.
+/// `y_true` holds a (soft) one-hot row per row, smoothed first: y (1 - label_smoothing) + label_smoothing / cols.
 struct categorical_crossentropy {
   bool from_logits = false;
+  float label_smoothing = 0.0f;
 };
-/// `y_true` holds targets in [0, 1]; a row's loss is the mean over its `cols` values.
+/// `y_true` holds targets in [0, 1], smoothed first: y (1 - label_smoothing) + label_smoothing / 2; a row's
+/// loss is the mean over its `cols` values.
 struct binary_crossentropy {
   bool from_logits = false;
+  float label_smoothing = 0.0f;
 };
 /// A row's loss is the mean of (y_pred - y_true)^2 over its `cols` values.
 struct mean_squared_error {};
+/// A row's loss is the mean of |y_pred - y_true| over its `cols` values (gradient sign(e), 0 at 0).
+struct mean_absolute_error {};
+/// A row's loss is the mean over its values of e^2 / 2 where |e| <= delta, else delta (|e| - delta / 2),
+/// e = y_pred - y_true.
+struct huber {
+  float delta = 1.0f;
+};
+/// A row's loss is the sum over its values of y log(y / q), y and q clipped to [epsilon, 1] (a clipped q
+/// has zero gradient).
+struct kl_divergence {};
+/// A row's loss is minus the cosine of y_true and y_pred: -(y / |y|) . (q / |q|), a norm below
+/// sqrt(epsilon) replaced by sqrt(epsilon) (Keras' l2 normalisation).
+struct cosine_similarity {};
 
 /// Correct rows: argmax of the scores equals the class index.
 struct sparse_categorical_accuracy {};
@@ -146,7 +162,8 @@ struct rmsprop {
 
 /// A loss, a metric and an optimizer step as a backend receives them.
 using loss_op = std::variant<op::sparse_categorical_crossentropy, op::categorical_crossentropy,
-                             op::binary_crossentropy, op::mean_squared_error>;
+                             op::binary_crossentropy, op::mean_squared_error, op::mean_absolute_error, op::huber,
+                             op::kl_divergence, op::cosine_similarity>;
 using metric_op = std::variant<op::sparse_categorical_accuracy, op::categorical_accuracy, op::binary_accuracy>;
 using optimizer_op = std::variant<op::sgd, op::adam, op::rmsprop>;
 
@@ -290,6 +307,10 @@ concept loss_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.loss(op::categorical_crossentropy{}, n, n, s, cp, cp, p, p);
   b.loss(op::binary_crossentropy{}, n, n, s, cp, cp, p, p);
   b.loss(op::mean_squared_error{}, n, n, s, cp, cp, p, p);
+  b.loss(op::mean_absolute_error{}, n, n, s, cp, cp, p, p);
+  b.loss(op::huber{}, n, n, s, cp, cp, p, p);
+  b.loss(op::kl_divergence{}, n, n, s, cp, cp, p, p);
+  b.loss(op::cosine_similarity{}, n, n, s, cp, cp, p, p);
   b.metric(op::sparse_categorical_accuracy{}, n, n, cp, cp, p);
   b.metric(op::categorical_accuracy{}, n, n, cp, cp, p);
   b.metric(op::binary_accuracy{}, n, n, cp, cp, p);

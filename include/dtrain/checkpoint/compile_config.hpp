@@ -18,6 +18,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/losses/crossentropy.hpp"
 #include "dtrain/losses/mean_squared_error.hpp"
+#include "dtrain/losses/regression.hpp"
 #include "dtrain/metrics/accuracy.hpp"
 #include "dtrain/optimizers/adam.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
@@ -115,10 +116,21 @@ inline json loss_config(const any_loss& l) {
   auto crossentropy = [&](const auto* x) {
     return entry(x->name(), {{"from_logits", x->options.from_logits}, {"reduction", reduction_name(x->options.reduction)}});
   };
+  auto smoothed = [&](const auto* x) {
+    json j = crossentropy(x);
+    j["config"]["label_smoothing"] = x->options.label_smoothing;
+    return j;
+  };
+  auto plain = [&](const auto* x) { return entry(x->name(), {{"reduction", reduction_name(x->options.reduction)}}); };
   if (const auto* x = l.target<sparse_categorical_crossentropy>()) return crossentropy(x);
-  if (const auto* x = l.target<categorical_crossentropy>()) return crossentropy(x);
-  if (const auto* x = l.target<binary_crossentropy>()) return crossentropy(x);
-  if (const auto* x = l.target<mean_squared_error>()) return entry(x->name(), {{"reduction", reduction_name(x->options.reduction)}});
+  if (const auto* x = l.target<categorical_crossentropy>()) return smoothed(x);
+  if (const auto* x = l.target<binary_crossentropy>()) return smoothed(x);
+  if (const auto* x = l.target<mean_squared_error>()) return plain(x);
+  if (const auto* x = l.target<mean_absolute_error>()) return plain(x);
+  if (const auto* x = l.target<kl_divergence>()) return plain(x);
+  if (const auto* x = l.target<cosine_similarity>()) return plain(x);
+  if (const auto* x = l.target<huber>())
+    return entry(x->name(), {{"delta", x->options.delta}, {"reduction", reduction_name(x->options.reduction)}});
   return nullptr;
 }
 inline any_loss loss_from(const json& j) {
@@ -126,10 +138,19 @@ inline any_loss loss_from(const json& j) {
   const json& c = j.at("config");
   const reduction red = reduction_from(option<std::string>(c, "reduction"));
   auto ce = [&] { return crossentropy_options{.from_logits = option<bool>(c, "from_logits"), .reduction = red}; };
+  auto smoothed = [&] {  // (files written before label smoothing have none)
+    return smoothed_crossentropy_options{.from_logits = option<bool>(c, "from_logits"),
+                                         .label_smoothing = c.contains("label_smoothing") ? option<float>(c, "label_smoothing") : 0.0f,
+                                         .reduction = red};
+  };
   if (name == sparse_categorical_crossentropy{}.name()) return sparse_categorical_crossentropy{ce()};
-  if (name == categorical_crossentropy{}.name()) return categorical_crossentropy{ce()};
-  if (name == binary_crossentropy{}.name()) return binary_crossentropy{ce()};
+  if (name == categorical_crossentropy{}.name()) return categorical_crossentropy{smoothed()};
+  if (name == binary_crossentropy{}.name()) return binary_crossentropy{smoothed()};
   if (name == mean_squared_error{}.name()) return mean_squared_error{{.reduction = red}};
+  if (name == mean_absolute_error{}.name()) return mean_absolute_error{{.reduction = red}};
+  if (name == kl_divergence{}.name()) return kl_divergence{{.reduction = red}};
+  if (name == cosine_similarity{}.name()) return cosine_similarity{{.reduction = red}};
+  if (name == huber{}.name()) return huber{{.delta = option<float>(c, "delta"), .reduction = red}};
   throw value_error("unknown loss '" + name + "'");
 }
 

@@ -49,10 +49,15 @@ inline void loss_kernel(op::sparse_categorical_crossentropy o, std::size_t rows,
 /// On probabilities the scores are first normalised to sum to one, as Keras does.
 inline void loss_kernel(op::categorical_crossentropy o, std::size_t rows, std::size_t c, float scale,
                         const float* t, const float* p, float* out, float* d) {
-  std::vector<float> gq(d && !o.from_logits ? c : 0);
+  std::vector<float> gq(d && !o.from_logits ? c : 0), smoothed(o.label_smoothing != 0.0f ? c : 0);
+  const float keep = 1.0f - o.label_smoothing, spread = o.label_smoothing / static_cast<float>(c);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* z = p + r * c;
     const float* y = t + r * c;
+    if (!smoothed.empty()) {
+      for (std::size_t j = 0; j < c; ++j) smoothed[j] = y[j] * keep + spread;
+      y = smoothed.data();
+    }
     float* g = d ? d + r * c : nullptr;
     if (o.from_logits) {
       const float m = *std::max_element(z, z + c);
@@ -86,10 +91,11 @@ inline void loss_kernel(op::categorical_crossentropy o, std::size_t rows, std::s
 inline void loss_kernel(op::binary_crossentropy o, std::size_t rows, std::size_t c, float scale, const float* t,
                         const float* p, float* out, float* d) {
   const float inv_c = 1.0f / static_cast<float>(c);
+  const float keep = 1.0f - o.label_smoothing, spread = 0.5f * o.label_smoothing;
   for (std::size_t r = 0; r < rows; ++r) {
     double l = 0.0;
     for (std::size_t j = r * c; j < (r + 1) * c; ++j) {
-      const float z = p[j], y = t[j];
+      const float z = p[j], y = o.label_smoothing != 0.0f ? t[j] * keep + spread : t[j];
       if (o.from_logits) {
         l += std::max(z, 0.0f) - z * y + std::log1p(std::exp(-std::fabs(z)));
         if (d) d[j] = scale * inv_c * (1.0f / (1.0f + std::exp(-z)) - y);
@@ -114,6 +120,64 @@ inline void loss_kernel(op::mean_squared_error, std::size_t rows, std::size_t c,
       if (d) d[j] = scale * 2.0f * inv_c * e;
     }
     out[r] = static_cast<float>(l) * inv_c;
+  }
+}
+
+inline void loss_kernel(op::mean_absolute_error, std::size_t rows, std::size_t c, float scale, const float* t,
+                        const float* p, float* out, float* d) {
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double l = 0.0;
+    for (std::size_t j = r * c; j < (r + 1) * c; ++j) {
+      const float e = p[j] - t[j];
+      l += std::fabs(e);
+      if (d) d[j] = e > 0.0f ? scale * inv_c : e < 0.0f ? -scale * inv_c : 0.0f;
+    }
+    out[r] = static_cast<float>(l) * inv_c;
+  }
+}
+
+inline void loss_kernel(op::huber o, std::size_t rows, std::size_t c, float scale, const float* t, const float* p,
+                        float* out, float* d) {
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double l = 0.0;
+    for (std::size_t j = r * c; j < (r + 1) * c; ++j) {
+      const float e = p[j] - t[j], a = std::fabs(e);
+      const bool quadratic = a <= o.delta;
+      l += quadratic ? 0.5 * static_cast<double>(e) * e : static_cast<double>(o.delta) * a - 0.5 * static_cast<double>(o.delta) * o.delta;
+      if (d) d[j] = scale * inv_c * (quadratic ? e : (e > 0.0f ? o.delta : -o.delta));
+    }
+    out[r] = static_cast<float>(l) * inv_c;
+  }
+}
+
+inline void loss_kernel(op::kl_divergence, std::size_t rows, std::size_t c, float scale, const float* t, const float* p,
+                        float* out, float* d) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    double l = 0.0;
+    for (std::size_t j = r * c; j < (r + 1) * c; ++j) {
+      const float y = std::clamp(t[j], loss_epsilon, 1.0f), q = std::clamp(p[j], loss_epsilon, 1.0f);
+      l += y * std::log(y / q);
+      if (d) d[j] = q == p[j] ? -scale * y / q : 0.0f;
+    }
+    out[r] = static_cast<float>(l);
+  }
+}
+
+inline void loss_kernel(op::cosine_similarity, std::size_t rows, std::size_t c, float scale, const float* t,
+                        const float* p, float* out, float* d) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* y = t + r * c;
+    const float* q = p + r * c;
+    double yy = 0.0, qq = 0.0, yq = 0.0;
+    for (std::size_t j = 0; j < c; ++j) yy += double(y[j]) * y[j], qq += double(q[j]) * q[j], yq += double(y[j]) * q[j];
+    const double ny = std::sqrt(std::max(yy, double(loss_epsilon))), nq = std::sqrt(std::max(qq, double(loss_epsilon)));
+    const double cosine = yq / (ny * nq);
+    out[r] = static_cast<float>(-cosine);
+    if (d)  // d/dq of -(y.q)/(ny nq): -(y / ny - cosine q / nq) / nq, the second term only where |q| is not the floor
+      for (std::size_t j = 0; j < c; ++j)
+        d[r * c + j] = -scale * static_cast<float>((y[j] / ny - (qq > loss_epsilon ? cosine * q[j] / nq : 0.0)) / nq);
   }
 }
 

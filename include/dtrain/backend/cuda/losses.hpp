@@ -15,13 +15,26 @@
 DTRAIN_CUDA_SOURCE(losses,
 
 // ---- losses: one thread per row (kind: 0 sparse categorical, 1 categorical, 2 binary crossentropy,
-// 3 mean squared error); `d` may be null -----------------------------------------------------------------
+// 3 mean squared error, 4 mean absolute error, 5 Huber, 6 KL divergence, 7 cosine similarity; `param`:
+// the label smoothing of 1 and 2, the delta of 5); `d` may be null --------------------------------------------
+DTRAIN_DEVICE float smoothed_target(int kind, float param, long long c, float y) {
+  return param == 0.0f ? y : kind == 1 ? y * (1.0f - param) + param / (float)c : y * (1.0f - param) + 0.5f * param;
+}
 DTRAIN_KERNEL void dtrain_loss(long long rows, long long c, int kind, int from_logits, float scale, float eps,
-                               const float* t, const float* p, float* out, float* d) {
+                               float param, const float* t, const float* p, float* out, float* d) {
   for (long long r = first_index(); r < rows; r += grid_stride()) {
     const float* z = p + r * c;
     float* g = d ? d + r * c : (float*)0;
-    if (kind == 0 || kind == 1) {
+    if (kind == 7) {  // cosine similarity
+      const float* y = t + r * c;
+      double yy = 0.0, qq = 0.0, yq = 0.0;
+      for (long long j = 0; j < c; ++j) { yy += (double)y[j] * y[j]; qq += (double)z[j] * z[j]; yq += (double)y[j] * z[j]; }
+      const double ny = sqrt(yy > eps ? yy : (double)eps), nq = sqrt(qq > eps ? qq : (double)eps);
+      const double cosine = yq / (ny * nq);
+      out[r] = (float)-cosine;
+      if (g)
+        for (long long j = 0; j < c; ++j) g[j] = -scale * (float)((y[j] / ny - (qq > eps ? cosine * z[j] / nq : 0.0)) / nq);
+    } else if (kind == 0 || kind == 1) {
       const float* y = kind == 1 ? t + r * c : t;
       const long long label = kind == 0 ? (long long)t[r] : 0;
       if (from_logits) {
@@ -32,11 +45,11 @@ DTRAIN_KERNEL void dtrain_loss(long long rows, long long c, int kind, int from_l
         const double lse = m + log(s);
         double l = 0.0, ysum = 0.0;
         if (kind == 0) l = lse - z[label], ysum = 1.0;
-        else for (long long j = 0; j < c; ++j) { l += y[j] * (lse - z[j]); ysum += y[j]; }
+        else for (long long j = 0; j < c; ++j) { const float yj = smoothed_target(1, param, c, y[j]); l += yj * (lse - z[j]); ysum += yj; }
         out[r] = (float)l;
         if (g)
           for (long long j = 0; j < c; ++j) {
-            const double yj = kind == 0 ? (j == label ? 1.0 : 0.0) : (double)y[j];
+            const double yj = kind == 0 ? (j == label ? 1.0 : 0.0) : (double)smoothed_target(1, param, c, y[j]);
             g[j] = scale * (float)(ysum * exp((double)(z[j] - m)) / s - yj);
           }
       } else if (kind == 0) {
@@ -51,28 +64,40 @@ DTRAIN_KERNEL void dtrain_loss(long long rows, long long c, int kind, int from_l
         double s = 0.0, l = 0.0, dot = 0.0;
         for (long long j = 0; j < c; ++j) s += z[j];
         for (long long j = 0; j < c; ++j) {
-          const float q = (float)(z[j] / s);
+          const float q = (float)(z[j] / s), yj = smoothed_target(1, param, c, y[j]);
           const float qc = q < eps ? eps : (q > 1.0f - eps ? 1.0f - eps : q);
-          l -= y[j] * logf(qc);
-          dot += (q == qc ? -y[j] / q : 0.0f) * (z[j] / s);
+          l -= yj * logf(qc);
+          dot += (q == qc ? -yj / q : 0.0f) * (z[j] / s);
         }
         out[r] = (float)l;
         if (g)
           for (long long j = 0; j < c; ++j) {
-            const float q = (float)(z[j] / s);
+            const float q = (float)(z[j] / s), yj = smoothed_target(1, param, c, y[j]);
             const float qc = q < eps ? eps : (q > 1.0f - eps ? 1.0f - eps : q);
-            g[j] = scale * (float)(((q == qc ? -y[j] / q : 0.0f) - dot) / s);
+            g[j] = scale * (float)(((q == qc ? -yj / q : 0.0f) - dot) / s);
           }
       }
-    } else {  // elementwise losses, a row's loss the mean over its c values
-      const float inv_c = 1.0f / (float)c;
+    } else {  // elementwise losses, a row's loss the mean over its c values (KL divergence: the sum)
+      const float inv_c = kind == 6 ? 1.0f : 1.0f / (float)c;
       double l = 0.0;
       for (long long j = r * c; j < (r + 1) * c; ++j) {
-        const float zj = p[j], y = t[j];
+        const float zj = p[j], y = kind == 2 ? smoothed_target(2, param, c, t[j]) : t[j];
         if (kind == 3) {
           const float e = zj - y;
           l += (double)e * e;
           if (d) d[j] = scale * 2.0f * inv_c * e;
+        } else if (kind == 4) {
+          const float e = zj - y;
+          l += fabsf(e);
+          if (d) d[j] = e > 0.0f ? scale * inv_c : (e < 0.0f ? -scale * inv_c : 0.0f);
+        } else if (kind == 5) {
+          const float e = zj - y, a = fabsf(e);
+          l += a <= param ? 0.5 * (double)e * e : (double)param * a - 0.5 * (double)param * param;
+          if (d) d[j] = scale * inv_c * (a <= param ? e : (e > 0.0f ? param : -param));
+        } else if (kind == 6) {
+          const float yc = y < eps ? eps : (y > 1.0f ? 1.0f : y), q = zj < eps ? eps : (zj > 1.0f ? 1.0f : zj);
+          l += yc * logf(yc / q);
+          if (d) d[j] = q == zj ? -scale * yc / q : 0.0f;
         } else if (from_logits) {
           l += fmaxf(zj, 0.0f) - zj * y + log1pf(expf(-fabsf(zj)));
           if (d) d[j] = scale * inv_c * (1.0f / (1.0f + expf(-zj)) - y);
@@ -128,12 +153,18 @@ class cuda_loss_kernels {
   void loss(const Op& o, std::size_t rows, std::size_t cols, float scale, pointer<const float> y_true,
             pointer<const float> y_pred, pointer<float> losses, pointer<float> d) const {
     int kind = 3, logits = 0;
+    float param = 0.0f;
     if constexpr (requires { o.from_logits; }) logits = o.from_logits ? 1 : 0;
+    if constexpr (requires { o.label_smoothing; }) param = o.label_smoothing;
     if constexpr (std::is_same_v<Op, op::sparse_categorical_crossentropy>) kind = 0;
     else if constexpr (std::is_same_v<Op, op::categorical_crossentropy>) kind = 1;
     else if constexpr (std::is_same_v<Op, op::binary_crossentropy>) kind = 2;
-    self().template run<&kernels::dtrain_loss>(rows, rows, cols, kind, logits, scale, loss_epsilon, y_true, y_pred,
-                                                losses, d);
+    else if constexpr (std::is_same_v<Op, op::mean_absolute_error>) kind = 4;
+    else if constexpr (std::is_same_v<Op, op::huber>) kind = 5, param = o.delta;
+    else if constexpr (std::is_same_v<Op, op::kl_divergence>) kind = 6;
+    else if constexpr (std::is_same_v<Op, op::cosine_similarity>) kind = 7;
+    self().template run<&kernels::dtrain_loss>(rows, rows, cols, kind, logits, scale, loss_epsilon, param, y_true,
+                                                y_pred, losses, d);
   }
   /// out[0] = the batch's correct rows (binary accuracy: correct values / cols).
   template <class Op>

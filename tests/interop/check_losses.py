@@ -1,0 +1,80 @@
+"""dtrain's losses against Keras 3's own (JAX backend, from PyPI): per-row values and the gradient of their
+sum with respect to y_pred (jax.grad), for each loss and option on the same random inputs.
+usage: check_losses.py <interop_losses program>"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ["KERAS_BACKEND"] = "jax"
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+program = sys.argv[1]
+rng = np.random.default_rng(7)
+rows, cols = 6, 5
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+logits = f32(rng.normal(0, 2, (rows, cols)))
+probs = f32(rng.uniform(0.05, 0.95, (rows, cols)))
+dist = f32(rng.uniform(0.05, 1.0, (rows, cols)))
+dist /= dist.sum(axis=1, keepdims=True)
+onehot = f32(np.eye(cols)[rng.integers(0, cols, rows)])
+soft = f32(rng.uniform(0, 1, (rows, cols)))
+labels = f32(rng.integers(0, cols, rows))
+targets = f32(rng.normal(0, 2, (rows, cols)))
+
+
+def cfg(name, **config):
+    return {"class_name": name, "config": {"reduction": "none", **config}}
+
+
+# (what, Keras loss, dtrain config, y_true, y_pred)
+cases = [
+    ("mean_absolute_error", keras.losses.MeanAbsoluteError(reduction=None), cfg("mean_absolute_error"), targets, logits),
+    ("huber delta 1", keras.losses.Huber(reduction=None), cfg("huber", delta=1.0), targets, logits),
+    ("huber delta 0.5", keras.losses.Huber(delta=0.5, reduction=None), cfg("huber", delta=0.5), targets, logits),
+    ("kl_divergence", keras.losses.KLDivergence(reduction=None), cfg("kl_divergence"), dist, probs),
+    ("cosine_similarity", keras.losses.CosineSimilarity(reduction=None), cfg("cosine_similarity"), targets, logits),
+    ("mean_squared_error", keras.losses.MeanSquaredError(reduction=None), cfg("mean_squared_error"), targets, logits),
+    ("categorical logits smoothed", keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1, reduction=None),
+     cfg("categorical_crossentropy", from_logits=True, label_smoothing=0.1), onehot, logits),
+    ("categorical probs smoothed", keras.losses.CategoricalCrossentropy(label_smoothing=0.2, reduction=None),
+     cfg("categorical_crossentropy", from_logits=False, label_smoothing=0.2), onehot, probs),
+    ("binary logits smoothed", keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=0.1, reduction=None),
+     cfg("binary_crossentropy", from_logits=True, label_smoothing=0.1), soft, logits),
+    ("binary probs smoothed", keras.losses.BinaryCrossentropy(label_smoothing=0.2, reduction=None),
+     cfg("binary_crossentropy", from_logits=False, label_smoothing=0.2), soft, probs),
+    ("sparse categorical logits", keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None),
+     cfg("sparse_categorical_crossentropy", from_logits=True), labels, logits),
+]
+
+d = tempfile.mkdtemp(prefix="dtrain-losses-")
+with open(os.path.join(d, "cases.json"), "w") as f:
+    json.dump([{"loss": c, "y_true": t.ravel().tolist(), "true_shape": list(t.shape), "y_pred": p.ravel().tolist(),
+                "shape": list(p.shape)} for _, _, c, t, p in cases], f)
+subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
+ours = json.load(open(os.path.join(d, "out.json")))
+
+failures = []
+for (what, loss, _, t, p), got in zip(cases, ours):
+    per = np.asarray(loss(t, p))
+    grad = np.asarray(jax.grad(lambda q: jnp.sum(loss(t, q)))(jnp.asarray(p)))
+    for name, want, have in (("per-row loss", per, got["per_row"]), ("gradient", grad, got["grad"])):
+        have = np.asarray(have).reshape(want.shape)
+        err = np.max(np.abs(have - want) / (1e-5 + np.abs(want)).clip(min=1.0))
+        if err > 1e-4:
+            failures.append(f"{what}: {name} differs by {err:.2e} (Keras {want.ravel()[:4]}, dtrain {have.ravel()[:4]})")
+        else:
+            print(f"{what}: {name} within {err:.1e} of Keras {keras.__version__}")
+if failures:
+    print("FAIL:\n" + "\n".join(failures))
+    sys.exit(1)
+print(f"PASS: {len(cases)} losses equal Keras' values and gradients")
