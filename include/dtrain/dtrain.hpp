@@ -72,6 +72,7 @@
 #include "dtrain/losses/regression.hpp"
 
 #include "dtrain/metrics/accuracy.hpp"
+#include "dtrain/metrics/confusion.hpp"
 #include "dtrain/metrics/metric.hpp"
 
 #include "dtrain/optimizers/adam.hpp"

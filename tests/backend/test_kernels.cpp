@@ -143,6 +143,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(metric_totals, B, backends) {
   auto prob = upload(dev, {0.7f, 0.2f, 0.5f, 0.9f}), bin = upload(dev, {1, 0, 1, 1});
   dev.metric(op::binary_accuracy{0.5f}, 2, 2, cptr<B>(bin.data()), cptr<B>(prob.data()), out.data());
   BOOST_TEST(download(dev, out)[0] == 1.5f);
+  // labels 1, 1, 2: scores 0.7 (first), 0.3 (second, below 0.6), 0.6 (first): k = 1 two rows, k = 2 all
+  dev.metric(op::sparse_top_k_categorical_accuracy{1}, 3, 3, cptr<B>(labels.data()), cptr<B>(pred.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 2.0f);
+  dev.metric(op::sparse_top_k_categorical_accuracy{2}, 3, 3, cptr<B>(labels.data()), cptr<B>(pred.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 3.0f);
+  // one-hot classes 1, 2, 2: scores 0.7 (first), 0.1 (third), 0.6 (first)
+  dev.metric(op::top_k_categorical_accuracy{2}, 3, 3, cptr<B>(onehot.data()), cptr<B>(pred.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 2.0f);
+  // ties count: (0.2, 0.2, 0.6) with label 0 is in the top 2 (only 0.6 above it)
+  auto tie = upload(dev, {0.2f, 0.2f, 0.6f}), zero = upload(dev, {0});
+  dev.metric(op::sparse_top_k_categorical_accuracy{2}, 1, 3, cptr<B>(zero.data()), cptr<B>(tie.data()), out.data());
+  BOOST_TEST(download(dev, out)[0] == 1.0f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -248,6 +248,26 @@ BOOST_AUTO_TEST_CASE(a_standalone_metric_sums_every_replica_outside_run) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(kernel_and_host_metrics_sum_their_states_over_the_replicas) {
+  // a top-k accuracy (a backend kernel) and a loss as a metric (on the host): 1, 2 and 3 replicas give
+  // the same results on batches of 7 (uneven shares), as states summed, not averages of averages
+  auto [x, y] = three_class_problem(30);
+  auto evaluate = [&](int n) {
+    mirrored_strategy<> s(cpus(n));
+    auto m = s.make_model<net>(4);
+    m.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+               .metrics = {sparse_top_k_categorical_accuracy{2}, sparse_categorical_crossentropy{{.from_logits = true}}}});
+    return m.evaluate(data::from_tensor_slices(x, y) | data::batch(7), {.verbose = 0});
+  };
+  const logs one = evaluate(1);
+  for (int n : {2, 3}) {
+    const logs many = evaluate(n);
+    BOOST_TEST(many["sparse_top_k_categorical_accuracy"] == one["sparse_top_k_categorical_accuracy"]);
+    BOOST_TEST(many["sparse_categorical_crossentropy"] == one["sparse_categorical_crossentropy"], tt::tolerance(1e-6f));
+  }
+  BOOST_TEST(one["sparse_top_k_categorical_accuracy"] > 0.0f);
+}
+
 BOOST_AUTO_TEST_CASE(custom_loop_losses_follow_their_reduction_as_in_tf) {
   // sum: each replica's sum, summed over the replicas, is the global batch's; sum_over_batch_size would
   // average each replica's share alone, so TF raises under a strategy, and so does dtrain.

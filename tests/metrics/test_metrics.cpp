@@ -32,6 +32,40 @@ BOOST_AUTO_TEST_CASE(accuracies_by_hand) {
   BOOST_CHECK_THROW(one_batch(categorical_accuracy{}, labels, pred), shape_error);
 }
 
+BOOST_AUTO_TEST_CASE(precision_recall_by_hand) {
+  // predicted positive (> 0.5): 0.7, 0.9, 0.6; actual: values 0, 2, 3 -> tp 2 (0.7, 0.6), fp 1 (0.9), fn 1
+  const batch pred{{0.7f, 0.2f, 0.4f, 0.6f, 0.9f, 0.1f}, {2, 3}}, truth{{1, 0, 1, 1, 0, 0}, {2, 3}};
+  const metric_state p = one_batch(precision{}, truth, pred), r = one_batch(recall{}, truth, pred);
+  BOOST_TEST(p.values[0] == 2.0f);
+  BOOST_TEST(p.values[1] == 3.0f);
+  BOOST_TEST(r.values[1] == 3.0f);
+  // threshold 0.3: 0.4 too (tp 3 of 4 predicted)
+  BOOST_TEST(one_batch(precision{{.thresholds = 0.3f}}, truth, pred).result() == 0.75f);
+  // class 0 only: rows' first values 0.7 (actual) and 0.6 (actual): precision 1, recall 1
+  BOOST_TEST(one_batch(recall{{.class_id = 0}}, truth, pred).result() == 1.0f);
+  // top 1 per row: 0.7 (actual) and 0.9 (not): precision 1/2; recall 1/3
+  BOOST_TEST(one_batch(precision{{.top_k = 1}}, truth, pred).result() == 0.5f);
+  BOOST_TEST(one_batch(recall{{.top_k = 1}}, truth, pred).result() == 1.0f / 3.0f, boost::test_tools::tolerance(1e-6f));
+  // nothing predicted positive: 0, not NaN
+  BOOST_TEST(one_batch(precision{{.thresholds = 0.95f}}, truth, pred).result() == 0.0f);
+  BOOST_CHECK_THROW(one_batch(precision{{.class_id = 3}}, truth, pred), value_error);
+  BOOST_CHECK_THROW(one_batch(recall{}, batch{{1, 0}, {2}}, pred), shape_error);
+}
+
+BOOST_AUTO_TEST_CASE(top_k_and_a_loss_as_a_metric) {
+  const batch pred{{0.1f, 0.7f, 0.2f, 0.6f, 0.3f, 0.1f}, {2, 3}};
+  BOOST_TEST(one_batch(sparse_top_k_categorical_accuracy{1}, batch{{1, 1}, {2}}, pred).values[0] == 1.0f);
+  BOOST_TEST(one_batch(sparse_top_k_categorical_accuracy{2}, batch{{1, 1}, {2}}, pred).values[0] == 2.0f);
+  BOOST_CHECK_THROW(one_batch(sparse_top_k_categorical_accuracy{2}, batch{{1, 3}, {2}}, pred), value_error);
+  BOOST_CHECK_THROW(one_batch(top_k_categorical_accuracy{0}, batch{{0, 1, 0, 1, 0, 0}, {2, 3}}, pred), value_error);
+  // Keras' metrics=["mae"]: the mean over the rows of each row's mean absolute error
+  any_metric mae = mean_absolute_error{};
+  BOOST_TEST(mae.name() == "mean_absolute_error");
+  mae.update_state(batch{{1, 2, 3, 4}, {2, 2}}.view(), batch{{1, 4, 3, 3}, {2, 2}}.view());
+  BOOST_TEST(mae.result() == 0.75f);
+  BOOST_TEST(mae.state().values[1] == 2.0f);
+}
+
 /// A metric of the user's own, on the host: the mean of the predictions.
 struct mean_prediction {
   std::string name() const { return "mean_prediction"; }

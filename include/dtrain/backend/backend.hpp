@@ -135,6 +135,14 @@ struct categorical_accuracy {};
 struct binary_accuracy {
   float threshold = 0.5f;
 };
+/// Correct rows: fewer than k scores exceed the score of the class index (ties count as correct).
+struct sparse_top_k_categorical_accuracy {
+  int k = 5;
+};
+/// Correct rows: fewer than k scores exceed the score of the one-hot target's argmax.
+struct top_k_categorical_accuracy {
+  int k = 5;
+};
 
 /// Keras' SGD step: m = momentum m - lr g; p += m (Nesterov: p += momentum m - lr g); plain: p -= lr g.
 /// Slots: m when momentum > 0.
@@ -158,13 +166,20 @@ struct rmsprop {
   bool centered = false;
 };
 
+/// Whether an op's y_true holds one class index per row (else one value per prediction).
+template <class Op>
+inline constexpr bool class_index_targets =
+    std::is_same_v<Op, sparse_categorical_crossentropy> || std::is_same_v<Op, sparse_categorical_accuracy> ||
+    std::is_same_v<Op, sparse_top_k_categorical_accuracy>;
+
 }  // namespace op
 
 /// A loss, a metric and an optimizer step as a backend receives them.
 using loss_op = std::variant<op::sparse_categorical_crossentropy, op::categorical_crossentropy,
                              op::binary_crossentropy, op::mean_squared_error, op::mean_absolute_error, op::huber,
                              op::kl_divergence, op::cosine_similarity>;
-using metric_op = std::variant<op::sparse_categorical_accuracy, op::categorical_accuracy, op::binary_accuracy>;
+using metric_op = std::variant<op::sparse_categorical_accuracy, op::categorical_accuracy, op::binary_accuracy,
+                               op::sparse_top_k_categorical_accuracy, op::top_k_categorical_accuracy>;
 using optimizer_op = std::variant<op::sgd, op::adam, op::rmsprop>;
 
 /// Slot values an optimizer step keeps per parameter.
@@ -314,6 +329,8 @@ concept loss_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.metric(op::sparse_categorical_accuracy{}, n, n, cp, cp, p);
   b.metric(op::categorical_accuracy{}, n, n, cp, cp, p);
   b.metric(op::binary_accuracy{}, n, n, cp, cp, p);
+  b.metric(op::sparse_top_k_categorical_accuracy{}, n, n, cp, cp, p);
+  b.metric(op::top_k_categorical_accuracy{}, n, n, cp, cp, p);
 };
 
 /// The optimizers' steps.

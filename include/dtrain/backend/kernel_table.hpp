@@ -177,10 +177,10 @@
 #define DTRAIN_LOSS_KERNELS(K)                                                                                 \
   K((template <class Op>), (), void, loss, (V, const Op&, o), (V, std::size_t, rows), (V, std::size_t, cols), \
     (V, float, scale),                                                                                        \
-    (P, const float, y_true, (std::is_same_v<Op, op::sparse_categorical_crossentropy> ? rows : rows * cols)), \
+    (P, const float, y_true, (op::class_index_targets<Op> ? rows : rows * cols)),                            \
     (P, const float, y_pred, rows * cols), (P, float, losses, rows), (P, float, d, (d ? rows * cols : 0)))    \
   K((template <class Op>), (), void, metric, (V, const Op&, o), (V, std::size_t, rows), (V, std::size_t, cols), \
-    (P, const float, y_true, (std::is_same_v<Op, op::sparse_categorical_accuracy> ? rows : rows * cols)),     \
+    (P, const float, y_true, (op::class_index_targets<Op> ? rows : rows * cols)),                             \
     (P, const float, y_pred, rows * cols), (P, float, out, 1))
 
 #define DTRAIN_UPDATE_KERNELS(K)                                                                               \

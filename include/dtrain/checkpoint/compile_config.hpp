@@ -20,6 +20,7 @@
 #include "dtrain/losses/mean_squared_error.hpp"
 #include "dtrain/losses/regression.hpp"
 #include "dtrain/metrics/accuracy.hpp"
+#include "dtrain/metrics/confusion.hpp"
 #include "dtrain/optimizers/adam.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
 #include "dtrain/optimizers/sgd.hpp"
@@ -158,6 +159,21 @@ inline json metric_config(const any_metric& m) {
   if (m.target<sparse_categorical_accuracy>() || m.target<categorical_accuracy>() || m.target<accuracy>())
     return entry(m.name(), json::object());
   if (const auto* b = m.target<binary_accuracy>()) return entry(m.name(), {{"threshold", b->threshold}});
+  if (const auto* k = m.target<sparse_top_k_categorical_accuracy>()) return entry(m.name(), {{"k", k->k}});
+  if (const auto* k = m.target<top_k_categorical_accuracy>()) return entry(m.name(), {{"k", k->k}});
+  auto confusion = [&](const confusion_options& o) {
+    json c = json::object();
+    if (o.thresholds) c["thresholds"] = *o.thresholds;
+    if (o.top_k) c["top_k"] = *o.top_k;
+    if (o.class_id) c["class_id"] = *o.class_id;
+    return entry(m.name(), std::move(c));
+  };
+  if (const auto* x = m.target<precision>()) return confusion(x->options);
+  if (const auto* x = m.target<recall>()) return confusion(x->options);
+  if (const auto* w = m.target<loss_metric>()) {  // a loss as a metric: Keras' MeanMetricWrapper
+    json l = loss_config(w->loss);
+    return l.is_null() ? l : entry("mean_metric_wrapper", {{"loss", std::move(l)}});
+  }
   return nullptr;
 }
 inline any_metric metric_from(const json& j) {
@@ -165,7 +181,20 @@ inline any_metric metric_from(const json& j) {
   if (name == sparse_categorical_accuracy{}.name()) return sparse_categorical_accuracy{};
   if (name == categorical_accuracy{}.name()) return categorical_accuracy{};
   if (name == accuracy{}.name()) return accuracy{};
-  if (name == binary_accuracy{}.name()) return binary_accuracy{option<float>(j.at("config"), "threshold")};
+  const json& c = j.at("config");
+  if (name == binary_accuracy{}.name()) return binary_accuracy{option<float>(c, "threshold")};
+  if (name == sparse_top_k_categorical_accuracy{}.name()) return sparse_top_k_categorical_accuracy{option<int>(c, "k")};
+  if (name == top_k_categorical_accuracy{}.name()) return top_k_categorical_accuracy{option<int>(c, "k")};
+  auto confusion = [&] {
+    confusion_options o;
+    if (c.contains("thresholds")) o.thresholds = option<float>(c, "thresholds");
+    if (c.contains("top_k")) o.top_k = option<int>(c, "top_k");
+    if (c.contains("class_id")) o.class_id = option<int>(c, "class_id");
+    return o;
+  };
+  if (name == precision{}.name()) return precision{confusion()};
+  if (name == recall{}.name()) return recall{confusion()};
+  if (name == "mean_metric_wrapper") return loss_from(c.at("loss"));
   throw value_error("unknown metric '" + name + "'");
 }
 }  // namespace detail

@@ -4,6 +4,7 @@
 /// becomes: Keras picks binary, sparse categorical or categorical accuracy from the shapes it sees,
 /// and so does `accuracy` on its first batch (reported under the name "accuracy").
 
+#include <cmath>
 #include <cstddef>
 
 #include "dtrain/metrics/metric.hpp"
@@ -42,6 +43,44 @@ struct binary_accuracy {
   op::binary_accuracy kernel(batch_view t, batch_view p) const {
     if (t.size() != p.size() || t.batch() != p.batch()) detail::metric_shape_error("binary_accuracy", t, p);
     return {threshold};
+  }
+};
+
+namespace detail {
+/// Checks a top-k metric: k >= 1 and, for class indices, one integer label in [0, classes) per row.
+inline void check_top_k(const char* metric, int k, batch_view t, batch_view p, bool sparse) {
+  if (k < 1) throw value_error(std::string(metric) + ": k " + std::to_string(k) + " is not at least 1");
+  if (!sparse) {
+    if (t.size() != p.size() || t.batch() != p.batch()) metric_shape_error(metric, t, p);
+    return;
+  }
+  const std::size_t rows = std::size_t(metric_rows(p)), c = p.last();
+  if (t.size() != rows || t.batch() != p.batch()) metric_shape_error(metric, t, p);
+  for (std::size_t r = 0; r < rows; ++r)
+    if (!(t.data[r] >= 0.0f && t.data[r] < float(c)) || t.data[r] != std::floor(t.data[r]))
+      throw value_error(std::string(metric) + ": label " + std::to_string(t.data[r]) + " at index " + std::to_string(r) +
+                        " is not a class index in [0, " + std::to_string(c) + ")");
+}
+}  // namespace detail
+
+/// Keras `SparseTopKCategoricalAccuracy(k=5)`: the integer label is among the k highest scores (a
+/// score tied with the k-th counts, as Keras' in_top_k).
+struct sparse_top_k_categorical_accuracy {
+  int k = 5;
+  std::string name() const { return "sparse_top_k_categorical_accuracy"; }
+  op::sparse_top_k_categorical_accuracy kernel(batch_view t, batch_view p) const {
+    detail::check_top_k("sparse_top_k_categorical_accuracy", k, t, p, true);
+    return {k};
+  }
+};
+
+/// Keras `TopKCategoricalAccuracy(k=5)`: the one-hot target's class is among the k highest scores.
+struct top_k_categorical_accuracy {
+  int k = 5;
+  std::string name() const { return "top_k_categorical_accuracy"; }
+  op::top_k_categorical_accuracy kernel(batch_view t, batch_view p) const {
+    detail::check_top_k("top_k_categorical_accuracy", k, t, p, false);
+    return {k};
   }
 };
 

@@ -9,9 +9,10 @@
 /// - on the model's backend: `kernel(y_true, y_pred)` checks the shapes (extents only; throwing a
 ///   `shape_error` naming the metric and both shapes) and returns the `metric_op` every backend
 ///   implements, which writes the total (the built-in metrics);
-/// - on the host: `update(y_true, y_pred)` checks and returns `{total, count}` from host views (a metric
-///   of the user's own).
-/// Neither keeps state: the state lives in `any_metric`.
+/// - on the host: `update(y_true, y_pred)` checks and returns `{total, count}` from host views (precision,
+///   recall, a loss as a metric, a metric of the user's own).
+/// Neither keeps state: the state lives in `any_metric`. A loss given as a metric is Keras'
+/// `MeanMetricWrapper` (`metrics=["mae"]`): the mean of its per-row values (`loss_metric`).
 
 #include <array>
 #include <concepts>
@@ -25,6 +26,7 @@
 #include "dtrain/core/replica_group.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/view.hpp"
+#include "dtrain/losses/loss.hpp"
 
 namespace dtrain {
 
@@ -106,12 +108,30 @@ inline double metric_rows(batch_view y_pred) {
 }
 }  // namespace detail
 
+/// A loss as a metric (Keras' `MeanMetricWrapper`): the mean over the rows of its per-row values, under
+/// the loss's name.
+struct loss_metric {
+  any_loss loss;
+  std::string name() const { return loss.name(); }
+  metric_update update(batch_view t, batch_view p) const {
+    std::vector<float> per(detail::loss_rows(p));
+    loss.per_example(t, p, per.data(), nullptr, 1.0f);
+    double total = 0.0;
+    for (float v : per) total += v;
+    return {total, static_cast<double>(per.size())};
+  }
+};
+
 /// A metric of any type with its state (what `compile` stores; Keras' `Metric` object).
 class any_metric {
  public:
   template <metric_function M>
     requires(!std::same_as<std::remove_cvref_t<M>, any_metric>)
   any_metric(M m) : fn_(std::make_unique<model_t<M>>(std::move(m))) {}
+  /// A loss, as a metric of its mean (`.metrics = {mean_absolute_error{}}`).
+  template <loss_function L>
+    requires(!metric_function<L>)
+  any_metric(L l) : any_metric(loss_metric{any_loss(std::move(l))}) {}
   any_metric(const any_metric& o) : fn_(o.fn_->clone()), state_(o.state_) {}
   any_metric& operator=(const any_metric& o) {
     if (this != &o) fn_ = o.fn_->clone(), state_ = o.state_;

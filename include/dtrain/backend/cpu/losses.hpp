@@ -200,6 +200,27 @@ inline float metric_kernel(op::binary_accuracy o, std::size_t rows, std::size_t 
   return static_cast<float>(hits / static_cast<double>(c));
 }
 
+/// Whether fewer than k of the row's `c` scores exceed the score at `label` (Keras' in_top_k).
+inline bool in_top_k(const float* z, std::size_t c, std::size_t label, int k) {
+  std::size_t above = 0;
+  for (std::size_t j = 0; j < c; ++j) above += z[j] > z[label] ? 1 : 0;
+  return above < static_cast<std::size_t>(k);
+}
+
+inline float metric_kernel(op::sparse_top_k_categorical_accuracy o, std::size_t rows, std::size_t c, const float* t,
+                           const float* p) {
+  double hits = 0.0;
+  for (std::size_t r = 0; r < rows; ++r) hits += in_top_k(p + r * c, c, static_cast<std::size_t>(t[r]), o.k) ? 1.0 : 0.0;
+  return static_cast<float>(hits);
+}
+
+inline float metric_kernel(op::top_k_categorical_accuracy o, std::size_t rows, std::size_t c, const float* t,
+                           const float* p) {
+  double hits = 0.0;
+  for (std::size_t r = 0; r < rows; ++r) hits += in_top_k(p + r * c, c, argmax_row(t + r * c, c), o.k) ? 1.0 : 0.0;
+  return static_cast<float>(hits);
+}
+
 /// The cpu backend's loss and metric family (`loss_kernels`).
 struct cpu_loss_kernels {
   template <class Op>

@@ -112,17 +112,23 @@ DTRAIN_KERNEL void dtrain_loss(long long rows, long long c, int kind, int from_l
   }
 }
 
-// ---- metrics: per-row hits (kind: 0 sparse categorical, 1 categorical, 2 binary accuracy), summed after --
+// ---- metrics: per-row hits (kind: 0 sparse categorical, 1 categorical, 2 binary accuracy, 3 sparse top-k,
+// 4 top-k categorical accuracy, `k` for 3 and 4), summed after ---------------------------------------------
 DTRAIN_DEVICE long long argmax_row(const float* v, long long n) {
   long long best = 0;
   for (long long j = 1; j < n; ++j) best = v[j] > v[best] ? j : best;
   return best;
 }
-DTRAIN_KERNEL void dtrain_metric_hits(long long rows, long long c, int kind, float threshold, const float* t,
+DTRAIN_KERNEL void dtrain_metric_hits(long long rows, long long c, int kind, float threshold, int k, const float* t,
                                       const float* p, float* hits) {
   for (long long r = first_index(); r < rows; r += grid_stride()) {
     const float* z = p + r * c;
-    if (kind == 0) hits[r] = (float)argmax_row(z, c) == t[r] ? 1.0f : 0.0f;
+    if (kind == 3 || kind == 4) {
+      const long long label = kind == 3 ? (long long)t[r] : argmax_row(t + r * c, c);
+      long long above = 0;
+      for (long long j = 0; j < c; ++j) above += z[j] > z[label] ? 1 : 0;
+      hits[r] = above < k ? 1.0f : 0.0f;
+    } else if (kind == 0) hits[r] = (float)argmax_row(z, c) == t[r] ? 1.0f : 0.0f;
     else if (kind == 1) hits[r] = argmax_row(z, c) == argmax_row(t + r * c, c) ? 1.0f : 0.0f;
     else {
       float h = 0.0f;
@@ -170,15 +176,17 @@ class cuda_loss_kernels {
   template <class Op>
   void metric(const Op& o, std::size_t rows, std::size_t cols, pointer<const float> y_true,
               pointer<const float> y_pred, pointer<float> out) const {
-    int kind = 0;
+    int kind = 0, k = 0;
     float threshold = 0.0f;
     if constexpr (std::is_same_v<Op, op::categorical_accuracy>) kind = 1;
     if constexpr (std::is_same_v<Op, op::binary_accuracy>) kind = 2, threshold = o.threshold;
+    if constexpr (std::is_same_v<Op, op::sparse_top_k_categorical_accuracy>) kind = 3, k = o.k;
+    if constexpr (std::is_same_v<Op, op::top_k_categorical_accuracy>) kind = 4, k = o.k;
     // the hits after the reduction's partials in one scratch block
     const std::size_t parts = D::tree_size(rows);
     auto* part = static_cast<double*>(self().scratch(parts * sizeof(double) + rows * sizeof(float)));
     auto* hits = reinterpret_cast<float*>(part + parts);
-    self().template run<&kernels::dtrain_metric_hits>(rows, rows, cols, kind, threshold, y_true, y_pred, hits);
+    self().template run<&kernels::dtrain_metric_hits>(rows, rows, cols, kind, threshold, k, y_true, y_pred, hits);
     self().reduce(rows, pointer<const float>(hits), false, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, false,
                   out, part);
   }

@@ -1,6 +1,7 @@
-"""dtrain's losses against Keras 3's own (JAX backend, from PyPI): per-row values and the gradient of their
-sum with respect to y_pred (jax.grad), for each loss and option on the same random inputs.
-usage: check_losses.py <interop_losses program>"""
+"""dtrain's losses and metrics against Keras 3's own (JAX backend, from PyPI) on the same random inputs:
+each loss's per-row values and the gradient of their sum with respect to y_pred (jax.grad); each metric's
+result after several batches (its state summed across them, as across replicas and workers).
+usage: check_functions.py <interop_functions program>"""
 import json
 import os
 import subprocess
@@ -56,14 +57,76 @@ cases = [
      cfg("sparse_categorical_crossentropy", from_logits=True), labels, logits),
 ]
 
-d = tempfile.mkdtemp(prefix="dtrain-losses-")
+def batches(make, n=3):
+    return [make() for _ in range(n)]
+
+
+def scores():
+    return f32(rng.uniform(0, 1, (8, 6)))
+
+
+def binary_batch():
+    return f32(rng.integers(0, 2, (8, 6))), scores()
+
+
+def sparse_batch():
+    return f32(rng.integers(0, 6, 8)), scores()
+
+
+def onehot_batch():
+    return f32(np.eye(6)[rng.integers(0, 6, 8)]), scores()
+
+
+def regression_batch():
+    return f32(rng.normal(0, 1, (8, 6))), f32(rng.normal(0, 1, (8, 6)))
+
+
+def mcfg(name, **config):
+    return {"class_name": name, "config": config}
+
+
+# (what, Keras metric, dtrain config, batches)
+metrics = [
+    ("precision", keras.metrics.Precision(), mcfg("precision"), batches(binary_batch)),
+    ("precision threshold 0.7", keras.metrics.Precision(thresholds=0.7), mcfg("precision", thresholds=0.7),
+     batches(binary_batch)),
+    ("precision top_k 2", keras.metrics.Precision(top_k=2), mcfg("precision", top_k=2), batches(binary_batch)),
+    ("precision class_id 3", keras.metrics.Precision(class_id=3), mcfg("precision", class_id=3), batches(binary_batch)),
+    ("recall", keras.metrics.Recall(), mcfg("recall"), batches(binary_batch)),
+    ("recall top_k 3 class_id 1", keras.metrics.Recall(top_k=3, class_id=1), mcfg("recall", top_k=3, class_id=1),
+     batches(binary_batch)),
+    ("sparse top-5 accuracy", keras.metrics.SparseTopKCategoricalAccuracy(),
+     mcfg("sparse_top_k_categorical_accuracy", k=5), batches(sparse_batch)),
+    ("sparse top-2 accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=2),
+     mcfg("sparse_top_k_categorical_accuracy", k=2), batches(sparse_batch)),
+    ("top-3 categorical accuracy", keras.metrics.TopKCategoricalAccuracy(k=3), mcfg("top_k_categorical_accuracy", k=3),
+     batches(onehot_batch)),
+    ("mean absolute error", keras.metrics.MeanAbsoluteError(), mcfg("mean_metric_wrapper", loss=cfg("mean_absolute_error")),
+     batches(regression_batch)),
+]
+
+d = tempfile.mkdtemp(prefix="dtrain-functions-")
+
+
+def view(t, p):
+    return {"y_true": t.ravel().tolist(), "true_shape": list(t.shape), "y_pred": p.ravel().tolist(), "shape": list(p.shape)}
+
+
 with open(os.path.join(d, "cases.json"), "w") as f:
-    json.dump([{"loss": c, "y_true": t.ravel().tolist(), "true_shape": list(t.shape), "y_pred": p.ravel().tolist(),
-                "shape": list(p.shape)} for _, _, c, t, p in cases], f)
+    json.dump([{"loss": c, **view(t, p)} for _, _, c, t, p in cases] +
+              [{"metric": c, "batches": [view(t, p) for t, p in bs]} for _, _, c, bs in metrics], f)
 subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
 ours = json.load(open(os.path.join(d, "out.json")))
 
 failures = []
+for (what, metric, _, bs), got in zip(metrics, ours[len(cases):]):
+    for t, p in bs:
+        metric.update_state(t, p)
+    want = float(metric.result())
+    if abs(want - got["result"]) > 1e-6:
+        failures.append(f"{what}: {got['result']} where Keras gives {want}")
+    else:
+        print(f"{what}: {got['result']:.6f}, as Keras {keras.__version__}")
 for (what, loss, _, t, p), got in zip(cases, ours):
     per = np.asarray(loss(t, p))
     grad = np.asarray(jax.grad(lambda q: jnp.sum(loss(t, q)))(jnp.asarray(p)))
@@ -77,4 +140,4 @@ for (what, loss, _, t, p), got in zip(cases, ours):
 if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
-print(f"PASS: {len(cases)} losses equal Keras' values and gradients")
+print(f"PASS: {len(cases)} losses equal Keras' values and gradients, {len(metrics)} metrics its results")
