@@ -75,7 +75,9 @@
 #include "dtrain/metrics/confusion.hpp"
 #include "dtrain/metrics/metric.hpp"
 
+#include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"
+#include "dtrain/optimizers/lion.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
 #include "dtrain/optimizers/schedules.hpp"

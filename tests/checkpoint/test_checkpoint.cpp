@@ -161,6 +161,38 @@ BOOST_AUTO_TEST_CASE(model_with_optimizer_resumes_bitwise) {
   BOOST_TEST(loaded.get_weights() == first.get_weights(), tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(every_optimizer_schedule_and_metric_resumes_bitwise_through_a_model_file) {
+  // each new optimizer (its slots and step count) and schedule, and the metrics the file names: three
+  // steps, save, load_model, three more equal six straight
+  temp_dir t;
+  auto [x, y] = problem(32);
+  const std::vector<any_optimizer> optimizers{
+      adagrad{{.learning_rate = 0.05f}}, adamax{{.learning_rate = cosine_decay{0.02f, 10, 0.1f}}}, nadam{},
+      lion{{.learning_rate = polynomial_decay{0.01f, 8}}}, sgd{{.learning_rate = inverse_time_decay{0.1f, 4, 0.5f}}}};
+  for (const auto& o : optimizers) {
+    BOOST_TEST_CONTEXT(o.name()) {
+      auto make = [&](std::uint64_t seed) {
+        net m(seed);
+        m.compile({.optimizer = o, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                   .metrics = {sparse_top_k_categorical_accuracy{2}, sparse_categorical_crossentropy{{.from_logits = true}}}});
+        return m;
+      };
+      net straight = make(1);
+      for (int i = 0; i < 6; ++i) straight.train_step(x, y);
+      net first = make(1);
+      for (int i = 0; i < 3; ++i) first.train_step(x, y);
+      checkpoint::save_model(first, t.path / "m.safetensors");
+      auto second = checkpoint::load_model<net>(t.path / "m.safetensors");
+      BOOST_TEST(second.optimizer().name() == o.name());
+      BOOST_TEST(second.metrics().size() == 2u);
+      second.generator() = first.generator();
+      for (int i = 0; i < 3; ++i) second.train_step(x, y);
+      BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
+      BOOST_TEST(second.optimizer().iterations() == 6);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(load_model_then_fit_goes_on_like_an_uninterrupted_fit) {
   // Keras: load_model returns the model compiled as saved, its optimizer keeping moments, iteration
   // count and schedule position; fit then goes on as if never stopped (same data order, no dropout).

@@ -1,6 +1,7 @@
-"""dtrain's losses and metrics against Keras 3's own (JAX backend, from PyPI) on the same random inputs:
-each loss's per-row values and the gradient of their sum with respect to y_pred (jax.grad); each metric's
-result after several batches (its state summed across them, as across replicas and workers).
+"""dtrain's losses, metrics and optimizers against Keras 3's own (JAX backend, from PyPI) on the same random
+inputs: each loss's per-row values and the gradient of their sum with respect to y_pred (jax.grad); each
+metric's result after several batches (its state summed across them, as across replicas and workers);
+each optimizer's parameters after several steps.
 usage: check_functions.py <interop_functions program>"""
 import json
 import os
@@ -105,6 +106,45 @@ metrics = [
      batches(regression_batch)),
 ]
 
+def ocfg(name, **config):
+    return {"class_name": name, "config": config}
+
+
+start = f32(rng.normal(0, 1, 40))
+steps = [f32(rng.normal(0, 1, 40)) for _ in range(6)]
+# (what, Keras optimizer, dtrain config)
+optimizers = [
+    ("adagrad", keras.optimizers.Adagrad(learning_rate=0.05),
+     ocfg("adagrad", learning_rate=0.05, initial_accumulator_value=0.1, epsilon=1e-7)),
+    ("adamax", keras.optimizers.Adamax(learning_rate=0.02), ocfg("adamax", learning_rate=0.02, beta_1=0.9, beta_2=0.999,
+                                                                  epsilon=1e-7)),
+    ("nadam", keras.optimizers.Nadam(learning_rate=0.02), ocfg("nadam", learning_rate=0.02, beta_1=0.9, beta_2=0.999,
+                                                                epsilon=1e-7)),
+    ("lion", keras.optimizers.Lion(learning_rate=0.01), ocfg("lion", learning_rate=0.01, beta_1=0.9, beta_2=0.99)),
+    ("adam", keras.optimizers.Adam(learning_rate=0.02), ocfg("adam", learning_rate=0.02, beta_1=0.9, beta_2=0.999,
+                                                              epsilon=1e-7, amsgrad=False)),
+]
+
+S = keras.optimizers.schedules
+at = [0, 1, 3, 7, 10, 11, 25, 40, 100]
+# (what, Keras schedule, dtrain config)
+schedules = [
+    ("polynomial", S.PolynomialDecay(0.1, 20), ocfg("PolynomialDecay", initial_learning_rate=0.1, decay_steps=20,
+                                                    end_learning_rate=0.0001, power=1.0, cycle=False)),
+    ("polynomial power 2 cycle", S.PolynomialDecay(0.1, 10, 0.01, power=2.0, cycle=True),
+     ocfg("PolynomialDecay", initial_learning_rate=0.1, decay_steps=10, end_learning_rate=0.01, power=2.0, cycle=True)),
+    ("inverse time", S.InverseTimeDecay(0.1, 5, 0.5), ocfg("InverseTimeDecay", initial_learning_rate=0.1, decay_steps=5,
+                                                           decay_rate=0.5, staircase=False)),
+    ("inverse time staircase", S.InverseTimeDecay(0.1, 5, 0.5, staircase=True),
+     ocfg("InverseTimeDecay", initial_learning_rate=0.1, decay_steps=5, decay_rate=0.5, staircase=True)),
+    ("cosine", S.CosineDecay(0.1, 30, alpha=0.1), ocfg("CosineDecay", initial_learning_rate=0.1, decay_steps=30, alpha=0.1,
+                                                       warmup_target=None, warmup_steps=0)),
+    ("cosine warmup", S.CosineDecay(0.0, 30, warmup_target=0.2, warmup_steps=10),
+     ocfg("CosineDecay", initial_learning_rate=0.0, decay_steps=30, alpha=0.0, warmup_target=0.2, warmup_steps=10)),
+    ("piecewise", S.PiecewiseConstantDecay([5, 20], [0.1, 0.05, 0.01]),
+     ocfg("PiecewiseConstantDecay", boundaries=[5, 20], values=[0.1, 0.05, 0.01])),
+]
+
 d = tempfile.mkdtemp(prefix="dtrain-functions-")
 
 
@@ -114,11 +154,30 @@ def view(t, p):
 
 with open(os.path.join(d, "cases.json"), "w") as f:
     json.dump([{"loss": c, **view(t, p)} for _, _, c, t, p in cases] +
-              [{"metric": c, "batches": [view(t, p) for t, p in bs]} for _, _, c, bs in metrics], f)
+              [{"metric": c, "batches": [view(t, p) for t, p in bs]} for _, _, c, bs in metrics] +
+              [{"optimizer": c, "params": start.tolist(), "grads": [g.tolist() for g in steps]} for _, _, c in optimizers] +
+              [{"schedule": c, "steps": at} for _, _, c in schedules], f)
 subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
 ours = json.load(open(os.path.join(d, "out.json")))
 
 failures = []
+for (what, schedule, _), got in zip(schedules, ours[len(cases) + len(metrics) + len(optimizers):]):
+    want = np.asarray([float(schedule(s)) for s in at])
+    err = float(np.max(np.abs(np.asarray(got["rates"]) - want)))
+    if err > 1e-7:
+        failures.append(f"{what}: rates {got['rates']} where Keras gives {want.tolist()}")
+    else:
+        print(f"{what} schedule: the rates at {len(at)} steps within {err:.1e} of Keras {keras.__version__}")
+for (what, opt, _), got in zip(optimizers, ours[len(cases) + len(metrics):]):
+    var = keras.Variable(start)
+    for g in steps:
+        opt.apply_gradients([(jnp.asarray(g), var)])
+    want, have = np.asarray(var), np.asarray(got["params"])
+    err = float(np.max(np.abs(have - want) / (1.0 + np.abs(want))))
+    if err > 1e-5:
+        failures.append(f"{what}: parameters after {len(steps)} steps differ by {err:.2e} (Keras {want[:3]}, dtrain {have[:3]})")
+    else:
+        print(f"{what}: parameters after {len(steps)} steps within {err:.1e} of Keras {keras.__version__}")
 for (what, metric, _, bs), got in zip(metrics, ours[len(cases):]):
     for t, p in bs:
         metric.update_state(t, p)
@@ -140,4 +199,5 @@ for (what, loss, _, t, p), got in zip(cases, ours):
 if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
-print(f"PASS: {len(cases)} losses equal Keras' values and gradients, {len(metrics)} metrics its results")
+print(f"PASS: {len(cases)} losses equal Keras' values and gradients, {len(metrics)} metrics its results, "
+      f"{len(optimizers)} optimizers its steps, {len(schedules)} schedules its rates")

@@ -3,7 +3,10 @@
 //   {"loss": <compile config>, "y_true": [...], "true_shape": [...], "y_pred": [...], "shape": [...]}
 //     -> {"per_row": the per-row losses, "grad": the gradient of their sum with respect to y_pred}, or
 //   {"metric": <compile config>, "batches": [{"y_true", "true_shape", "y_pred", "shape"}, ...]}
-//     -> {"result": the metric after every batch, "state": its (total, count)}.
+//     -> {"result": the metric after every batch, "state": its (total, count)}, or
+//   {"optimizer": <compile config>, "params": [...], "grads": [[...], ...]}
+//     -> {"params": the parameters after one apply_gradients per gradient list}, or
+//   {"schedule": <a learning rate's config>, "steps": [...]} -> {"rates": the rate at each step}.
 // usage: interop_functions <cases.json> <out.json>
 #include <fstream>
 
@@ -17,6 +20,20 @@ int main(int argc, char** argv) try {
   const json cases = json::parse(std::ifstream(argv[1]));
   json out = json::array();
   for (const auto& c : cases) {
+    if (c.contains("schedule")) {
+      const learning_rate_schedule lr = checkpoint::detail::schedule_from(c.at("schedule"));
+      std::vector<float> rates;
+      for (const auto& s : c.at("steps")) rates.push_back(lr(s.get<std::int64_t>()));
+      out.push_back({{"rates", rates}});
+      continue;
+    }
+    if (c.contains("optimizer")) {
+      any_optimizer o = checkpoint::detail::optimizer_from(c.at("optimizer"));
+      auto p = c.at("params").get<std::vector<float>>();
+      for (const auto& g : c.at("grads")) o.apply_gradients(g.get<std::vector<float>>(), p);
+      out.push_back({{"params", p}});
+      continue;
+    }
     if (c.contains("metric")) {
       any_metric m = checkpoint::detail::metric_from(c.at("metric"));
       for (const auto& b : c.at("batches")) {

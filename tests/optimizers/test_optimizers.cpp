@@ -85,6 +85,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rmsprop_plain_momentum_centered, B, backends) {
   BOOST_TEST(p[0] == 1.0 - s1 - (0.5 * s1 + s2), tt::tolerance(1e-5));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_adamax_nadam_lion, B, backends) {
+  // adagrad: a = 0.1 + 0.25; p -= 0.1 * 0.5 / sqrt(0.35 + 1e-7)
+  std::vector<float> p{1.0f};
+  adagrad ag{{.learning_rate = 0.1f}};
+  step_on<B>(ag, {0.5f}, p);
+  BOOST_TEST(p[0] == 1.0 - 0.05 / std::sqrt(0.35 + 1e-7), tt::tolerance(1e-6));
+  // adamax, first step: m = 0.05, u = 0.5, alpha = lr / 0.1: p -= 0.01 * 0.05 / 0.1 / (0.5 + 1e-7) = 0.01
+  adamax ax{{.learning_rate = 0.01f}};
+  p = {1.0f};
+  step_on<B>(ax, {0.5f}, p);
+  BOOST_TEST(p[0] == 0.99f, tt::tolerance(1e-6f));
+  // second step with g = -0.25: m = 0.045 - 0.025 = 0.02, u = max(0.4995, 0.25), alpha = 0.01 / 0.19
+  step_on<B>(ax, {-0.25f}, p);
+  BOOST_TEST(p[0] == 0.99 - 0.01 / 0.19 * 0.02 / (0.4995 + 1e-7), tt::tolerance(1e-6));
+  // nadam, first step (Keras 3): u_k = 0.9 (1 - 0.96^k / 2); m = 0.05, v = 0.00025
+  nadam na{{.learning_rate = 0.01f}};
+  p = {1.0f};
+  step_on<B>(na, {0.5f}, p);
+  const double u1 = 0.9 * (1 - 0.5 * 0.96), u2 = 0.9 * (1 - 0.5 * 0.96 * 0.96);
+  const double m_hat = u2 * 0.05 / (1 - u1 * u2) + (1 - u1) * 0.5 / (1 - u1), v_hat = 0.00025 / (1 - 0.999);
+  BOOST_TEST(p[0] == 1.0 - 0.01 * m_hat / (std::sqrt(v_hat) + 1e-7), tt::tolerance(1e-5));
+  // lion: a step of exactly lr against the sign of 0.1 g (m = 0), then of 0.9 m + 0.1 g with m = 0.01 g1
+  lion li{{.learning_rate = 0.01f}};
+  p = {1.0f, -2.0f};
+  step_on<B>(li, {0.5f, 0.0f}, p);
+  BOOST_TEST(p[0] == 0.99f, tt::tolerance(1e-6f));
+  BOOST_TEST(p[1] == -2.0f);  // sign(0) = 0: no move
+  step_on<B>(li, {-0.01f, 0.0f}, p);  // 0.9 * 0.005 - 0.1 * 0.01 > 0: down again
+  BOOST_TEST(p[0] == 0.98f, tt::tolerance(1e-6f));
+  BOOST_CHECK_THROW(lion({.beta_1 = 1.5f}), value_error);
+  BOOST_CHECK_THROW(adagrad({.initial_accumulator_value = -1.0f}), value_error);
+}
+
 BOOST_AUTO_TEST_CASE(schedules) {
   exponential_decay e{.initial_learning_rate = 0.1f, .decay_steps = 10, .decay_rate = 0.5f};
   BOOST_TEST(e(0) == 0.1f);

@@ -102,6 +102,46 @@ BOOST_AUTO_TEST_CASE(rmsprop_plain_momentum_centered) {
                       rmsprop_reference(0.01f, 0.5f, true));
 }
 
+BOOST_AUTO_TEST_CASE(adagrad_adamax_nadam_lion) {
+  // scalar references of Keras' formulas, three steps each
+  auto reference = [](auto step, std::size_t slots) {
+    auto p = values(1, -1.0f, 1.0f);
+    std::vector<float> s(slots * n);
+    for (int t = 1; t <= 3; ++t) {
+      const auto g = values(10 + std::uint64_t(t - 1), -0.5f, 0.5f);
+      for (std::size_t i = 0; i < n; ++i) step(t, g[i], p[i], s.data() + i);
+    }
+    return p;
+  };
+  check_threads_agree(adagrad{{.learning_rate = 0.01f}}, reference([](int, float g, float& p, float* s) {
+    s[0] += g * g;
+    p -= g * 0.01f / std::sqrt(s[0] + 0.1f + 1e-7f);
+  }, 1));
+  check_threads_agree(adamax{{.learning_rate = 0.01f}}, reference([](int t, float g, float& p, float* s) {
+    float& m = s[0];
+    float& u = s[n];
+    m += (g - m) * (1.0f - 0.9f);
+    u = std::max(0.999f * u, std::fabs(g));
+    p -= m * static_cast<float>(0.01 / (1.0 - std::pow(0.9, t))) / (u + 1e-7f);
+  }, 2));
+  check_threads_agree(lion{{.learning_rate = 0.01f}}, reference([](int, float g, float& p, float* s) {
+    const float c = s[0] * 0.9f + g * (1.0f - 0.9f);
+    p -= c > 0 ? 0.01f : c < 0 ? -0.01f : 0.0f;
+    s[0] = s[0] * 0.99f + g * (1.0f - 0.99f);
+  }, 1));
+  check_threads_agree(nadam{{.learning_rate = 0.01f}}, reference([](int t, float g, float& p, float* s) {
+    float& m = s[0];
+    float& v = s[n];
+    auto u = [](int k) { return 0.9 * (1.0 - 0.5 * std::pow(0.96, k)); };
+    double prod = 1.0;
+    for (int k = 1; k <= t; ++k) prod *= u(k);
+    m += (g - m) * (1.0f - 0.9f);
+    v += (g * g - v) * (1.0f - 0.999f);
+    const double m_hat = u(t + 1) * m / (1.0 - prod * u(t + 1)) + (1.0 - u(t)) * g / (1.0 - prod);
+    p -= static_cast<float>(m_hat * 0.01 / (std::sqrt(v / (1.0 - std::pow(0.999, t))) + 1e-7));
+  }, 2));
+}
+
 BOOST_AUTO_TEST_CASE(sgd_plain_momentum_nesterov) {
   auto reference = [](float mu, bool nesterov) {
     auto p = values(1, -1.0f, 1.0f);

@@ -165,6 +165,27 @@ struct rmsprop {
   float learning_rate = 0.001f, rho = 0.9f, momentum = 0.0f, epsilon = 1e-7f;
   bool centered = false;
 };
+/// Keras' Adagrad step: a += g^2; p -= lr g / sqrt(a + initial_accumulator_value + epsilon). The slot
+/// holds the accumulator less its initial value (slots start at zero).
+struct adagrad {
+  float learning_rate = 0.001f, initial_accumulator_value = 0.1f, epsilon = 1e-7f;
+};
+/// Keras' Adamax step with alpha = lr / (1 - beta_1^t): m += (g - m) one_minus_beta_1;
+/// u = max(beta_2 u, |g|); p -= alpha m / (u + epsilon). Slots: m, u.
+struct adamax {
+  float alpha = 0.001f, one_minus_beta_1 = 0.1f, beta_2 = 0.999f, epsilon = 1e-7f;
+};
+/// Keras' Nadam step, its momentum schedule folded into two factors: m += (g - m) one_minus_beta_1;
+/// v += (g^2 - v) one_minus_beta_2; p -= lr (m_factor m + g_factor g) / (sqrt(v v_factor) + epsilon).
+/// Slots: m, v.
+struct nadam {
+  float learning_rate = 0.001f, one_minus_beta_1 = 0.1f, one_minus_beta_2 = 0.001f, epsilon = 1e-7f;
+  float m_factor = 0.0f, g_factor = 0.0f, v_factor = 1.0f;
+};
+/// Keras' Lion step: p -= lr sign(beta_1 m + (1 - beta_1) g); m = beta_2 m + (1 - beta_2) g. Slot: m.
+struct lion {
+  float learning_rate = 0.001f, beta_1 = 0.9f, beta_2 = 0.99f;
+};
 
 /// Whether an op's y_true holds one class index per row (else one value per prediction).
 template <class Op>
@@ -180,7 +201,7 @@ using loss_op = std::variant<op::sparse_categorical_crossentropy, op::categorica
                              op::kl_divergence, op::cosine_similarity>;
 using metric_op = std::variant<op::sparse_categorical_accuracy, op::categorical_accuracy, op::binary_accuracy,
                                op::sparse_top_k_categorical_accuracy, op::top_k_categorical_accuracy>;
-using optimizer_op = std::variant<op::sgd, op::adam, op::rmsprop>;
+using optimizer_op = std::variant<op::sgd, op::adam, op::rmsprop, op::adagrad, op::adamax, op::nadam, op::lion>;
 
 /// Slot values an optimizer step keeps per parameter.
 constexpr std::size_t slot_count(const op::sgd& s) { return s.momentum > 0.0f ? 1 : 0; }
@@ -188,6 +209,10 @@ constexpr std::size_t slot_count(const op::adam& s) { return s.amsgrad ? 3 : 2; 
 constexpr std::size_t slot_count(const op::rmsprop& s) {
   return 1 + (s.momentum > 0.0f ? 1 : 0) + (s.centered ? 1 : 0);
 }
+constexpr std::size_t slot_count(const op::adagrad&) { return 1; }
+constexpr std::size_t slot_count(const op::adamax&) { return 2; }
+constexpr std::size_t slot_count(const op::nadam&) { return 2; }
+constexpr std::size_t slot_count(const op::lion&) { return 1; }
 
 /// The default backend (backend/cpu.hpp): what `sequential<...>` and `bind_t<...>` use unless told.
 struct cpu;
@@ -340,6 +365,10 @@ concept update_kernels = backend_memory<B> && requires(const B& b, std::size_t n
   b.update(op::sgd{}, n, cp, p, p);
   b.update(op::adam{}, n, cp, p, p);
   b.update(op::rmsprop{}, n, cp, p, p);
+  b.update(op::adagrad{}, n, cp, p, p);
+  b.update(op::adamax{}, n, cp, p, p);
+  b.update(op::nadam{}, n, cp, p, p);
+  b.update(op::lion{}, n, cp, p, p);
 };
 
 /// What a model needs of its backend for itself (its layers ask for their own families): memory, the

@@ -21,7 +21,9 @@
 #include "dtrain/losses/regression.hpp"
 #include "dtrain/metrics/accuracy.hpp"
 #include "dtrain/metrics/confusion.hpp"
+#include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"
+#include "dtrain/optimizers/lion.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
 #include "dtrain/optimizers/sgd.hpp"
 
@@ -56,6 +58,16 @@ inline json schedule_config(const learning_rate_schedule& lr) {
                                       {"staircase", e->staircase}});
   if (const auto* p = lr.target<piecewise_constant_decay>())
     return entry("PiecewiseConstantDecay", {{"boundaries", p->boundaries}, {"values", p->values}});
+  if (const auto* p = lr.target<polynomial_decay>())
+    return entry("PolynomialDecay", {{"initial_learning_rate", p->initial_learning_rate}, {"decay_steps", p->decay_steps},
+                                     {"end_learning_rate", p->end_learning_rate}, {"power", p->power}, {"cycle", p->cycle}});
+  if (const auto* i = lr.target<inverse_time_decay>())
+    return entry("InverseTimeDecay", {{"initial_learning_rate", i->initial_learning_rate}, {"decay_steps", i->decay_steps},
+                                      {"decay_rate", i->decay_rate}, {"staircase", i->staircase}});
+  if (const auto* c = lr.target<cosine_decay>())
+    return entry("CosineDecay", {{"initial_learning_rate", c->initial_learning_rate}, {"decay_steps", c->decay_steps},
+                                 {"alpha", c->alpha}, {"warmup_target", c->warmup_target ? json(*c->warmup_target) : json()},
+                                 {"warmup_steps", c->warmup_steps}});
   return nullptr;
 }
 inline learning_rate_schedule schedule_from(const json& j) {
@@ -67,6 +79,18 @@ inline learning_rate_schedule schedule_from(const json& j) {
                              option<float>(c, "decay_rate"), option<bool>(c, "staircase")};
   if (name == "PiecewiseConstantDecay")
     return piecewise_constant_decay{option<std::vector<std::int64_t>>(c, "boundaries"), option<std::vector<float>>(c, "values")};
+  if (name == "PolynomialDecay")
+    return polynomial_decay{option<float>(c, "initial_learning_rate"), option<std::int64_t>(c, "decay_steps"),
+                            option<float>(c, "end_learning_rate"), option<float>(c, "power"), option<bool>(c, "cycle")};
+  if (name == "InverseTimeDecay")
+    return inverse_time_decay{option<float>(c, "initial_learning_rate"), option<std::int64_t>(c, "decay_steps"),
+                              option<float>(c, "decay_rate"), option<bool>(c, "staircase")};
+  if (name == "CosineDecay") {
+    const json& t = c.at("warmup_target");
+    return cosine_decay{option<float>(c, "initial_learning_rate"), option<std::int64_t>(c, "decay_steps"),
+                        option<float>(c, "alpha"), t.is_null() ? std::nullopt : std::optional<float>(t.get<float>()),
+                        option<std::int64_t>(c, "warmup_steps")};
+  }
   throw value_error("unknown learning rate schedule '" + name + "'");
 }
 
@@ -88,6 +112,13 @@ inline json optimizer_config(const any_optimizer& o) {
   if (const auto* r = o.target<rmsprop>())
     return with_rate(r, {{"rho", r->options.rho}, {"momentum", r->options.momentum},
                          {"epsilon", r->options.epsilon}, {"centered", r->options.centered}});
+  if (const auto* a = o.target<adagrad>())
+    return with_rate(a, {{"initial_accumulator_value", a->options.initial_accumulator_value}, {"epsilon", a->options.epsilon}});
+  if (const auto* a = o.target<adamax>())
+    return with_rate(a, {{"beta_1", a->options.beta_1}, {"beta_2", a->options.beta_2}, {"epsilon", a->options.epsilon}});
+  if (const auto* a = o.target<nadam>())
+    return with_rate(a, {{"beta_1", a->options.beta_1}, {"beta_2", a->options.beta_2}, {"epsilon", a->options.epsilon}});
+  if (const auto* l = o.target<lion>()) return with_rate(l, {{"beta_1", l->options.beta_1}, {"beta_2", l->options.beta_2}});
   return nullptr;
 }
 inline any_optimizer optimizer_from(const json& j) {
@@ -101,6 +132,10 @@ inline any_optimizer optimizer_from(const json& j) {
     return adamw{{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")}};
   if (name == sgd{}.name()) return sgd{{lr, f("momentum"), b("nesterov")}};
   if (name == rmsprop{}.name()) return rmsprop{{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")}};
+  if (name == adagrad{}.name()) return adagrad{{lr, f("initial_accumulator_value"), f("epsilon")}};
+  if (name == adamax{}.name()) return adamax{{lr, f("beta_1"), f("beta_2"), f("epsilon")}};
+  if (name == nadam{}.name()) return nadam{{lr, f("beta_1"), f("beta_2"), f("epsilon")}};
+  if (name == lion{}.name()) return lion{{lr, f("beta_1"), f("beta_2")}};
   throw value_error("unknown optimizer '" + name + "'");
 }
 

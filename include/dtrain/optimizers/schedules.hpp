@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,72 @@ struct piecewise_constant_decay {
     for (std::size_t i = 0; i < boundaries.size(); ++i)
       if (step <= boundaries[i]) return values[i];
     return values.back();
+  }
+};
+
+/// Keras `PolynomialDecay`: from `initial_learning_rate` to `end_learning_rate` over `decay_steps` steps
+/// along (1 - step / decay_steps)^power, then constant; with `cycle` it decays again over each further
+/// multiple of decay_steps.
+struct polynomial_decay {
+  float initial_learning_rate = 0.01f;
+  std::int64_t decay_steps = 1;
+  float end_learning_rate = 0.0001f;
+  float power = 1.0f;
+  bool cycle = false;
+
+  void validate() const {
+    if (decay_steps <= 0) throw value_error("polynomial_decay: decay_steps must be positive");
+  }
+  float operator()(std::int64_t step) const {
+    double s = static_cast<double>(step), d = static_cast<double>(decay_steps);
+    if (cycle) d *= step == 0 ? 1.0 : std::ceil(s / d);
+    else s = std::min(s, d);
+    return static_cast<float>((initial_learning_rate - end_learning_rate) * std::pow(1.0 - s / d, double(power)) +
+                              end_learning_rate);
+  }
+};
+
+/// Keras `InverseTimeDecay`: `initial / (1 + decay_rate * step / decay_steps)` (the ratio floored when
+/// staircase).
+struct inverse_time_decay {
+  float initial_learning_rate = 0.01f;
+  std::int64_t decay_steps = 1;
+  float decay_rate = 0.5f;
+  bool staircase = false;
+
+  void validate() const {
+    if (decay_steps <= 0) throw value_error("inverse_time_decay: decay_steps must be positive");
+  }
+  float operator()(std::int64_t step) const {
+    double p = static_cast<double>(step) / static_cast<double>(decay_steps);
+    if (staircase) p = std::floor(p);
+    return static_cast<float>(initial_learning_rate / (1.0 + double(decay_rate) * p));
+  }
+};
+
+/// Keras `CosineDecay`: from the initial rate (or, after `warmup_steps` of linear warmup, from
+/// `warmup_target`) down to `alpha` times it along half a cosine over `decay_steps`, then constant.
+struct cosine_decay {
+  float initial_learning_rate = 0.01f;
+  std::int64_t decay_steps = 1;
+  float alpha = 0.0f;
+  std::optional<float> warmup_target{};
+  std::int64_t warmup_steps = 0;
+
+  void validate() const {
+    if (decay_steps <= 0) throw value_error("cosine_decay: decay_steps must be positive");
+    if (warmup_steps < 0) throw value_error("cosine_decay: warmup_steps must not be negative");
+  }
+  float operator()(std::int64_t step) const {
+    const double d = static_cast<double>(decay_steps), w = static_cast<double>(warmup_steps);
+    auto decay = [&](double s, double from) {
+      const double cosine = 0.5 * (1.0 + std::cos(3.14159265358979323846 * s / d));
+      return from * ((1.0 - alpha) * cosine + alpha);
+    };
+    if (!warmup_target) return static_cast<float>(decay(std::min(double(step), d), initial_learning_rate));
+    const double s = std::min(double(step), d + w);
+    if (s < w) return static_cast<float>((*warmup_target - initial_learning_rate) * (s / w) + initial_learning_rate);
+    return static_cast<float>(decay(s - w, *warmup_target));
   }
 };
 

@@ -40,4 +40,8 @@ BOOST_AUTO_TEST_CASE(every_instruction_set_gives_the_same_bits) {
   check("adamw amsgrad", op::adam{0.01f, 0.1f, 0.001f, 1e-7f, 0.999f, true}, 3);
   check("rmsprop", op::rmsprop{0.01f, 0.9f, 0.0f, 1e-7f, false}, 1);
   check("rmsprop centered momentum", op::rmsprop{0.01f, 0.9f, 0.5f, 1e-7f, true}, 3);
+  check("adagrad", op::adagrad{0.01f, 0.1f, 1e-7f}, 1);
+  check("adamax", op::adamax{0.01f, 0.1f, 0.999f, 1e-7f}, 2);
+  check("nadam", op::nadam{0.01f, 0.1f, 0.001f, 1e-7f, 4.2f, 0.6f, 1000.0f}, 2);
+  check("lion", op::lion{0.01f, 0.9f, 0.99f}, 1);
 }

@@ -3,7 +3,7 @@
 /// The cpu backend's optimizer steps: one fused pass over the whole parameter buffer, its gradients and
 /// its slots, on the widest vectors this CPU has (the rules are in cpu/updates_isa.hpp, once per
 /// instruction set) and split over the thread budget. Every element is computed exactly as the scalar
-/// formula of `op::sgd`, `op::adam` and `op::rmsprop` says, whichever set and split computed it, with
+/// formula of its `op::` says, whichever set and split computed it, with
 /// subnormal numbers read and written as zero during the pass (core/simd.hpp's `flush_denormals`), as
 /// TensorFlow computes.
 
@@ -101,6 +101,23 @@ inline void update_kernel(const op::rmsprop& o, std::size_t n, const float* g, f
   else if (mom) with.template operator()<true, false>();
   else if (avg) with.template operator()<false, true>();
   else with.template operator()<false, false>();
+}
+
+inline void update_kernel(const op::adagrad& o, std::size_t n, const float* g, float* s, float* p,
+                          cpu_isa isa = best_cpu_isa()) {
+  run_update(isa, n, [&]<class U>(U) { return typename U::adagrad{o, g, s, p}; });
+}
+inline void update_kernel(const op::adamax& o, std::size_t n, const float* g, float* s, float* p,
+                          cpu_isa isa = best_cpu_isa()) {
+  run_update(isa, n, [&]<class U>(U) { return typename U::adamax{o, g, s, s + n, p}; });
+}
+inline void update_kernel(const op::nadam& o, std::size_t n, const float* g, float* s, float* p,
+                          cpu_isa isa = best_cpu_isa()) {
+  run_update(isa, n, [&]<class U>(U) { return typename U::nadam{o, g, s, s + n, p}; });
+}
+inline void update_kernel(const op::lion& o, std::size_t n, const float* g, float* s, float* p,
+                          cpu_isa isa = best_cpu_isa()) {
+  run_update(isa, n, [&]<class U>(U) { return typename U::lion{o, g, s, p}; });
 }
 
 /// The cpu backend's optimizer steps (`update_kernels`).

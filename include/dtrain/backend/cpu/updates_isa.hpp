@@ -110,6 +110,69 @@ struct updates {
       }
     }
   };
+
+  struct adagrad {
+    op::adagrad o;
+    const float* g;
+    float *a, *p;
+    template <class V>
+    DTRAIN_ISA_TARGET DTRAIN_ISA_OP void at(std::size_t i) const {
+      const V gi = get<V>(g + i);
+      const V ai = get<V>(a + i) + exact(gi * gi);
+      put(a + i, ai);
+      put(p + i, get<V>(p + i) - exact(gi * o.learning_rate) / root(ai + o.initial_accumulator_value + o.epsilon));
+    }
+  };
+
+  struct adamax {
+    op::adamax o;
+    const float* g;
+    float *m, *u, *p;
+    template <class V>
+    DTRAIN_ISA_TARGET DTRAIN_ISA_OP void at(std::size_t i) const {
+      const V gi = get<V>(g + i);
+      V mi = get<V>(m + i);
+      mi += exact((gi - mi) * o.one_minus_beta_1);
+      const V ui = larger(exact(get<V>(u + i) * o.beta_2), larger(gi, -gi));
+      put(m + i, mi);
+      put(u + i, ui);
+      put(p + i, get<V>(p + i) - exact(mi * o.alpha) / (ui + o.epsilon));
+    }
+  };
+
+  struct nadam {
+    op::nadam o;
+    const float* g;
+    float *m, *v, *p;
+    template <class V>
+    DTRAIN_ISA_TARGET DTRAIN_ISA_OP void at(std::size_t i) const {
+      const V gi = get<V>(g + i);
+      V mi = get<V>(m + i), vi = get<V>(v + i);
+      mi += exact((gi - mi) * o.one_minus_beta_1);
+      vi += exact((exact(gi * gi) - vi) * o.one_minus_beta_2);
+      put(m + i, mi);
+      put(v + i, vi);
+      const V m_hat = exact(mi * o.m_factor) + exact(gi * o.g_factor);
+      put(p + i, get<V>(p + i) - exact(m_hat * o.learning_rate) / (root(exact(vi * o.v_factor)) + o.epsilon));
+    }
+  };
+
+  /// (a sign per element: the vector part runs lane by lane, the same arithmetic)
+  struct lion {
+    op::lion o;
+    const float* g;
+    float *m, *p;
+    DTRAIN_ISA_TARGET void one(std::size_t i) const {
+      const float c = exact(m[i] * o.beta_1) + exact(g[i] * (1.0f - o.beta_1));
+      p[i] -= c > 0.0f ? o.learning_rate : c < 0.0f ? -o.learning_rate : 0.0f;
+      m[i] = exact(m[i] * o.beta_2) + exact(g[i] * (1.0f - o.beta_2));
+    }
+    template <class V>
+    DTRAIN_ISA_TARGET void at(std::size_t i) const {
+      if constexpr (std::is_same_v<V, float>) one(i);
+      else for (std::size_t l = 0; l < std::size_t(lanes); ++l) one(i + l);
+    }
+  };
 };
 
 }  // namespace dtrain::detail::DTRAIN_ISA

@@ -57,6 +57,39 @@ DTRAIN_KERNEL void dtrain_rmsprop(long long n, float lr, float rho, float mu, fl
     else p[i] -= inc;
   }
 }
+DTRAIN_KERNEL void dtrain_adagrad(long long n, float lr, float initial, float eps, const float* g, float* a, float* p) {
+  for (long long i = first_index(); i < n; i += grid_stride()) {
+    const float gi = g[i];
+    const float ai = a[i] = a[i] + gi * gi;
+    p[i] -= gi * lr / sqrtf(ai + initial + eps);
+  }
+}
+DTRAIN_KERNEL void dtrain_adamax(long long n, float alpha, float b1, float b2, float eps, const float* g, float* m,
+                                 float* u, float* p) {
+  for (long long i = first_index(); i < n; i += grid_stride()) {
+    const float gi = g[i];
+    const float mi = m[i] = m[i] + (gi - m[i]) * b1;
+    const float decayed = u[i] * b2, a = fabsf(gi);
+    const float ui = u[i] = decayed > a ? decayed : a;
+    p[i] -= mi * alpha / (ui + eps);
+  }
+}
+DTRAIN_KERNEL void dtrain_nadam(long long n, float lr, float b1, float b2, float eps, float mf, float gf, float vf,
+                                const float* g, float* m, float* v, float* p) {
+  for (long long i = first_index(); i < n; i += grid_stride()) {
+    const float gi = g[i];
+    const float mi = m[i] = m[i] + (gi - m[i]) * b1;
+    const float vi = v[i] = v[i] + (gi * gi - v[i]) * b2;
+    p[i] -= (mi * mf + gi * gf) * lr / (sqrtf(vi * vf) + eps);
+  }
+}
+DTRAIN_KERNEL void dtrain_lion(long long n, float lr, float b1, float b2, const float* g, float* m, float* p) {
+  for (long long i = first_index(); i < n; i += grid_stride()) {
+    const float c = m[i] * b1 + g[i] * (1.0f - b1);
+    p[i] -= c > 0.0f ? lr : (c < 0.0f ? -lr : 0.0f);
+    m[i] = m[i] * b2 + g[i] * (1.0f - b2);
+  }
+}
 
 
 )
@@ -64,7 +97,7 @@ DTRAIN_KERNEL void dtrain_rmsprop(long long n, float lr, float rho, float mu, fl
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
 #define DTRAIN_CUDA_UPDATE_KERNELS(X)                                                                         \
-  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop)
+  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop) X(dtrain_adagrad) X(dtrain_adamax) X(dtrain_nadam) X(dtrain_lion)
 
 namespace dtrain::cuda_detail {
 
@@ -89,6 +122,19 @@ class cuda_update_kernels {
     self().template run<&kernels::dtrain_rmsprop>(n, n, o.learning_rate, o.rho, o.momentum, o.epsilon,
                                                    o.centered ? 1 : 0, g, s, momentum ? s + n : nullptr,
                                                    o.centered ? s + n * (momentum ? 2 : 1) : nullptr, p);
+  }
+  void update(const op::adagrad& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
+    self().template run<&kernels::dtrain_adagrad>(n, n, o.learning_rate, o.initial_accumulator_value, o.epsilon, g, s, p);
+  }
+  void update(const op::adamax& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
+    self().template run<&kernels::dtrain_adamax>(n, n, o.alpha, o.one_minus_beta_1, o.beta_2, o.epsilon, g, s, s + n, p);
+  }
+  void update(const op::nadam& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
+    self().template run<&kernels::dtrain_nadam>(n, n, o.learning_rate, o.one_minus_beta_1, o.one_minus_beta_2, o.epsilon,
+                                                 o.m_factor, o.g_factor, o.v_factor, g, s, s + n, p);
+  }
+  void update(const op::lion& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
+    self().template run<&kernels::dtrain_lion>(n, n, o.learning_rate, o.beta_1, o.beta_2, g, s, p);
   }
 };
 

@@ -1,0 +1,28 @@
+#pragma once
+/// \file
+/// Keras `optimizers.Adagrad`: a += g^2 (a starting at `initial_accumulator_value`);
+/// p -= lr g / sqrt(a + epsilon). The slot holds a less its initial value, so the state starts at zero
+/// as every optimizer's does (docs/keras-names.md).
+
+#include "dtrain/optimizers/optimizer.hpp"
+
+namespace dtrain {
+
+struct adagrad_options {
+  learning_rate_schedule learning_rate = 0.001f;
+  float initial_accumulator_value = 0.1f;
+  float epsilon = 1e-7f;
+};
+
+class adagrad : public basic_optimizer<adagrad, adagrad_options> {
+ public:
+  adagrad(adagrad_options o = {}) : basic_optimizer(std::move(o)) {
+    if (!(options.initial_accumulator_value >= 0.0f) || !(options.epsilon >= 0.0f))
+      throw value_error("adagrad: initial_accumulator_value and epsilon must be non-negative");
+  }
+  std::string name() const { return "adagrad"; }
+  std::size_t slots() const { return 1; }
+  op::adagrad step(float lr, std::int64_t) const { return {lr, options.initial_accumulator_value, options.epsilon}; }
+};
+
+}  // namespace dtrain
