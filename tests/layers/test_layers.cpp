@@ -309,4 +309,64 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(l2_regularizer_penalty_and_gradient, B, backends) 
   BOOST_TEST(dtrain_test::download(device, penalty)[0] == 1.0f + 0.2f * (1 + 4 + 0.25f), boost::test_tools::tolerance(1e-6f));
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(l1_and_l1_l2_penalties_and_gradients, B, backends) {
+  const B device;
+  auto w = dtrain_test::upload(device, {1.0f, -2.0f, 0.0f}), g = dtrain_test::upload(device, {0.0f, 1.0f, 0.0f});
+  auto penalty = dtrain_test::upload(device, {0.0f});
+  l1<0.1f>::apply(device, 3, pointer_t<B, const float>(w.data()), g.data(), 0.5f, penalty.data());
+  BOOST_TEST(dtrain_test::download(device, penalty)[0] == 0.1f * 3.0f, boost::test_tools::tolerance(1e-6f));
+  const auto grads = dtrain_test::download(device, g);
+  BOOST_TEST(grads[0] == 0.05f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(grads[1] == 1.0f - 0.05f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(grads[2] == 0.0f);  // sign(0) = 0
+  // L1L2(0.1, 0.2): 0.1 * 3 + 0.2 * 5
+  auto both = dtrain_test::upload(device, {0.0f});
+  l1_l2<0.1f, 0.2f>::apply(device, 3, pointer_t<B, const float>(w.data()), pointer_t<B, float>{}, 1.0f, both.data());
+  BOOST_TEST(dtrain_test::download(device, both)[0] == 0.3f + 1.0f, boost::test_tools::tolerance(1e-6f));
+  static_assert(!l1_l2<>::active);
+}
+
+namespace {
+/// d penalty / d params of the regularizers of layer spec `Spec` against central differences.
+template <class Spec, class In, class B>
+void check_penalty_gradient(const std::string& what) {
+  using L = bind_t<Spec, In, B>;
+  rng r(3);
+  const B device;
+  L layer;
+  std::vector<float> params(param_count_v<L>);
+  layer.initialize(params, r);
+  for (auto& p : params) p += 0.3f * r.normal();  // biases away from zero (l1's kink)
+  auto pd = device.template allocate<float>(params.size()), gd = device.template allocate<float>(params.size());
+  auto pen = device.template allocate<float>(1);
+  rng unused(1);
+  layer_context<B> ctx{device, unused, true};
+  auto f = [&]() -> double {
+    device.upload(params.size(), params.data(), pd.data());
+    device.fill(1, 0.0f, pen.data());
+    layer.regularization(ctx, pointer_t<B, const float>(pd.data()), pointer_t<B, float>{}, 1.0f, pen.data());
+    return dtrain_test::download(device, pen)[0];
+  };
+  f();
+  device.fill(params.size(), 0.0f, gd.data());
+  layer.regularization(ctx, pointer_t<B, const float>(pd.data()), gd.data(), 1.0f, pen.data());
+  dtrain_test::check_gradient(what, params, dtrain_test::download(device, gd), f);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(kernel_and_bias_regularizers_gradients, B, backends) {
+  check_penalty_gradient<dense<3, relu, l1_l2<0.01f, 0.02f>, bias_regularizer<l1<0.05f>>>, shape<4>, B>("dense");
+  check_penalty_gradient<conv2d<2, 3, linear, l1<0.01f>, bias_regularizer<l2<0.1f>>>, shape<5, 5, 2>, B>("conv2d");
+  check_penalty_gradient<conv2d_transpose<2, 3, linear, bias_regularizer<l1_l2<0.1f, 0.1f>>>, shape<3, 3, 2>, B>(
+      "conv2d_transpose");
+  // the bias alone: a dense layer whose kernel is free has the bias' l1 penalty only
+  using D = bind_t<dense<2, linear, bias_regularizer<l1<0.5f>>>, shape<3>, B>;
+  const B device;
+  auto p = dtrain_test::upload(device, {1, 1, 1, 1, 1, 1, 0.5f, -2.0f}), pen = dtrain_test::upload(device, {0.0f});
+  rng unused(1);
+  layer_context<B> ctx{device, unused, true};
+  D{}.regularization(ctx, pointer_t<B, const float>(p.data()), pointer_t<B, float>{}, 1.0f, pen.data());
+  BOOST_TEST(dtrain_test::download(device, pen)[0] == 0.5f * 2.5f, boost::test_tools::tolerance(1e-6f));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

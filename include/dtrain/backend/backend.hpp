@@ -331,12 +331,13 @@ concept embedding_kernels = backend_memory<B> && requires(const B& b, std::size_
   b.embedding_backward(n, n, cip, cip, cp, p);
 };
 
-/// Keras' regularization: dropout's mask and the l2 penalty.
+/// Keras' regularization: dropout's mask and the l2 and l1 penalties.
 template <class B>
 concept regularization_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, std::uint64_t key,
                                                                pointer_t<B, float> p, pointer_t<B, const float> cp) {
   b.dropout(n, s, key, cp, p, p);
   b.l2(n, s, s, cp, p, p);
+  b.l1(n, s, s, cp, p, p);
 };
 
 /// The losses and metrics `compile()` chooses (the `op::` values above).

@@ -172,6 +172,8 @@
   K((), (), void, dropout, (V, std::size_t, n), (V, float, rate), (V, std::uint64_t, key),                    \
     (P, const float, x, n), (P, float, y, n), (P, float, mask, n))                                            \
   K((), (), void, l2, (V, std::size_t, n), (V, float, factor), (V, float, scale), (P, const float, w, n),     \
+    (P, float, g, (g ? n : 0)), (P, float, penalty, 1))                                                       \
+  K((), (), void, l1, (V, std::size_t, n), (V, float, factor), (V, float, scale), (P, const float, w, n),     \
     (P, float, g, (g ? n : 0)), (P, float, penalty, 1))
 
 #define DTRAIN_LOSS_KERNELS(K)                                                                                 \

@@ -39,15 +39,18 @@ struct conv2d {
                 "conv2d: the third argument must be an activation (relu, sigmoid, tanh, softmax, gelu, linear)");
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
-                  detail::is_dilation_rate<Options>::value || detail::is_groups<Options>::value) &&
+                  detail::is_dilation_rate<Options>::value || detail::is_groups<Options>::value ||
+                  detail::is_bias_regularizer<Options>::value) &&
                  ...),
                 "conv2d: options are strides<...>, padding::valid | padding::same, dilation_rate<...>, "
-                "groups<G>, use_bias<false> and regularizers such as l2<>");
+                "groups<G>, use_bias<false>, regularizers such as l2<> and bias_regularizer<...>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  using bias_regularizer = detail::bias_regularizer_of<Options...>;
   using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
+  static_assert(bias || !bias_regularizer::active, "conv2d: a bias_regularizer needs the bias (not use_bias<false>)");
   static constexpr std::size_t group_count = detail::find_option<detail::is_groups, groups<1>, Options...>::type::value;
   static_assert(Filters % group_count == 0, "conv2d: groups<G> must divide the number of filters");
 
@@ -92,6 +95,8 @@ struct conv2d {
 
     void regularization(layer_context<B>& ctx, cptr p, ptr g, float scale, ptr penalty) const {
       regularizer::apply(ctx.device, k * Filters, p, g, scale, penalty);
+      if constexpr (bias_regularizer::active)
+        bias_regularizer::apply(ctx.device, Filters, p + k * Filters, g ? g + k * Filters : ptr{}, scale, penalty);
     }
 
    private:

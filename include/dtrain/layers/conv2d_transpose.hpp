@@ -45,17 +45,20 @@ struct conv2d_transpose {
                 "linear)");
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
-                  detail::is_dilation_rate<Options>::value || detail::is_output_padding<Options>::value) &&
+                  detail::is_dilation_rate<Options>::value || detail::is_output_padding<Options>::value ||
+                  detail::is_bias_regularizer<Options>::value) &&
                  ...),
                 "conv2d_transpose: options are strides<...>, padding::valid | padding::same, output_padding<...>, "
-                "dilation_rate<...>, use_bias<false> and regularizers such as l2<>");
+                "dilation_rate<...>, use_bias<false>, regularizers such as l2<> and bias_regularizer<...>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  using bias_regularizer = detail::bias_regularizer_of<Options...>;
   using output_padding_type =
       typename detail::find_option<detail::is_output_padding, detail::no_output_padding, Options...>::type;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
+  static_assert(bias || !bias_regularizer::active, "conv2d_transpose: a bias_regularizer needs the bias (not use_bias<false>)");
   static constexpr bool padded = detail::is_output_padding<output_padding_type>::value;
   static constexpr bool padding_below_strides =
       output_padding_type::h < stride_type::h && output_padding_type::w < stride_type::w;
@@ -120,6 +123,8 @@ struct conv2d_transpose {
 
     void regularization(layer_context<B>& ctx, cptr p, ptr g, float scale, ptr penalty) const {
       regularizer::apply(ctx.device, kernel_values, p, g, scale, penalty);
+      if constexpr (bias_regularizer::active)
+        bias_regularizer::apply(ctx.device, Filters, p + kernel_values, g ? g + kernel_values : ptr{}, scale, penalty);
     }
 
    private:

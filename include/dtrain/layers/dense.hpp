@@ -2,7 +2,8 @@
 /// \file
 /// `dense<Units, Activation, Options...>`: Keras `layers.Dense`. `y = activation(x . kernel + bias)`
 /// along the last axis, kernel (in, units) and bias (units) as Keras stores them. Options: a kernel
-/// regularizer (`l2<0.01f>`), `use_bias<false>` (no bias variable).
+/// regularizer (`l2<0.01f>`), a bias regularizer (`bias_regularizer<l1<0.01f>>`), `use_bias<false>` (no
+/// bias variable).
 
 #include <algorithm>
 
@@ -16,10 +17,14 @@ struct dense {
   static_assert(Units > 0, "dense: units must be positive");
   static_assert(detail::activation_policy<Activation>,
                 "dense: the second argument must be an activation (relu, sigmoid, tanh, softmax, gelu, linear)");
-  static_assert(((detail::is_regularizer<Options>::value || detail::is_use_bias<Options>::value) && ...),
-                "dense: options are use_bias<false> and regularizers such as l2<0.01f>");
+  static_assert(((detail::is_regularizer<Options>::value || detail::is_use_bias<Options>::value ||
+                  detail::is_bias_regularizer<Options>::value) &&
+                 ...),
+                "dense: options are use_bias<false>, regularizers such as l2<0.01f> and bias_regularizer<...>");
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
+  using bias_regularizer = detail::bias_regularizer_of<Options...>;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
+  static_assert(bias || !bias_regularizer::active, "dense: a bias_regularizer needs the bias (not use_bias<false>)");
 
   template <class In, class B>
   struct bind {
@@ -65,6 +70,8 @@ struct dense {
 
     void regularization(layer_context<B>& ctx, cptr p, ptr g, float scale, ptr penalty) const {
       regularizer::apply(ctx.device, in * Units, p, g, scale, penalty);
+      if constexpr (bias_regularizer::active)
+        bias_regularizer::apply(ctx.device, Units, p + in * Units, g ? g + in * Units : ptr{}, scale, penalty);
     }
 
    private:

@@ -1,8 +1,10 @@
 #pragma once
 /// \file
-/// Kernel regularizers, given to `dense` / `conv2d` as an option: `dense<64, relu, l2<0.01f>>`.
-/// The penalty is what Keras adds to `model.losses`; training adds it to the loss (divided by the
-/// number of replicas under a strategy, as TF's `scale_regularization_loss` does).
+/// Regularizers, given to `dense`, `conv2d` and `conv2d_transpose` as options: of the kernel as is
+/// (`dense<64, relu, l2<0.01f>>`, Keras' `kernel_regularizer`), of the bias wrapped
+/// (`bias_regularizer<l1<0.01f>>`). The penalty is what Keras adds to `model.losses`; training adds it to
+/// the loss (divided by the number of replicas under a strategy, as TF's `scale_regularization_loss`
+/// does).
 ///
 /// Regularizer contract: `apply(device, n, w, g, scale, penalty)` adds the penalty of the `n` weights `w`
 /// to `penalty[0]` and, when `g` is not null, `scale` times its gradient to `g`; `active` is false for
@@ -12,6 +14,7 @@
 #include <type_traits>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/layers/concepts.hpp"
 
 namespace dtrain {
 
@@ -37,11 +40,56 @@ struct l2 {
   }
 };
 
+/// Keras `regularizers.L1(l1)`: penalty `l1 * sum(|w|)`, gradient `l1 * sign(w)`.
+template <float Factor = 0.01f>
+struct l1 {
+  static_assert(Factor >= 0.0f, "l1: the factor must not be negative");
+  static constexpr bool is_regularizer = true;
+  static constexpr bool active = true;
+  static constexpr float factor = Factor;
+  template <class B, class C, class P>
+  static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
+    static_assert(regularization_kernels<B>, "l1: the backend lacks the regularization kernels (regularization_kernels)");
+    device.l1(n, Factor, scale, w, g, penalty);
+  }
+};
+
+/// Keras `regularizers.L1L2(l1, l2)`: both penalties (a zero factor's is skipped).
+template <float L1 = 0.0f, float L2 = 0.0f>
+struct l1_l2 {
+  static_assert(L1 >= 0.0f && L2 >= 0.0f, "l1_l2: the factors must not be negative");
+  static constexpr bool is_regularizer = true;
+  static constexpr bool active = L1 > 0.0f || L2 > 0.0f;
+  template <class B, class C, class P>
+  static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
+    if constexpr (L1 > 0.0f) l1<L1>::apply(device, n, w, g, scale, penalty);
+    if constexpr (L2 > 0.0f) l2<L2>::apply(device, n, w, g, scale, penalty);
+  }
+};
+
 namespace detail {
 template <class T, class = void>
 struct is_regularizer : std::false_type {};
 template <class T>
 struct is_regularizer<T, std::void_t<decltype(T::is_regularizer)>> : std::true_type {};
+}  // namespace detail
+
+/// Keras' `bias_regularizer=`: regularizer R on the layer's bias instead of its kernel.
+template <class R>
+struct bias_regularizer {
+  static_assert(detail::is_regularizer<R>::value, "bias_regularizer<R>: R is a regularizer such as l2<0.01f>");
+  static constexpr bool is_bias_regularizer = true;
+  using type = R;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_bias_regularizer : std::false_type {};
+template <class T>
+struct is_bias_regularizer<T, std::void_t<decltype(T::is_bias_regularizer)>> : std::true_type {};
+/// A layer's bias regularizer (no_regularizer when none is given).
+template <class... Options>
+using bias_regularizer_of = typename find_option<is_bias_regularizer, bias_regularizer<no_regularizer>, Options...>::type::type;
 }  // namespace detail
 
 }  // namespace dtrain

@@ -35,6 +35,16 @@ struct cpu_regularization_kernels {
     }
     *penalty += static_cast<float>(factor * s);
   }
+  /// penalty[0] += factor sum(|w|) (summed in double); when g is not null, g += scale factor sign(w).
+  void l1(std::size_t n, float factor, float scale, const float* w, float* g, float* penalty) const {
+    double s = 0.0;
+    const float a = scale * factor;
+    for (std::size_t i = 0; i < n; ++i) {
+      s += std::fabs(static_cast<double>(w[i]));
+      if (g) g[i] += w[i] > 0.0f ? a : w[i] < 0.0f ? -a : 0.0f;
+    }
+    *penalty += static_cast<float>(factor * s);
+  }
 };
 
 }  // namespace dtrain::detail

@@ -41,21 +41,22 @@ DTRAIN_KERNEL void dtrain_broadcast_rows(long long rows, long long cols, const f
 }
 // Reductions run as a tree of these levels (the host picks `parts` so that no thread adds more than a
 // few dozen values: a long chain of dependent loads is what a GPU does slowest).
-// v[i] + v[i + stride] + ... (count values, squared when `square`) in the accumulator type S, added in
-// order with four loads in flight.
+// v[i] + v[i + stride] + ... (count values; `term` 1: squared, 2: their magnitudes) in the accumulator
+// type S, added in order with four loads in flight.
 template <class S, class T>
-DTRAIN_DEVICE S strided_sum(const T* v, long long i, long long count, long long stride, int square) {
+DTRAIN_DEVICE S strided_sum(const T* v, long long i, long long count, long long stride, int term) {
   S s = 0;
   long long k = 0;
   for (; k + 4 <= count; k += 4) {
     const S a = v[i + k * stride], b = v[i + (k + 1) * stride], c = v[i + (k + 2) * stride],
             d = v[i + (k + 3) * stride];
-    if (square) { s += a * a; s += b * b; s += c * c; s += d * d; }
+    if (term == 1) { s += a * a; s += b * b; s += c * c; s += d * d; }
+    else if (term == 2) { s += fabs(a); s += fabs(b); s += fabs(c); s += fabs(d); }
     else { s += a; s += b; s += c; s += d; }
   }
   for (; k < count; ++k) {
     const S a = v[i + k * stride];
-    s += square ? a * a : a;
+    s += term == 1 ? a * a : (term == 2 ? fabs(a) : a);
   }
   return s;
 }
@@ -78,10 +79,10 @@ DTRAIN_KERNEL void dtrain_column_partials(long long rows, long long cols, long l
     part[t] = s;
   }
 }
-// Sum, the first level (in double): part[t] = the sum of x[t], x[t + parts], ... (squared when `square`).
-DTRAIN_KERNEL void dtrain_sum_partials(long long n, long long parts, int square, const float* x, double* part) {
+// Sum, the first level (in double): part[t] = the sum of x[t], x[t + parts], ... (as strided_sum's `term`).
+DTRAIN_KERNEL void dtrain_sum_partials(long long n, long long parts, int term, const float* x, double* part) {
   for (long long t = first_index(); t < parts; t += grid_stride())
-    part[t] = strided_sum<double>(x, t, quot(n - t + parts - 1, parts), parts, square);
+    part[t] = strided_sum<double>(x, t, quot(n - t + parts - 1, parts), parts, term);
 }
 // The next levels: part[t] = the sum of x[t], x[t + parts], ... (doubles).
 DTRAIN_KERNEL void dtrain_sum_doubles(long long n, long long parts, const double* x, double* part) {
@@ -109,6 +110,9 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
   X(dtrain_sum_finish)
 
 namespace dtrain::cuda_detail {
+
+/// What a tree sum adds up: the values, their squares or their magnitudes (strided_sum's `term`).
+enum class sum_of { values = 0, squares = 1, magnitudes = 2 };
 
 template <class D>
 class cuda_blas_kernels {
@@ -170,7 +174,7 @@ class cuda_blas_kernels {
     self().template run<&kernels::dtrain_column_partials>(cols, rows, cols, 1, from, b, m, y);
   }
   void sum(std::size_t n, pointer<const float> x, pointer<float> out) const {
-    reduce(n, x, false, 1.0, 0.0f, false, out);
+    reduce(n, x, sum_of::values, 1.0, 0.0f, false, out);
   }
 
  protected:
@@ -186,11 +190,11 @@ class cuda_blas_kernels {
   /// out[0] = sum(x) (of squares with `square`) / divisor; with `accumulate`, out[0] += factor sum. In
   /// double, as a tree (levels in `part`, tree_size(n) doubles; the scratch block when null): the sum
   /// of the other families' kernels (l2's penalty, a metric's total).
-  void reduce(std::size_t n, pointer<const float> x, bool square, double divisor, float factor, bool accumulate,
+  void reduce(std::size_t n, pointer<const float> x, sum_of term, double divisor, float factor, bool accumulate,
               pointer<float> out, double* part = nullptr) const {
     if (!part) part = static_cast<double*>(self().scratch(tree_size(n) * sizeof(double)));
     std::size_t parts = std::max<std::size_t>(parts_of(n), 1);
-    self().template run<&kernels::dtrain_sum_partials>(parts, n, parts, square ? 1 : 0, x, part);
+    self().template run<&kernels::dtrain_sum_partials>(parts, n, parts, int(term), x, part);
     for (; parts > fan_in; part += parts, parts = parts_of(parts))
       self().template run<&kernels::dtrain_sum_doubles>(parts_of(parts), parts, parts_of(parts), part, part + parts);
     self().template run<&kernels::dtrain_sum_finish>(1, parts, divisor, factor, accumulate ? 1 : 0, part, out);

@@ -187,7 +187,7 @@ class cuda_loss_kernels {
     auto* part = static_cast<double*>(self().scratch(parts * sizeof(double) + rows * sizeof(float)));
     auto* hits = reinterpret_cast<float*>(part + parts);
     self().template run<&kernels::dtrain_metric_hits>(rows, rows, cols, kind, threshold, k, y_true, y_pred, hits);
-    self().reduce(rows, pointer<const float>(hits), false, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, false,
+    self().reduce(rows, pointer<const float>(hits), sum_of::values, kind == 2 ? static_cast<double>(cols) : 1.0, 0.0f, false,
                   out, part);
   }
 };

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The CUDA backend's regularization kernels: dropout's mask (Philox4x32-10, as core/random.hpp's
-/// counter_uniform4) and the l2 penalty (a tree sum, cuda/blas.hpp): source and launches.
+/// counter_uniform4) and the l2 and l1 penalties (tree sums, cuda/blas.hpp): source and launches.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,13 +37,18 @@ DTRAIN_KERNEL void dtrain_dropout(long long n, float rate, unsigned long long ke
   }
 }
 
+// ---- l1's gradient: g += a sign(w) ------------------------------------------------------------------------
+DTRAIN_KERNEL void dtrain_l1_gradient(long long n, float a, const float* w, float* g) {
+  for (long long i = first_index(); i < n; i += grid_stride()) g[i] += w[i] > 0.0f ? a : (w[i] < 0.0f ? -a : 0.0f);
+}
+
 
 )
 // clang-format on
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
 #define DTRAIN_CUDA_REGULARIZATION_KERNELS(X)                                                                 \
-  X(dtrain_dropout)
+  X(dtrain_dropout) X(dtrain_l1_gradient)
 
 namespace dtrain::cuda_detail {
 
@@ -61,8 +66,14 @@ class cuda_regularization_kernels {
   /// penalty[0] += factor sum(w^2) (in double); g += scale 2 factor w.
   void l2(std::size_t n, float factor, float scale, pointer<const float> w, pointer<float> g,
           pointer<float> penalty) const {
-    self().reduce(n, w, true, 1.0, factor, true, penalty);
+    self().reduce(n, w, sum_of::squares, 1.0, factor, true, penalty);
     if (g) self().axpy(n, scale * 2.0f * factor, w, g);
+  }
+  /// penalty[0] += factor sum(|w|) (in double); g += scale factor sign(w).
+  void l1(std::size_t n, float factor, float scale, pointer<const float> w, pointer<float> g,
+          pointer<float> penalty) const {
+    self().reduce(n, w, sum_of::magnitudes, 1.0, factor, true, penalty);
+    if (g) self().template run<&kernels::dtrain_l1_gradient>(n, n, scale * factor, w, g);
   }
 };
 
