@@ -76,6 +76,52 @@ BOOST_AUTO_TEST_CASE(slices_batch_and_cardinality) {
   BOOST_CHECK_THROW(data::batch(0), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(zip_unbatch_and_from_generator) {
+  // zip: two tensor datasets into (x, y) examples, as long as the shorter
+  tensor x = zeros({5, 2}), y = zeros({3});
+  for (std::size_t i = 0; i < 5; ++i) x(i, 0) = float(i);
+  for (std::size_t i = 0; i < 3; ++i) y(i) = 10.0f + float(i);
+  auto zipped = data::zip(data::from_tensor_slices(x), data::from_tensor_slices(y));
+  static_assert(std::is_same_v<decltype(zipped)::element_type, data::example>);
+  BOOST_TEST(zipped.cardinality() == 3);
+  BOOST_TEST(labels_of(zipped) == (std::vector<float>{10, 11, 12}), boost::test_tools::per_element());
+  BOOST_TEST(data::zip(data::from_tensor_slices(x) | data::repeat(), data::from_tensor_slices(y)).cardinality() == 3);
+  // unbatch undoes batch, an uneven last batch included; skip lands where next would have
+  auto rows = numbered(7) | data::batch(3) | data::unbatch();
+  BOOST_TEST(labels_of(rows) == iota(7), boost::test_tools::per_element());
+  auto it = rows.iterate(0);
+  BOOST_TEST(it.skip(4) == 4);
+  const auto fifth = it.next();
+  BOOST_TEST(fifth->second() == 4.0f);
+  BOOST_TEST((extents_of(fifth->first) == extents{2}));
+  BOOST_TEST(fifth->first(1) == 40.0f);
+  // an example whose x has 2 rows and y 1 cannot be unbatched; a scalar has no rows
+  auto uneven = data::from_generator([] {
+    return [done = false]() mutable -> std::optional<data::example> {
+      if (std::exchange(done, true)) return std::nullopt;
+      return data::example{zeros({2, 3}), zeros({1})};
+    };
+  }) | data::unbatch();
+  BOOST_TEST(error_of([&] { uneven.iterate(0).next(); }).find("x has 2 rows and its y 1") != std::string::npos);
+  BOOST_CHECK_THROW((data::from_tensor_slices(y) | data::unbatch()).iterate(0).next(), shape_error);
+  // from_generator: a new generator each pass; a saved iterator resumes by replaying
+  auto counted = data::from_generator([] {
+    return [i = 0]() mutable -> std::optional<data::example> {
+      if (i == 6) return std::nullopt;
+      ++i;
+      return data::example{from_span(std::vector<float>{float(i)}, {1}), from_span(std::vector<float>{float(i - 1)}, {1})};
+    };
+  }, 6);
+  BOOST_TEST(counted.cardinality() == 6);
+  BOOST_TEST(labels_of(counted) == iota(6), boost::test_tools::per_element());
+  BOOST_TEST(labels_of(counted | data::batch(4)) == iota(6), boost::test_tools::per_element());
+  data::iterator resumed(counted);
+  resumed.next(), resumed.next();
+  data::iterator again(counted);
+  again.restore(resumed.state());
+  BOOST_TEST(again.next()->second(0) == 2.0f);
+}
+
 BOOST_AUTO_TEST_CASE(lists_of_tensors_slice_batch_and_shuffle_together) {
   // ((x1, x2), (y1, y2)): each element holds row i of every tensor; a batch stacks each on its own
   tensor x1 = zeros({5, 2}), x2 = zeros({5, 3, 1}), y1 = zeros({5}), y2 = zeros({5, 1});

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Pipeline stages, each a dataset over its upstream, applied with `|`:
-/// shuffle, repeat, batch, map, filter, take, skip, shard, prefetch, cache (memory or file), with_options;
+/// shuffle, repeat, batch, unbatch, map, filter, take, skip, shard, prefetch, cache (memory or file),
+/// with_options; the sources zip and from_generator (data/zip.hpp);
 /// and `reduce`.
 /// Semantics follow tf.data; where a seed would be random in TF it defaults to `default_seed` here.
 ///
@@ -23,3 +24,4 @@
 #include "dtrain/data/stage_base.hpp"
 #include "dtrain/data/take_skip.hpp"
 #include "dtrain/data/with_options.hpp"
+#include "dtrain/data/zip.hpp"
