@@ -122,6 +122,39 @@ BOOST_AUTO_TEST_CASE(zip_unbatch_and_from_generator) {
   BOOST_TEST(again.next()->second(0) == 2.0f);
 }
 
+BOOST_AUTO_TEST_CASE(padded_batch_pads_to_the_longest) {
+  // sequences of lengths 1, 3, 2 (values i + 1), labels of one value: a batch of 3 padded with -1
+  auto seqs = data::from_generator([] {
+    return [i = 0]() mutable -> std::optional<data::example> {
+      if (i == 3) return std::nullopt;
+      const std::size_t len = i == 0 ? 1 : i == 1 ? 3 : 2;
+      tensor x = zeros({len, 2});
+      for (std::size_t r = 0; r < len; ++r) x(r, 0) = float(i + 1), x(r, 1) = float(r);
+      ++i;
+      return data::example{x, from_span(std::vector<float>{float(i)}, {1})};
+    };
+  });
+  auto it = (seqs | data::padded_batch(3, -1.0f)).iterate(0);
+  const auto b = it.next();
+  BOOST_TEST((extents_of(b->first) == extents{3, 3, 2}));
+  BOOST_TEST(b->first(0, 0, 0) == 1.0f);
+  BOOST_TEST(b->first(0, 1, 0) == -1.0f);  // padding after the one row
+  BOOST_TEST(b->first(1, 2, 1) == 2.0f);
+  BOOST_TEST(b->first(2, 1, 0) == 3.0f);
+  BOOST_TEST(b->first(2, 2, 1) == -1.0f);
+  BOOST_TEST((extents_of(b->second) == extents{3, 1}));
+  BOOST_TEST(!it.next());
+  // ranks that differ are a shape error naming the element
+  auto mixed = data::from_generator([] {
+    return [i = 0]() mutable -> std::optional<tensor> {
+      if (i == 2) return std::nullopt;
+      return i++ == 0 ? zeros({2}) : zeros({2, 2});
+    };
+  });
+  BOOST_TEST(error_of([&] { (mixed | data::padded_batch(2)).iterate(0).next(); }).find("element 1 has shape (2, 2)") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(lists_of_tensors_slice_batch_and_shuffle_together) {
   // ((x1, x2), (y1, y2)): each element holds row i of every tensor; a batch stacks each on its own
   tensor x1 = zeros({5, 2}), x2 = zeros({5, 3, 1}), y1 = zeros({5}), y2 = zeros({5, 1});
