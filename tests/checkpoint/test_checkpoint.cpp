@@ -168,7 +168,8 @@ BOOST_AUTO_TEST_CASE(every_optimizer_schedule_and_metric_resumes_bitwise_through
   auto [x, y] = problem(32);
   const std::vector<any_optimizer> optimizers{
       adagrad{{.learning_rate = 0.05f}}, adamax{{.learning_rate = cosine_decay{0.02f, 10, 0.1f}}}, nadam{},
-      lion{{.learning_rate = polynomial_decay{0.01f, 8}}}, sgd{{.learning_rate = inverse_time_decay{0.1f, 4, 0.5f}}}};
+      lion{{.learning_rate = polynomial_decay{0.01f, 8}}}, sgd{{.learning_rate = inverse_time_decay{0.1f, 4, 0.5f}}},
+      adam{{.learning_rate = 0.01f, .use_ema = true, .ema_momentum = 0.9f}}};
   for (const auto& o : optimizers) {
     BOOST_TEST_CONTEXT(o.name()) {
       auto make = [&](std::uint64_t seed) {
@@ -189,8 +190,40 @@ BOOST_AUTO_TEST_CASE(every_optimizer_schedule_and_metric_resumes_bitwise_through
       for (int i = 0; i < 3; ++i) second.train_step(x, y);
       BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
       BOOST_TEST(second.optimizer().iterations() == 6);
+      BOOST_TEST(second.optimizer().state().slots == straight.optimizer().state().slots, tt::per_element());
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(fit_with_use_ema_ends_on_the_average_and_resumes_bitwise) {
+  // Keras: fit ends with the weights' moving average swapped in; a backup mid-fit holds the average with
+  // the optimizer's slots, so a resumed fit ends on the same average
+  temp_dir t;
+  auto [x, y] = problem(40);
+  auto run = [&](std::vector<callback_ref> cbs) {
+    net m(1);
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f, .use_ema = true, .ema_momentum = 0.8f}},
+               .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    m.fit(data::from_tensor_slices(x, y) | data::batch(8), {.epochs = 3, .callbacks = callback_list(std::move(cbs)), .verbose = 0});
+    return std::pair{m.get_weights(), m.optimizer().state().slots};
+  };
+  struct crash_after : callback {
+    int seen = 0;
+    void on_train_batch_end(std::int64_t, const logs&) override {
+      if (++seen == 7) throw std::runtime_error("simulated crash");
+    }
+  };
+  const auto straight = run({});
+  // the weights are the average: the last n slot values (after Adam's m and v)
+  const std::size_t n = net::param_count;
+  BOOST_REQUIRE_EQUAL(straight.second.size(), 3 * n);
+  const std::vector<float> average(straight.second.end() - std::ptrdiff_t(n), straight.second.end());
+  BOOST_TEST(std::vector<float>(straight.first.begin(), straight.first.begin() + std::ptrdiff_t(n)) == average,
+             tt::per_element());
+  BOOST_CHECK_THROW(run({backup_and_restore({.backup_dir = t.path / "b", .save_freq = std::int64_t(3)}), crash_after{}}),
+                    std::runtime_error);
+  const auto resumed = run({backup_and_restore({.backup_dir = t.path / "b", .save_freq = std::int64_t(3)})});
+  BOOST_TEST(resumed.first == straight.first, tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(load_model_then_fit_goes_on_like_an_uninterrupted_fit) {

@@ -123,6 +123,13 @@ optimizers = [
     ("lion", keras.optimizers.Lion(learning_rate=0.01), ocfg("lion", learning_rate=0.01, beta_1=0.9, beta_2=0.99)),
     ("adam", keras.optimizers.Adam(learning_rate=0.02), ocfg("adam", learning_rate=0.02, beta_1=0.9, beta_2=0.999,
                                                               epsilon=1e-7, amsgrad=False)),
+    ("adam use_ema", keras.optimizers.Adam(learning_rate=0.02, use_ema=True, ema_momentum=0.9),
+     ocfg("adam", learning_rate=0.02, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False, use_ema=True,
+          ema_momentum=0.9, ema_overwrite_frequency=None)),
+    ("sgd use_ema overwrite every 4", keras.optimizers.SGD(learning_rate=0.05, momentum=0.5, use_ema=True,
+                                                           ema_momentum=0.7, ema_overwrite_frequency=4),
+     ocfg("SGD", learning_rate=0.05, momentum=0.5, nesterov=False, use_ema=True, ema_momentum=0.7,
+          ema_overwrite_frequency=4)),
 ]
 
 S = keras.optimizers.schedules
@@ -172,6 +179,7 @@ for (what, opt, _), got in zip(optimizers, ours[len(cases) + len(metrics):]):
     var = keras.Variable(start)
     for g in steps:
         opt.apply_gradients([(jnp.asarray(g), var)])
+    opt.finalize_variable_values([var])
     want, have = np.asarray(var), np.asarray(got["params"])
     err = float(np.max(np.abs(have - want) / (1.0 + np.abs(want))))
     if err > 1e-5:

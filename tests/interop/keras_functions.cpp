@@ -5,7 +5,8 @@
 //   {"metric": <compile config>, "batches": [{"y_true", "true_shape", "y_pred", "shape"}, ...]}
 //     -> {"result": the metric after every batch, "state": its (total, count)}, or
 //   {"optimizer": <compile config>, "params": [...], "grads": [[...], ...]}
-//     -> {"params": the parameters after one apply_gradients per gradient list}, or
+//     -> {"params": the parameters after one apply_gradients per gradient list, then
+//     finalize_variable_values (with use_ema: the moving average)}, or
 //   {"schedule": <a learning rate's config>, "steps": [...]} -> {"rates": the rate at each step}.
 // usage: interop_functions <cases.json> <out.json>
 #include <fstream>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) try {
       any_optimizer o = checkpoint::detail::optimizer_from(c.at("optimizer"));
       auto p = c.at("params").get<std::vector<float>>();
       for (const auto& g : c.at("grads")) o.apply_gradients(g.get<std::vector<float>>(), p);
+      o.finalize_variable_values(p);
       out.push_back({{"params", p}});
       continue;
     }

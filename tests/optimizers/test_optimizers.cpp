@@ -118,6 +118,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(adagrad_adamax_nadam_lion, B, backends) {
   BOOST_CHECK_THROW(adagrad({.initial_accumulator_value = -1.0f}), value_error);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(use_ema_keeps_the_average_and_finalize_swaps_it_in, B, backends) {
+  // SGD lr 0.1 on p = 1 with g = 1, 1, 1: p = 0.9, 0.8, 0.7; the average starts at the first step's p
+  // (Keras: momentum 0 then), then 0.5 a + 0.5 p: 0.9, 0.85, 0.775
+  sgd o{{.learning_rate = 0.1f, .use_ema = true, .ema_momentum = 0.5f}};
+  std::vector<float> p{1.0f};
+  for (int i = 0; i < 3; ++i) step_on<B>(o, {1.0f}, p);
+  BOOST_TEST(p[0] == 0.7f, tt::tolerance(1e-6f));
+  BOOST_REQUIRE_EQUAL(o.state().slots.size(), 1u);  // plain SGD has no slot of its own: the average alone
+  BOOST_TEST(o.state().slots[0] == 0.775f, tt::tolerance(1e-6f));
+  const B dev;
+  auto pd = dtrain_test::upload(dev, p);
+  o.finalize_variable_values(device_span<float, B>(dev, pd.data(), 1));
+  BOOST_TEST(dtrain_test::download(dev, pd)[0] == 0.775f, tt::tolerance(1e-6f));
+  // every 2 steps the weights take the average (Keras' ema_overwrite_frequency), after the 2nd step here
+  adam a{{.learning_rate = 0.1f, .use_ema = true, .ema_momentum = 0.9f, .ema_overwrite_frequency = 2}};
+  p = {1.0f};
+  step_on<B>(a, {1.0f}, p);
+  const float after_one = p[0];
+  step_on<B>(a, {1.0f}, p);
+  const std::vector<float> s = a.state().slots;  // m, v, then the average
+  BOOST_REQUIRE_EQUAL(s.size(), 3u);
+  BOOST_TEST(p[0] == s[2]);
+  // Adam's steps with a constant gradient are lr each: raw 0.9 then 0.8; the average 0.9, then
+  // 0.9 * 0.9 + 0.1 * 0.8
+  BOOST_TEST(after_one == 0.9f, tt::tolerance(1e-5f));
+  BOOST_TEST(p[0] == 0.89f, tt::tolerance(1e-5f));
+  BOOST_CHECK_THROW(sgd({.ema_momentum = 1.5f}), value_error);
+}
+
 BOOST_AUTO_TEST_CASE(schedules) {
   exponential_decay e{.initial_learning_rate = 0.1f, .decay_steps = 10, .decay_rate = 0.5f};
   BOOST_TEST(e(0) == 0.1f);

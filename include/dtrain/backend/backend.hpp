@@ -186,6 +186,12 @@ struct nadam {
 struct lion {
   float learning_rate = 0.001f, beta_1 = 0.9f, beta_2 = 0.99f;
 };
+/// Keras' moving average of the weights (`use_ema`), after a step: a = momentum a + (1 - momentum) g,
+/// where `g` is given the parameters; with `overwrite` the parameters take a. Slot: a.
+struct ema {
+  float momentum = 0.99f;
+  bool overwrite = false;
+};
 
 /// Whether an op's y_true holds one class index per row (else one value per prediction).
 template <class Op>
@@ -213,6 +219,7 @@ constexpr std::size_t slot_count(const op::adagrad&) { return 1; }
 constexpr std::size_t slot_count(const op::adamax&) { return 2; }
 constexpr std::size_t slot_count(const op::nadam&) { return 2; }
 constexpr std::size_t slot_count(const op::lion&) { return 1; }
+constexpr std::size_t slot_count(const op::ema&) { return 1; }
 
 /// The default backend (backend/cpu.hpp): what `sequential<...>` and `bind_t<...>` use unless told.
 struct cpu;
@@ -370,6 +377,7 @@ concept update_kernels = backend_memory<B> && requires(const B& b, std::size_t n
   b.update(op::adamax{}, n, cp, p, p);
   b.update(op::nadam{}, n, cp, p, p);
   b.update(op::lion{}, n, cp, p, p);
+  b.update(op::ema{}, n, cp, p, p);
 };
 
 /// What a model needs of its backend for itself (its layers ask for their own families): memory, the

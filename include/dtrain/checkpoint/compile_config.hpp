@@ -99,6 +99,9 @@ inline json optimizer_config(const any_optimizer& o) {
     json lr = schedule_config(opt->options.learning_rate);
     if (lr.is_null()) return nullptr;
     c["learning_rate"] = std::move(lr);
+    c["use_ema"] = opt->options.use_ema;
+    c["ema_momentum"] = opt->options.ema_momentum;
+    c["ema_overwrite_frequency"] = opt->options.ema_overwrite_frequency ? json(opt->options.ema_overwrite_frequency) : json();
     return entry(opt->name(), std::move(c));
   };
   if (const auto* a = o.target<adam>())
@@ -127,15 +130,23 @@ inline any_optimizer optimizer_from(const json& j) {
   const learning_rate_schedule lr = schedule_from(c.at("learning_rate"));
   auto f = [&](const char* key) { return option<float>(c, key); };
   auto b = [&](const char* key) { return option<bool>(c, key); };
-  if (name == adam{}.name()) return adam{{lr, f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")}};
+  // Keras' moving average of the weights (files written before it have none)
+  auto ema = [&](auto opts) {
+    if (c.contains("use_ema")) opts.use_ema = b("use_ema");
+    if (c.contains("ema_momentum")) opts.ema_momentum = f("ema_momentum");
+    if (c.contains("ema_overwrite_frequency") && !c.at("ema_overwrite_frequency").is_null())
+      opts.ema_overwrite_frequency = option<std::int64_t>(c, "ema_overwrite_frequency");
+    return opts;
+  };
+  if (name == adam{}.name()) return adam{ema(adam_options{lr, f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
   if (name == adamw{}.name())
-    return adamw{{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")}};
-  if (name == sgd{}.name()) return sgd{{lr, f("momentum"), b("nesterov")}};
-  if (name == rmsprop{}.name()) return rmsprop{{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")}};
-  if (name == adagrad{}.name()) return adagrad{{lr, f("initial_accumulator_value"), f("epsilon")}};
-  if (name == adamax{}.name()) return adamax{{lr, f("beta_1"), f("beta_2"), f("epsilon")}};
-  if (name == nadam{}.name()) return nadam{{lr, f("beta_1"), f("beta_2"), f("epsilon")}};
-  if (name == lion{}.name()) return lion{{lr, f("beta_1"), f("beta_2")}};
+    return adamw{ema(adamw_options{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
+  if (name == sgd{}.name()) return sgd{ema(sgd_options{lr, f("momentum"), b("nesterov")})};
+  if (name == rmsprop{}.name()) return rmsprop{ema(rmsprop_options{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")})};
+  if (name == adagrad{}.name()) return adagrad{ema(adagrad_options{lr, f("initial_accumulator_value"), f("epsilon")})};
+  if (name == adamax{}.name()) return adamax{ema(adamax_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
+  if (name == nadam{}.name()) return nadam{ema(nadam_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
+  if (name == lion{}.name()) return lion{ema(lion_options{lr, f("beta_1"), f("beta_2")})};
   throw value_error("unknown optimizer '" + name + "'");
 }
 

@@ -621,6 +621,8 @@ inline void parameter_server_strategy::initialise_for_closures() {
   if (!optimizer_)
     throw usage_error("cluster_coordinator::schedule: make the optimizer with strategy.make_optimizer(...) first: the "
                       "ps tasks apply it");
+  if (optimizer_->optimizer().use_ema())
+    throw usage_error("cluster_coordinator: use_ema is not supported under parameter_server_strategy");
   const auto config = checkpoint::detail::optimizer_config(optimizer_->optimizer());
   if (config.is_null())
     throw usage_error("cluster_coordinator: the optimizer runs on the ps tasks, which rebuild it from its Keras config, "
@@ -685,6 +687,9 @@ class ps_model : public M {
   history coordinate(basic_fit_options<detail::element_of<M>> o) {
     strategy_scope scope(s_);
     M& m = model();
+    if (m.optimizer().use_ema())
+      throw usage_error("fit: use_ema is not supported under parameter_server_strategy (the ps tasks would keep the "
+                        "average, and nothing swaps it in)");
     const auto config = checkpoint::detail::optimizer_config(m.optimizer());
     if (config.is_null())
       throw usage_error("fit: the optimizer runs on the ps tasks, which rebuild it from its Keras config, and "

@@ -483,6 +483,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
     handle.stop_training = agree_to_stop(m, handle.stop_training, false).first;  // one replica's stop is all's
     if (handle.stop_training) break;
   }
+  m.optimizer().finalize_variable_values(m.parameters());  // use_ema: the weights become their average
   cbs.on_train_end(l);
   return *hist;
 }

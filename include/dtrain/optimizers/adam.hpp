@@ -17,6 +17,9 @@ struct adam_options {
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
   bool amsgrad = false;
+  bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
+  float ema_momentum = 0.99f;
+  std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
 };
 
 struct adamw_options {
@@ -26,6 +29,9 @@ struct adamw_options {
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
   bool amsgrad = false;
+  bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
+  float ema_momentum = 0.99f;
+  std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
 };
 
 namespace detail {
@@ -57,6 +63,9 @@ struct adamax_options {
   float beta_1 = 0.9f;
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
+  bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
+  float ema_momentum = 0.99f;
+  std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
 };
 using nadam_options = adamax_options;
 

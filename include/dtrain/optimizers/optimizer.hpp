@@ -8,10 +8,17 @@
 /// Algorithm contract (`optimizer_algorithm`): `name()` (Keras' name), `slots()` (state floats per
 /// parameter), and `step(lr, t)`: step `t` (1 on the first) with learning rate `lr` as the backend's
 /// `optimizer_op` (backend/backend.hpp gives each one's formula and slot layout).
+///
+/// Every optimizer takes Keras' `use_ema`, `ema_momentum` and `ema_overwrite_frequency`: after each step
+/// a moving average of the weights (`op::ema`, one more slot after the algorithm's; the first step's
+/// average is the weights) replaces them every `ema_overwrite_frequency` steps, and at the end of `fit`
+/// (`finalize_variable_values`, as Keras' fit calls it).
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -136,8 +143,10 @@ class gradient_steps {
   /// One step over a whole parameter buffer in host memory, with the host's update kernels...
   void apply_gradients(std::span<const float> grads, std::span<float> params) {
     const std::size_t n = params.size();
-    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots) {
-      update_kernel(step, n, grads.data(), slots.host(slot_count(step) * n), params.data());
+    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots, const std::optional<op::ema>& ema) {
+      float* s = slots.host((slot_count(step) + (ema ? 1 : 0)) * n);
+      update_kernel(step, n, grads.data(), s, params.data());
+      if (ema) update_kernel(*ema, n, params.data(), s + slot_count(step) * n, params.data());
     });
   }
   /// ...or in a backend's memory (a model's `gradients()` and `parameters()`), with its own.
@@ -145,9 +154,27 @@ class gradient_steps {
   void apply_gradients(device_span<G, B> grads, device_span<float, B> params) {
     const B& b = params.device();
     const std::size_t n = params.size();
-    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots) {
-      b.update(step, n, grads.data(), slots.on(b, slot_count(step) * n), params.data());
+    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots, const std::optional<op::ema>& ema) {
+      const pointer_t<B, float> s = slots.on(b, (slot_count(step) + (ema ? 1 : 0)) * n);
+      b.update(step, n, grads.data(), s, params.data());
+      if (ema) b.update(*ema, n, pointer_t<B, const float>(params.data()), s + slot_count(step) * n, params.data());
     });
+  }
+  /// Keras' `finalize_variable_values`: with `use_ema`, the parameters take their moving average (what
+  /// `fit` does at its end). Nothing before the first step.
+  void finalize_variable_values(std::span<float> params) {
+    if (const auto at = average_at(params.size())) {
+      const float* a = static_cast<O&>(*this).variables().slots.host(*at + params.size()) + *at;
+      std::copy_n(a, params.size(), params.data());
+    }
+  }
+  template <update_kernels B>
+  void finalize_variable_values(device_span<float, B> params) {
+    if (const auto at = average_at(params.size())) {
+      const B& b = params.device();
+      const pointer_t<B, float> s = static_cast<O&>(*this).variables().slots.on(b, *at + params.size());
+      b.copy(params.size(), pointer_t<B, const float>(s + *at), params.data());
+    }
   }
   /// Marks an optimizer that one replica alone steps (what a model does with its compiled one).
   void set_replica_owned() { replica_owned_ = true; }
@@ -166,7 +193,17 @@ class gradient_steps {
                         std::to_string(n) + " parameters");
     if (current_local_replica() < 0) replica_copies_.clear();  // a step outside a run: the copies fall behind
     optimizer_variables& v = replica_owned_ ? self.variables() : replica_copies_.get(self.variables(), copy_of);
-    std::visit([&](const auto& step) { update(step, v.slots); }, optimizer_op(self.begin_step(n, v)));
+    const std::optional<op::ema> ema = self.ema_step(v.iterations);
+    std::visit([&](const auto& step) { update(step, v.slots, ema); }, optimizer_op(self.begin_step(n, v)));
+  }
+
+  /// Where the moving average of `n` parameters starts in the slots; none before the first step.
+  std::optional<std::size_t> average_at(std::size_t n) {
+    O& self = static_cast<O&>(*this);
+    const optimizer_variables& v = self.variables();
+    const std::size_t at = self.slots() * n;
+    if (!self.use_ema() || v.iterations == 0 || v.slots.size() != at + n) return std::nullopt;
+    return at;
   }
 
   static optimizer_variables copy_of(const optimizer_variables& own) {
@@ -184,7 +221,10 @@ class gradient_steps {
 template <class Derived, class Options>
 class basic_optimizer : public detail::gradient_steps<Derived> {
  public:
-  basic_optimizer(Options o = {}) : options(std::move(o)) {}
+  basic_optimizer(Options o = {}) : options(std::move(o)) {
+    if (!(options.ema_momentum >= 0.0f && options.ema_momentum <= 1.0f) || options.ema_overwrite_frequency < 0)
+      throw value_error("optimizer: ema_momentum must be in [0, 1] and ema_overwrite_frequency not negative");
+  }
 
   Options options;
 
@@ -205,11 +245,20 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
     this->variables_replaced();
   }
 
+  /// Whether the weights' moving average is kept (an extra slot after `slots()`).
+  bool use_ema() const { return options.use_ema; }
+  /// The moving average's update after step `iterations` + 1 (Keras: momentum 0 on the first step).
+  std::optional<op::ema> ema_step(std::int64_t iterations) const {
+    if (!options.use_ema) return std::nullopt;
+    const bool overwrite = options.ema_overwrite_frequency > 0 && (iterations + 1) % options.ema_overwrite_frequency == 0;
+    return op::ema{iterations == 0 ? 0.0f : options.ema_momentum, overwrite};
+  }
+
   /// Starts the next step of variables `v` over `n` parameters: checks that v's slots fit them, advances
   /// v's `iterations` and returns the step for the backend, which updates `v.slots` with it.
   auto begin_step(std::size_t n, optimizer_variables& v) const {
     const Derived& self = static_cast<const Derived&>(*this);
-    const std::size_t need = self.slots() * n;
+    const std::size_t need = (self.slots() + (options.use_ema ? 1 : 0)) * n;
     if (v.slots.size() != need && (v.slots.size() != 0 || v.iterations != 0))
       throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(v.slots.size()) +
                         " slot values but this model needs " + std::to_string(need));
@@ -261,6 +310,9 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   }
   optimizer_op begin_step(std::size_t n, optimizer_variables& v) const { return self_->begin_step(n, v); }
   optimizer_variables& variables() { return self_->variables(); }
+  std::size_t slots() const { return self_->slots(); }
+  bool use_ema() const { return self_->use_ema(); }
+  std::optional<op::ema> ema_step(std::int64_t iterations) const { return self_->ema_step(iterations); }
 
  private:
   struct concept_t {
@@ -268,6 +320,9 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
     virtual std::string name() const = 0;
     virtual optimizer_op begin_step(std::size_t n, optimizer_variables& v) const = 0;
     virtual optimizer_variables& variables() = 0;
+    virtual std::size_t slots() const = 0;
+    virtual bool use_ema() const = 0;
+    virtual std::optional<op::ema> ema_step(std::int64_t) const = 0;
     virtual float learning_rate() const = 0;
     virtual void set_learning_rate(float) = 0;
     virtual bool learning_rate_is_constant() const = 0;
@@ -282,6 +337,9 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
     std::string name() const override { return o_.name(); }
     optimizer_op begin_step(std::size_t n, optimizer_variables& v) const override { return o_.begin_step(n, v); }
     optimizer_variables& variables() override { return o_.variables(); }
+    std::size_t slots() const override { return o_.slots(); }
+    bool use_ema() const override { return o_.use_ema(); }
+    std::optional<op::ema> ema_step(std::int64_t t) const override { return o_.ema_step(t); }
     float learning_rate() const override { return o_.learning_rate(); }
     void set_learning_rate(float lr) override { o_.set_learning_rate(lr); }
     bool learning_rate_is_constant() const override { return o_.learning_rate_is_constant(); }

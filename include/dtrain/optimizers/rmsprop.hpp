@@ -13,6 +13,9 @@ struct rmsprop_options {
   float momentum = 0.0f;
   float epsilon = 1e-7f;
   bool centered = false;
+  bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
+  float ema_momentum = 0.99f;
+  std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
 };
 
 class rmsprop : public basic_optimizer<rmsprop, rmsprop_options> {

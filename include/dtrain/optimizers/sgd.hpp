@@ -11,6 +11,9 @@ struct sgd_options {
   learning_rate_schedule learning_rate = 0.01f;
   float momentum = 0.0f;
   bool nesterov = false;
+  bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
+  float ema_momentum = 0.99f;
+  std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
 };
 
 class sgd : public basic_optimizer<sgd, sgd_options> {

@@ -44,4 +44,6 @@ BOOST_AUTO_TEST_CASE(every_instruction_set_gives_the_same_bits) {
   check("adamax", op::adamax{0.01f, 0.1f, 0.999f, 1e-7f}, 2);
   check("nadam", op::nadam{0.01f, 0.1f, 0.001f, 1e-7f, 4.2f, 0.6f, 1000.0f}, 2);
   check("lion", op::lion{0.01f, 0.9f, 0.99f}, 1);
+  check("ema", op::ema{0.99f, false}, 1);
+  check("ema overwrite", op::ema{0.9f, true}, 1);
 }

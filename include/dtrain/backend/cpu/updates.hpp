@@ -120,6 +120,12 @@ inline void update_kernel(const op::lion& o, std::size_t n, const float* g, floa
   run_update(isa, n, [&]<class U>(U) { return typename U::lion{o, g, s, p}; });
 }
 
+inline void update_kernel(const op::ema& o, std::size_t n, const float* g, float* s, float* p,
+                          cpu_isa isa = best_cpu_isa()) {
+  if (o.overwrite) run_update(isa, n, [&]<class U>(U) { return typename U::template ema<true>{o, g, s, p}; });
+  else run_update(isa, n, [&]<class U>(U) { return typename U::template ema<false>{o, g, s, p}; });
+}
+
 /// The cpu backend's optimizer steps (`update_kernels`).
 struct cpu_update_kernels {
   template <class Op>

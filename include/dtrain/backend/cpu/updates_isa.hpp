@@ -157,6 +157,20 @@ struct updates {
     }
   };
 
+  /// (g is the parameters: p aliases it)
+  template <bool Overwrite>
+  struct ema {
+    op::ema o;
+    const float* g;
+    float *a, *p;
+    template <class V>
+    DTRAIN_ISA_TARGET DTRAIN_ISA_OP void at(std::size_t i) const {
+      const V ai = exact(get<V>(a + i) * o.momentum) + exact(get<V>(g + i) * (1.0f - o.momentum));
+      put(a + i, ai);
+      if constexpr (Overwrite) put(p + i, ai);
+    }
+  };
+
   /// (a sign per element: the vector part runs lane by lane, the same arithmetic)
   struct lion {
     op::lion o;

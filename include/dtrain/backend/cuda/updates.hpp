@@ -83,6 +83,12 @@ DTRAIN_KERNEL void dtrain_nadam(long long n, float lr, float b1, float b2, float
     p[i] -= (mi * mf + gi * gf) * lr / (sqrtf(vi * vf) + eps);
   }
 }
+DTRAIN_KERNEL void dtrain_ema(long long n, float momentum, int overwrite, const float* g, float* a, float* p) {
+  for (long long i = first_index(); i < n; i += grid_stride()) {
+    const float ai = a[i] = a[i] * momentum + g[i] * (1.0f - momentum);
+    if (overwrite) p[i] = ai;
+  }
+}
 DTRAIN_KERNEL void dtrain_lion(long long n, float lr, float b1, float b2, const float* g, float* m, float* p) {
   for (long long i = first_index(); i < n; i += grid_stride()) {
     const float c = m[i] * b1 + g[i] * (1.0f - b1);
@@ -97,7 +103,7 @@ DTRAIN_KERNEL void dtrain_lion(long long n, float lr, float b1, float b2, const 
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
 #define DTRAIN_CUDA_UPDATE_KERNELS(X)                                                                         \
-  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop) X(dtrain_adagrad) X(dtrain_adamax) X(dtrain_nadam) X(dtrain_lion)
+  X(dtrain_sgd) X(dtrain_adam) X(dtrain_rmsprop) X(dtrain_adagrad) X(dtrain_adamax) X(dtrain_nadam) X(dtrain_lion) X(dtrain_ema)
 
 namespace dtrain::cuda_detail {
 
@@ -132,6 +138,9 @@ class cuda_update_kernels {
   void update(const op::nadam& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
     self().template run<&kernels::dtrain_nadam>(n, n, o.learning_rate, o.one_minus_beta_1, o.one_minus_beta_2, o.epsilon,
                                                  o.m_factor, o.g_factor, o.v_factor, g, s, s + n, p);
+  }
+  void update(const op::ema& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
+    self().template run<&kernels::dtrain_ema>(n, n, o.momentum, o.overwrite ? 1 : 0, g, s, p);
   }
   void update(const op::lion& o, std::size_t n, pointer<const float> g, pointer<float> s, pointer<float> p) const {
     self().template run<&kernels::dtrain_lion>(n, n, o.learning_rate, o.beta_1, o.beta_2, g, s, p);
