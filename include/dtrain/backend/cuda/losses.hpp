@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cuda/blas.hpp"  // sum_of: the tree sums this family launches
 #include "dtrain/backend/cuda/device_pointer.hpp"
 #include "dtrain/backend/cuda/kernel_source.hpp"
 
