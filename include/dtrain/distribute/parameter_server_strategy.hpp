@@ -362,8 +362,11 @@ class parameter_server_strategy final : public default_strategy, public replica_
       idle[w] = false;
       threads.emplace_back(work, w);
     };
-    for (std::size_t w = 0; w < workers_.size(); ++w)
-      if (alive_[w]) spawn(w);
+    {
+      std::lock_guard l(m);  // (a worker thread that ends at once writes `idle` and `running` under it)
+      for (std::size_t w = 0; w < workers_.size(); ++w)
+        if (alive_[w]) spawn(w);
+    }
     // a failed worker whose program started again: connected within a second or so, it takes steps too
     std::thread rejoiner([&] {
       std::unique_lock l(m);
