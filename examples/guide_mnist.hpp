@@ -18,8 +18,7 @@ struct options {
     return d;
   }
 };
-/// Parses the command line into `o`, as mnist_setup::parse does: --help prints the help and exits with 0,
-/// a mistake is one line naming the flag and exit code 2.
+/// Parses the command line into `o` (mnist_setup::parse_or_exit: --help exits with 0, a mistake with 2).
 inline void parse(options& o, int argc, char** argv, const std::string& name, const std::string& what) {
   CLI::App app(what, name);
   app.add_option("--replicas", o.replicas, "logical CPU devices (replica threads)")->check(CLI::Range(1, 64))->capture_default_str();
@@ -27,15 +26,7 @@ inline void parse(options& o, int argc, char** argv, const std::string& name, co
   app.add_option("--epochs", o.epochs)->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--steps-per-epoch", o.steps_per_epoch, "0: full passes")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    std::exit(0);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: %s; see --help\n", app.get_name().c_str(), e.what());
-    std::exit(2);
-  }
+  mnist_setup::parse_or_exit(app, argc, argv);
 }
 
 /// The guide's get_compiled_model(): two dense layers of 256 and 10 logits, Adam.

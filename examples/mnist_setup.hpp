@@ -41,6 +41,20 @@ inline dtrain::communication_options::implementation_type implementation(const a
   return a.implementation == "ring" ? impl::ring : a.implementation == "nccl" ? impl::nccl : impl::auto_;
 }
 
+/// Parses `app`'s command line: --help prints the help and exits with 0, a mistake is one line naming
+/// the flag on stderr and exit code 2.
+inline void parse_or_exit(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s; see --help\n", app.get_name().c_str(), e.what());
+    std::exit(2);
+  }
+}
+
 /// The command line, parsed by CLI11: every value into its type with its range checked; a mistake is one
 /// line naming the flag and exit code 2, --help the help and exit code 0.
 inline arguments parse(int argc, char** argv, bool device_flag = false, bool implementation_flag = false) {
@@ -78,15 +92,7 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
         ->check(CLI::IsMember({"auto", "ring", "nccl"}))
         ->capture_default_str();
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    std::exit(0);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: %s; see --help\n", app.get_name().c_str(), e.what());
-    std::exit(2);
-  }
+  parse_or_exit(app, argc, argv);
   if (!std::isfinite(a.learning_rate)) {  // CLI11's range check lets nan through
     std::fprintf(stderr, "%s: --learning-rate: %g is not a number in [1e-09 - 10]; see --help\n", app.get_name().c_str(),
                  double(a.learning_rate));

@@ -103,10 +103,10 @@ struct closure_argument<A> {
 template <class... A>
 struct closure_key {};
 
-/// What a scheduled function's result is when it is known: its bytes, or the reason it failed.
+/// A scheduled function's result once it has run (its bytes; a failure is the coordinator's `failure_`).
 struct closure_slot {
   bool finished = false;
-  std::string result, error;
+  std::string result;
 };
 }  // namespace detail
 
@@ -379,7 +379,6 @@ class cluster_coordinator {
                              : "cluster_coordinator: a scheduled function failed on worker " + std::to_string(w) + ": " + reply;
           ps_lost_ = ps_lost;
         }
-        job.slot->error = reply;
       } else {
         std::vector<float> totals(s_.metric_count() * 2);
         std::memcpy(totals.data(), reply.data() + job.result_size, totals.size() * sizeof(float));
