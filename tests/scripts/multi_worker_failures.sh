@@ -9,7 +9,7 @@ prog=$1
 dir=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+. "$(dirname "$0")/ports.sh"
 cluster() { # n base -> TF_CONFIG cluster part
   n=$1; b=$2; list=""
   i=0; while [ $i -lt $n ]; do list="$list${list:+, }\"127.0.0.1:$((b + i))\""; i=$((i + 1)); done
@@ -24,7 +24,7 @@ start() { # n base args... : starts n workers, pids in $pids
 }
 
 # 1. garbage against a training worker
-base=$(port)
+base=$(free_ports 3)
 start 2 "$base" --model cnn --epochs 1 --steps-per-epoch 150
 for try in $(seq 50); do grep -q "connected" "$dir/w1.log" 2>/dev/null && break; sleep 0.1; done
 sleep 0.5
@@ -36,7 +36,7 @@ grep -q "test_accuracy:" "$dir/w0.log" || fail "the chief did not finish"
 grep -q "rejected connection" "$dir/w1.log" || fail "worker 1 did not log the rejected client"
 
 # 2. kill -9 one of three workers
-base=$(port)
+base=$(free_ports 3)
 start 3 "$base" --model mlp --epochs 5 --steps-per-epoch 400
 set -- $pids
 sleep 2

@@ -20,12 +20,12 @@ custom=$3
 dir=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
+. "$(dirname "$0")/ports.sh"
 addresses() { # n base -> "127.0.0.1:base", ...
   list=""; i=0; while [ $i -lt "$1" ]; do list="$list${list:+, }\"127.0.0.1:$(($2 + i))\""; i=$((i + 1)); done; echo "$list"
 }
 start() { # workers ps args... : starts every task, pids in chief, workers, pss (with EVALUATOR=1 an evaluator task too: its pid in evaluator)
-  nw=$1; np=$2; shift 2; b=$(port)
+  nw=$1; np=$2; shift 2; b=$(free_ports $((2 + nw + np)))
   ev=""; [ "${EVALUATOR:-0}" = 1 ] && ev=", \"evaluator\": [$(addresses 1 $((b + 1 + nw + np)))]"
   c="{\"cluster\": {\"chief\": [$(addresses 1 "$b")], \"worker\": [$(addresses "$nw" $((b + 1)))], \"ps\": [$(addresses "$np" $((b + 1 + nw)))]$ev}"
   if [ -n "$ev" ]; then

@@ -12,7 +12,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; tail -n 25 "$tmp"/*.log; exit 1; }
 export PATH="$src/tests/deploy:$PATH" SLURM_NTASKS=2 DTRAIN_PROGRAM=$P
-export DTRAIN_PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/ports.sh"
+export DTRAIN_PORT=$(free_ports 2)
 script=$src/docs/deploy/slurm/train.sbatch
 args=(--model cnn --optimizer adam --epochs 2 --steps-per-epoch 20 --save-freq 5 --verbose 2 --seed 3)
 

@@ -43,8 +43,8 @@ backup_and_restore)
   [ -z "$(ls -A "$dir/backup" 2>/dev/null)" ] || fail "the backup was not deleted after training finished"
   ;;
 sidecar_evaluator)
-  port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000)); }
-  w0=$(port); w1=$(port); ev=$(port)
+  . "$(dirname "$0")/ports.sh"
+  w0=$(free_ports 3); w1=$((w0 + 1)); ev=$((w0 + 2))
   cluster="{\"cluster\": {\"worker\": [\"127.0.0.1:$w0\", \"127.0.0.1:$w1\"], \"evaluator\": [\"127.0.0.1:$ev\"]}"
   args="--model mlp --verbose 0 --epochs 3 --steps-per-epoch 10 --dir $dir/ckpt"
   TF_CONFIG="$cluster, \"task\": {\"type\": \"evaluator\", \"index\": 0}}" "$bin/$name" $args > "$dir/eval.log" 2>&1 &
