@@ -73,6 +73,7 @@
 
 #include "dtrain/metrics/accuracy.hpp"
 #include "dtrain/metrics/confusion.hpp"
+#include "dtrain/metrics/iou.hpp"
 #include "dtrain/metrics/metric.hpp"
 
 #include "dtrain/optimizers/adagrad.hpp"

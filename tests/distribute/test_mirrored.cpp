@@ -249,6 +249,36 @@ BOOST_AUTO_TEST_CASE(kernel_and_host_metrics_sum_their_states_over_the_replicas)
   BOOST_TEST(one["sparse_top_k_categorical_accuracy"] > 0.0f);
 }
 
+BOOST_AUTO_TEST_CASE(state_metrics_sum_their_states_over_the_replicas) {
+  // AUC (thresholds x 4 counts per label) and MeanIoU (a confusion matrix): 1, 2 and 3 replicas on batches
+  // of 7 give the metric of all predictions at once, exactly (their states are counts)
+  auto [x, labels] = three_class_problem(30);
+  tensor y = zeros({30, 3});
+  for (std::size_t i = 0; i < 30; ++i) y(i, std::size_t(labels(i))) = 1.0f;
+  const auc pr{{.curve = auc_curve::pr, .multi_label = true, .num_labels = 3, .from_logits = true}};
+  const mean_iou iou{{.num_classes = 3, .sparse_y_true = false, .sparse_y_pred = false}};
+  auto evaluate = [&](int n) {
+    mirrored_strategy<> s(cpus(n));
+    auto m = s.make_model<net>(4);
+    m.compile({.optimizer = sgd{}, .loss = categorical_crossentropy{{.from_logits = true}}, .metrics = {pr, iou}});
+    return m.evaluate(data::from_tensor_slices(x, y) | data::batch(7), {.verbose = 0});
+  };
+  const logs one = evaluate(1);
+  auto model = net(4);
+  const tensor logits = model.predict(x);
+  any_metric whole_auc = pr, whole_iou = iou;
+  whole_auc.update_state(y, logits);
+  whole_iou.update_state(y, logits);
+  BOOST_TEST(one["auc"] == whole_auc.result());
+  BOOST_TEST(one["mean_iou"] == whole_iou.result());
+  BOOST_TEST((one["auc"] > 0.0f && one["auc"] < 1.0f && one["mean_iou"] > 0.0f && one["mean_iou"] < 1.0f));
+  for (int n : {2, 3}) {
+    const logs many = evaluate(n);
+    BOOST_TEST(many["auc"] == one["auc"]);
+    BOOST_TEST(many["mean_iou"] == one["mean_iou"]);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(custom_loop_losses_follow_their_reduction_as_in_tf) {
   // sum: each replica's sum, summed over the replicas, is the global batch's; sum_over_batch_size would
   // average each replica's share alone, so TF raises under a strategy, and so does dtrain.

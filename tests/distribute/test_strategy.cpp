@@ -38,7 +38,7 @@ std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2,
     auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
     model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
                    .loss = sparse_categorical_crossentropy{{.from_logits = true}},
-                   .metrics = {accuracy{}}});
+                   .metrics = {accuracy{}, mean_iou{{.num_classes = 3, .sparse_y_pred = false}}}});
     auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
     out[std::size_t(r)].hist = model.fit(ds, {.epochs = epochs, .validation_data = data::from_tensor_slices(x, y) | data::batch(10), .verbose = 0});
     out[std::size_t(r)].weights = model.get_weights();
@@ -48,7 +48,7 @@ std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2,
 
 /// Whether p workers' outcomes agree with one worker's: weights to float rounding (the replicas'
 /// gradients are summed in another order than one worker's GEMMs sum them: |a - b| <= 1e-5 + 1e-4 |b|
-/// after 8 Adam steps), metrics to 1e-4; and with each other, bitwise.
+/// after 8 Adam steps), the loss to 1e-4, the metrics to 1e-6; and with each other, bitwise.
 void check_like_one(const std::vector<outcome>& many, const std::vector<outcome>& one) {
   BOOST_REQUIRE_EQUAL(many[0].weights.size(), one[0].weights.size());
   std::size_t off = 0;
@@ -62,6 +62,9 @@ void check_like_one(const std::vector<outcome>& many, const std::vector<outcome>
   }
   BOOST_TEST(many[0].hist["loss"][1] == one[0].hist["loss"][1], tt::tolerance(1e-4f));
   BOOST_TEST(many[0].hist["val_accuracy"][1] == one[0].hist["val_accuracy"][1], tt::tolerance(1e-6f));
+  // a metric whose state is a confusion matrix, summed over the workers with the gradients each step
+  BOOST_TEST(many[0].hist["mean_iou"][1] == one[0].hist["mean_iou"][1], tt::tolerance(1e-6f));
+  BOOST_TEST(many[0].hist["val_mean_iou"][1] == one[0].hist["val_mean_iou"][1], tt::tolerance(1e-6f));
 }
 }  // namespace
 

@@ -82,8 +82,19 @@ def regression_batch():
     return f32(rng.normal(0, 1, (8, 6))), f32(rng.normal(0, 1, (8, 6)))
 
 
+def binary_logits_batch():
+    return f32(rng.integers(0, 2, (8, 6))), f32(rng.normal(0, 2, (8, 6)))
+
+
+def class_ids_batch():
+    return f32(rng.integers(0, 6, 8)), f32(rng.integers(0, 6, 8))
+
+
 def mcfg(name, **config):
     return {"class_name": name, "config": config}
+
+
+label_weights = [1.0, 0.5, 2.0, 0.0, 1.5, 1.0]
 
 
 # (what, Keras metric, dtrain config, batches)
@@ -104,6 +115,24 @@ metrics = [
      batches(onehot_batch)),
     ("mean absolute error", keras.metrics.MeanAbsoluteError(), mcfg("mean_metric_wrapper", loss=cfg("mean_absolute_error")),
      batches(regression_batch)),
+    ("auc", keras.metrics.AUC(), mcfg("auc"), batches(binary_batch)),
+    ("auc PR", keras.metrics.AUC(curve="PR"), mcfg("auc", curve="PR"), batches(binary_batch)),
+    ("auc 50 thresholds minoring", keras.metrics.AUC(num_thresholds=50, summation_method="minoring"),
+     mcfg("auc", num_thresholds=50, summation_method="minoring"), batches(binary_batch)),
+    ("auc PR majoring", keras.metrics.AUC(curve="PR", summation_method="majoring"),
+     mcfg("auc", curve="PR", summation_method="majoring"), batches(binary_batch)),
+    ("auc from_logits", keras.metrics.AUC(from_logits=True), mcfg("auc", from_logits=True), batches(binary_logits_batch)),
+    ("auc uneven thresholds", keras.metrics.AUC(thresholds=[0.1, 0.3, 0.35, 0.8]),
+     mcfg("auc", thresholds=[0.1, 0.3, 0.35, 0.8]), batches(binary_batch)),
+    ("auc label_weights", keras.metrics.AUC(label_weights=label_weights), mcfg("auc", label_weights=label_weights),
+     batches(binary_batch)),
+    ("auc multi_label PR", keras.metrics.AUC(curve="PR", multi_label=True, num_labels=6),
+     mcfg("auc", curve="PR", multi_label=True, num_labels=6), batches(binary_batch)),
+    ("auc multi_label label_weights", keras.metrics.AUC(multi_label=True, num_labels=6, label_weights=label_weights),
+     mcfg("auc", multi_label=True, num_labels=6, label_weights=label_weights), batches(binary_batch)),
+    ("mean_iou", keras.metrics.MeanIoU(num_classes=6), mcfg("mean_iou", num_classes=6), batches(class_ids_batch)),
+    ("mean_iou argmax ignore_class 2", keras.metrics.MeanIoU(num_classes=6, sparse_y_pred=False, ignore_class=2),
+     mcfg("mean_iou", num_classes=6, sparse_y_pred=False, ignore_class=2), batches(sparse_batch)),
 ]
 
 def ocfg(name, **config):

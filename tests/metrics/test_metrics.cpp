@@ -118,6 +118,100 @@ BOOST_AUTO_TEST_CASE(state_is_total_and_count) {
   BOOST_CHECK_THROW(m.update_state(batch{{1, 0, 1}, {3}}.view(), pred.view()), shape_error);
 }
 
+BOOST_AUTO_TEST_CASE(auc_by_hand) {
+  // scores 0.1, 0.4, 0.35, 0.8 for labels 0, 0, 1, 1: the ROC curve steps (0,0) (0,.5) (.5,.5) (.5,1) (1,1),
+  // area 0.75; the 200 thresholds fall between every two scores, so the trapezoids find it exactly
+  const batch truth{{0, 0, 1, 1}, {4}}, pred{{0.1f, 0.4f, 0.35f, 0.8f}, {4}};
+  any_metric roc = auc{};
+  BOOST_TEST(roc.state().values.size() == 4u * 200u);
+  roc.update_state(truth.view(), pred.view());
+  BOOST_TEST(roc.result() == 0.75f, boost::test_tools::tolerance(1e-6f));
+  // minoring: the lower of each pair of heights; on this staircase either x or y moves between two
+  // thresholds, never both, so the same area
+  any_metric lower = auc{{.summation_method = auc_summation::minoring}};
+  lower.update_state(truth.view(), pred.view());
+  BOOST_TEST(lower.result() == 0.75f, boost::test_tools::tolerance(1e-6f));
+  // logits: the sigmoid keeps the order, so the area
+  any_metric logits = auc{{.from_logits = true}};
+  logits.update_state(truth.view(), batch{{-2.0f, 0.3f, 0.1f, 1.5f}, {4}}.view());
+  BOOST_TEST(logits.result() == 0.75f, boost::test_tools::tolerance(1e-6f));
+  // a perfect ranking: area 1 (ROC) and 1 (PR), with two thresholds between the classes
+  const batch ranked{{0.2f, 0.3f, 0.7f, 0.9f}, {4}};
+  any_metric pr = auc{{.curve = auc_curve::pr, .thresholds = {0.5f}}};
+  pr.update_state(truth.view(), ranked.view());
+  BOOST_TEST(pr.result() == 1.0f, boost::test_tools::tolerance(1e-6f));
+  any_metric three = auc{{.num_thresholds = 3}};  // thresholds -eps, 0.5, 1 + eps
+  three.update_state(truth.view(), ranked.view());
+  BOOST_TEST(three.result() == 1.0f, boost::test_tools::tolerance(1e-6f));
+  // the state of two batches is the state of both at once
+  any_metric halves = auc{};
+  halves.update_state(batch{{0, 0}, {2}}.view(), batch{{0.1f, 0.4f}, {2}}.view());
+  halves.update_state(batch{{1, 1}, {2}}.view(), batch{{0.35f, 0.8f}, {2}}.view());
+  BOOST_TEST(halves.state().values == roc.state().values);
+  // multi_label: one curve per column, their mean; label_weights weigh the labels' areas
+  const batch t2{{0, 1, 0, 0, 1, 1, 1, 0}, {4, 2}}, p2{{0.1f, 0.9f, 0.4f, 0.2f, 0.35f, 0.8f, 0.8f, 0.3f}, {4, 2}};
+  // column 0: the case above (0.75); column 1: labels 1 0 1 0 for 0.9 0.2 0.8 0.3, ranked perfectly (1)
+  any_metric per_label = auc{{.multi_label = true, .num_labels = 2}};
+  per_label.update_state(t2.view(), p2.view());
+  BOOST_TEST(per_label.result() == 0.875f, boost::test_tools::tolerance(1e-6f));
+  any_metric weighted = auc{{.multi_label = true, .num_labels = 2, .label_weights = {3.0f, 1.0f}}};
+  weighted.update_state(t2.view(), p2.view());
+  BOOST_TEST(weighted.result() == (3 * 0.75f + 1.0f) / 4, boost::test_tools::tolerance(1e-6f));
+  // bad arguments and shapes
+  BOOST_CHECK_THROW(auc{{.num_thresholds = 1}}, value_error);
+  BOOST_CHECK_THROW((auc{{.thresholds = {0.5f, 1.5f}}}), value_error);
+  BOOST_CHECK_THROW(auc{{.multi_label = true}}, value_error);
+  BOOST_CHECK_THROW(auc{{.num_labels = 2}}, value_error);
+  BOOST_CHECK_THROW(per_label.update_state(truth.view(), pred.view()), shape_error);  // 1 label, not 2
+  BOOST_CHECK_THROW(roc.update_state(batch{{0, 1}, {2}}.view(), pred.view()), shape_error);
+}
+
+BOOST_AUTO_TEST_CASE(mean_iou_by_hand) {
+  // Keras' docstring case: truth 0 0 1 1, predictions 0 1 0 1 -> each class 1 / (2 + 2 - 1)
+  any_metric m = mean_iou{{.num_classes = 2}};
+  BOOST_TEST(m.state().values.size() == 4u);
+  m.update_state(batch{{0, 0, 1, 1}, {4}}.view(), batch{{0, 1, 0, 1}, {4}}.view());
+  BOOST_TEST(m.result() == 1.0f / 3.0f, boost::test_tools::tolerance(1e-6f));
+  // scores per class (their argmax) against class ids; class 2 never occurs: averaged over 0 and 1
+  const batch scores{{0.9f, 0.1f, 0.0f, 0.2f, 0.7f, 0.1f, 0.6f, 0.3f, 0.1f}, {3, 3}};  // argmax 0, 1, 0
+  any_metric argmax = mean_iou{{.num_classes = 3, .sparse_y_pred = false}};
+  argmax.update_state(batch{{0, 1, 1}, {3}}.view(), scores.view());
+  // class 0: tp 1, predicted 2, actual 1 -> 1/2; class 1: tp 1, predicted 1, actual 2 -> 1/2
+  BOOST_TEST(argmax.result() == 0.5f, boost::test_tools::tolerance(1e-6f));
+  // ignore_class: the third value (truth 1) is not counted -> both classes right
+  any_metric ignoring = mean_iou{{.num_classes = 3, .ignore_class = 1, .sparse_y_pred = false}};
+  ignoring.update_state(batch{{0, 2, 1}, {3}}.view(), batch{{0.9f, 0.1f, 0.0f, 0.1f, 0.2f, 0.7f, 0.6f, 0.3f, 0.1f}, {3, 3}}.view());
+  BOOST_TEST(ignoring.result() == 1.0f, boost::test_tools::tolerance(1e-6f));
+  // a class out of range is named, with where it is
+  try {
+    m.update_state(batch{{0, 5}, {2}}.view(), batch{{0, 1}, {2}}.view());
+    BOOST_FAIL("class 5 of 2 was accepted");
+  } catch (const value_error& e) {
+    BOOST_TEST(std::string(e.what()).find("y_true holds class 5") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(m.update_state(batch{{0, 1, 1}, {3}}.view(), batch{{0, 1}, {2}}.view()), shape_error);
+  BOOST_CHECK_THROW(mean_iou{{}}, value_error);
+}
+
+BOOST_AUTO_TEST_CASE(state_metrics_round_trip_their_compile_config) {
+  const any_metric a = auc{{.curve = auc_curve::pr, .summation_method = auc_summation::majoring, .thresholds = {0.2f, 0.6f},
+                             .multi_label = true, .num_labels = 2, .label_weights = {1.0f, 2.0f}, .from_logits = true}};
+  const any_metric back = checkpoint::detail::metric_from(checkpoint::detail::metric_config(a));
+  const auc* b = back.target<auc>();
+  BOOST_REQUIRE(b);
+  BOOST_TEST(b->thresholds() == a.target<auc>()->thresholds());
+  BOOST_TEST((b->options().curve == auc_curve::pr && b->options().summation_method == auc_summation::majoring));
+  BOOST_TEST((b->options().multi_label && b->options().from_logits && *b->options().num_labels == 2));
+  BOOST_TEST(b->options().label_weights == a.target<auc>()->options().label_weights);
+  const any_metric iou = checkpoint::detail::metric_from(checkpoint::detail::metric_config(
+      any_metric(mean_iou{{.num_classes = 4, .ignore_class = 0, .sparse_y_true = false}})));
+  BOOST_REQUIRE(iou.target<mean_iou>());
+  BOOST_TEST(iou.target<mean_iou>()->options().num_classes == 4);
+  BOOST_TEST(*iou.target<mean_iou>()->options().ignore_class == 0);
+  BOOST_TEST((!iou.target<mean_iou>()->options().sparse_y_true && iou.target<mean_iou>()->options().sparse_y_pred));
+  BOOST_CHECK_THROW(checkpoint::detail::metric_from({{"class_name", "auc"}, {"config", {{"curve", "XY"}}}}), value_error);
+}
+
 BOOST_AUTO_TEST_CASE(mean_is_weighted) {
   mean loss("loss");
   loss.update_state(1.0, 32);

@@ -21,6 +21,7 @@
 #include "dtrain/losses/regression.hpp"
 #include "dtrain/metrics/accuracy.hpp"
 #include "dtrain/metrics/confusion.hpp"
+#include "dtrain/metrics/iou.hpp"
 #include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"
 #include "dtrain/optimizers/lion.hpp"
@@ -216,6 +217,23 @@ inline json metric_config(const any_metric& m) {
   };
   if (const auto* x = m.target<precision>()) return confusion(x->options);
   if (const auto* x = m.target<recall>()) return confusion(x->options);
+  if (const auto* a = m.target<auc>()) {
+    const auc_options& o = a->options();
+    json c = {{"num_thresholds", o.num_thresholds}, {"curve", o.curve == auc_curve::roc ? "ROC" : "PR"},
+              {"summation_method", o.summation_method == auc_summation::interpolation ? "interpolation"
+                                   : o.summation_method == auc_summation::minoring    ? "minoring"
+                                                                                       : "majoring"},
+              {"multi_label", o.multi_label}, {"from_logits", o.from_logits}};
+    if (!o.thresholds.empty()) c["thresholds"] = o.thresholds;
+    if (o.num_labels) c["num_labels"] = *o.num_labels;
+    if (!o.label_weights.empty()) c["label_weights"] = o.label_weights;
+    return entry(m.name(), std::move(c));
+  }
+  if (const auto* i = m.target<mean_iou>()) {
+    const mean_iou_options& o = i->options();
+    return entry(m.name(), {{"num_classes", o.num_classes}, {"ignore_class", o.ignore_class ? json(*o.ignore_class) : json()},
+                            {"sparse_y_true", o.sparse_y_true}, {"sparse_y_pred", o.sparse_y_pred}});
+  }
   if (const auto* w = m.target<loss_metric>()) {  // a loss as a metric: Keras' MeanMetricWrapper
     json l = loss_config(w->loss);
     return l.is_null() ? l : entry("mean_metric_wrapper", {{"loss", std::move(l)}});
@@ -240,6 +258,37 @@ inline any_metric metric_from(const json& j) {
   };
   if (name == precision{}.name()) return precision{confusion()};
   if (name == recall{}.name()) return recall{confusion()};
+  auto given = [&](const char* key) { return c.contains(key) && !c.at(key).is_null(); };
+  if (name == "auc") {
+    auc_options o;
+    if (given("num_thresholds")) o.num_thresholds = option<int>(c, "num_thresholds");
+    if (given("curve")) {
+      const auto v = option<std::string>(c, "curve");
+      if (v != "ROC" && v != "PR") throw value_error("auc: curve '" + v + "' is not ROC or PR");
+      o.curve = v == "ROC" ? auc_curve::roc : auc_curve::pr;
+    }
+    if (given("summation_method")) {
+      const auto v = option<std::string>(c, "summation_method");
+      if (v != "interpolation" && v != "minoring" && v != "majoring")
+        throw value_error("auc: summation_method '" + v + "' is not interpolation, minoring or majoring");
+      o.summation_method = v == "interpolation" ? auc_summation::interpolation
+                           : v == "minoring"    ? auc_summation::minoring
+                                                : auc_summation::majoring;
+    }
+    if (given("thresholds")) o.thresholds = option<std::vector<float>>(c, "thresholds");
+    if (given("multi_label")) o.multi_label = option<bool>(c, "multi_label");
+    if (given("num_labels")) o.num_labels = option<int>(c, "num_labels");
+    if (given("label_weights")) o.label_weights = option<std::vector<float>>(c, "label_weights");
+    if (given("from_logits")) o.from_logits = option<bool>(c, "from_logits");
+    return auc{std::move(o)};
+  }
+  if (name == "mean_iou") {
+    mean_iou_options o{.num_classes = option<int>(c, "num_classes")};
+    if (given("ignore_class")) o.ignore_class = option<int>(c, "ignore_class");
+    if (given("sparse_y_true")) o.sparse_y_true = option<bool>(c, "sparse_y_true");
+    if (given("sparse_y_pred")) o.sparse_y_pred = option<bool>(c, "sparse_y_pred");
+    return mean_iou{o};
+  }
   if (name == "mean_metric_wrapper") return loss_from(c.at("loss"));
   throw value_error("unknown metric '" + name + "'");
 }

@@ -356,16 +356,16 @@ class cluster_coordinator {
         std::memcpy(head.data(), &job.function, 8);
         std::memcpy(head.data() + 8, &job.step, 8);
         c.send(ps::message::closure, head + job.args);
-        const ps::message_header h = c.receive(job.result_size + 8 * s_.metric_count() + 65536);
+        const ps::message_header h = c.receive(job.result_size + 4 * s_.metric_values() + 65536);
         reply.assign(h.length, '\0');
         c.read_payload(h, {asio::buffer(reply)});
         failed = h.kind == std::uint32_t(ps::message::failed);
         ps_lost = h.kind == std::uint32_t(ps::message::ps_failed);
         if (!failed && !ps_lost) {
           c.expect(h, ps::message::ok);
-          if (reply.size() != job.result_size + 8 * s_.metric_count())
+          if (reply.size() != job.result_size + 4 * s_.metric_values())
             c.fail("answered a scheduled function with " + std::to_string(reply.size()) + " bytes, " +
-                   std::to_string(job.result_size + 8 * s_.metric_count()) + " expected (is every task running the "
+                   std::to_string(job.result_size + 4 * s_.metric_values()) + " expected (is every task running the "
                    "same program?)");
         }
       } catch (const std::exception& e) {
@@ -380,7 +380,7 @@ class cluster_coordinator {
           ps_lost_ = ps_lost;
         }
       } else {
-        std::vector<float> totals(s_.metric_count() * 2);
+        std::vector<float> totals(s_.metric_values());
         std::memcpy(totals.data(), reply.data() + job.result_size, totals.size() * sizeof(float));
         s_.add_metric_totals(totals);
         job.slot->result = reply.substr(0, job.result_size);

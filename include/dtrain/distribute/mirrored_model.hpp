@@ -254,7 +254,7 @@ class mirrored_model : private M {
       const std::vector<tensor> ys = y ? detail::rows_of(*y, lo, hi) : std::vector<tensor>{};
       step(at(i), i, xs, ys);
     });
-    auto add = [](auto& to, auto& from) { to.state().add({from.state().values[0], from.state().values[1]}); };
+    auto add = [](auto& to, auto& from) { to.state().add(from.state()); };
     for (M& r : others_) {
       add(M::loss_tracker(), r.loss_tracker());
       for (std::size_t k = 0; k < M::output_loss_trackers().size(); ++k)

@@ -482,14 +482,20 @@ class parameter_server_strategy final : public default_strategy, public replica_
     strategy_scope scope(this);
     f();
     std::vector<float> totals;
-    for (metric_state* m : tracked_) totals.insert(totals.end(), {m->values[0], m->values[1]}), m->reset();
+    for (metric_state* m : tracked_) totals.insert(totals.end(), m->values.begin(), m->values.end()), m->reset();
     return totals;
   }
   /// On the coordinator: adds a scheduled function's metric totals into the strategy's metrics.
   void add_metric_totals(std::span<const float> totals) {
-    for (std::size_t k = 0; k < tracked_.size(); ++k) tracked_[k]->values[0] += totals[2 * k], tracked_[k]->values[1] += totals[2 * k + 1];
+    for (metric_state* m : tracked_)
+      for (float& v : m->values) v += totals.front(), totals = totals.subspan(1);
   }
-  std::size_t metric_count() const { return tracked_.size(); }
+  /// The values of the metrics' states together (what a scheduled function's answer carries).
+  std::size_t metric_values() const {
+    std::size_t n = 0;
+    for (const metric_state* m : tracked_) n += m->values.size();
+    return n;
+  }
   /// On the coordinator: the model takes the ps tasks' values (after a join).
   void read_into_model() {
     if (model_.parameters) pull(model_.parameters());

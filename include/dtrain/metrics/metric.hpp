@@ -1,25 +1,30 @@
 #pragma once
 /// \file
-/// The metric seam. Every metric's state is a (total, count) pair of floats and its result is
-/// total / count, so the states of all workers can be summed by one all-reduce and every worker
-/// reports the same numbers.
+/// The metric seam. Every value of a metric's state is a sum (most metrics: a (total, count) pair whose
+/// result is total / count), so the states of all replicas and workers add up by one all-reduce and every
+/// worker reports the same numbers.
 ///
-/// Metric contract (`metric_function`): `name()` is the Keras name. A batch's contribution
-/// `{total, count}` (count = rows of y_pred) comes in one of two ways:
+/// Metric contract (`metric_function`): `name()` is the Keras name. A batch's contribution comes in one
+/// of three ways:
 /// - on the model's backend: `kernel(y_true, y_pred)` checks the shapes (extents only; throwing a
 ///   `shape_error` naming the metric and both shapes) and returns the `metric_op` every backend
-///   implements, which writes the total (the built-in metrics);
+///   implements, which writes the total; the count is the rows of y_pred (the built-in metrics);
 /// - on the host: `update(y_true, y_pred)` checks and returns `{total, count}` from host views (precision,
-///   recall, a loss as a metric, a metric of the user's own).
-/// Neither keeps state: the state lives in `any_metric`. A loss given as a metric is Keras'
+///   recall, a loss as a metric, a metric of the user's own);
+/// - on the host, with a state of its own (`state_metric`: AUC's confusion counts, MeanIoU's confusion
+///   matrix): `state_size()` values, `update(y_true, y_pred, state)` adds the batch's sums into them and
+///   `result(state)` is the metric's value.
+/// None keeps state: the state lives in `any_metric`. A loss given as a metric is Keras'
 /// `MeanMetricWrapper` (`metrics=["mae"]`): the mean of its per-row values (`loss_metric`).
 
-#include <array>
+#include <algorithm>
 #include <concepts>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dtrain/backend/cpu/losses.hpp"
 #include "dtrain/core/error.hpp"
@@ -47,22 +52,43 @@ concept host_metric = requires(M& m, batch_view v) {
 };
 
 template <class M>
+concept state_metric = requires(const M& m, batch_view v, std::span<float> s, std::span<const float> r) {
+  { m.state_size() } -> std::convertible_to<std::size_t>;
+  m.update(v, v, s);
+  { m.result(r) } -> std::convertible_to<float>;
+};
+
+template <class M>
 concept metric_function = requires(M& m) {
   { m.name() } -> std::convertible_to<std::string>;
-} && (kernel_metric<M> || host_metric<M>);
+} && (kernel_metric<M> || host_metric<M> || state_metric<M>);
 
-/// (total, count): what `update_state` accumulates and what an all-reduce sums.
+namespace detail {
+/// The result of a (total, count) state.
+inline float mean_result(std::span<const float> v) { return v[1] > 0.0f ? v[0] / v[1] : 0.0f; }
+/// Adds a batch's (total, count) to a (total, count) state.
+inline void add_update(std::span<float> v, metric_update u) {
+  v[0] = static_cast<float>(v[0] + u.total);
+  v[1] = static_cast<float>(v[1] + u.count);
+}
+}  // namespace detail
+
+/// What `update_state` accumulates and what an all-reduce sums: (total, count), or a state metric's values.
 struct metric_state {
-  std::array<float, 2> values{0.0f, 0.0f};
+  std::vector<float> values = std::vector<float>(2, 0.0f);
 
+  metric_state() = default;
+  explicit metric_state(std::size_t size) : values(size, 0.0f) {}
   float& total() { return values[0]; }
   float& count() { return values[1]; }
-  float result() const { return values[1] > 0.0f ? values[0] / values[1] : 0.0f; }
-  void add(metric_update u) {
-    values[0] = static_cast<float>(values[0] + u.total);
-    values[1] = static_cast<float>(values[1] + u.count);
+  /// total / count (a state metric's result is its own: any_metric::result).
+  float result() const { return detail::mean_result(values); }
+  void add(metric_update u) { detail::add_update(values, u); }
+  /// Adds another replica's state of the same metric.
+  void add(const metric_state& o) {
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] += o.values[i];
   }
-  void reset() { values = {0.0f, 0.0f}; }
+  void reset() { std::fill(values.begin(), values.end(), 0.0f); }
 };
 
 namespace detail {
@@ -73,19 +99,21 @@ namespace detail {
 /// A model's compiled metrics are one per replica already, and `fit` sums them itself: it uses `own()`.
 class synced_metric_state {
  public:
+  explicit synced_metric_state(std::size_t size = 2) : own_(size) {}
   metric_state& own() { return own_; }
   const metric_state& own() const { return own_; }
   /// The calling replica's state, for an update.
   metric_state& local() {
     if (current_local_replica() == 0 && current_replica_group()) group_ = current_replica_group();  // one writer
-    return copies_.get(own_, [](const metric_state&) { return metric_state{}; });
+    return copies_.get(own_, [](const metric_state& o) { return metric_state(o.values.size()); });
   }
   metric_state read() const {
     const int r = current_local_replica();
-    if (r > 0) return std::size_t(r) <= copies_.others().size() ? copies_.others()[std::size_t(r) - 1] : metric_state{};
+    if (r > 0)
+      return std::size_t(r) <= copies_.others().size() ? copies_.others()[std::size_t(r) - 1] : metric_state(own_.values.size());
     if (r == 0) return own_;
     metric_state s = own_;
-    for (const auto& c : copies_.others()) s.values[0] += c.values[0], s.values[1] += c.values[1];
+    for (const auto& c : copies_.others()) s.add(c);
     if (const auto g = group_.lock()) g->sum_over_workers(s.values);
     return s;
   }
@@ -127,7 +155,7 @@ class any_metric {
  public:
   template <metric_function M>
     requires(!std::same_as<std::remove_cvref_t<M>, any_metric>)
-  any_metric(M m) : fn_(std::make_unique<model_t<M>>(std::move(m))) {}
+  any_metric(M m) : fn_(std::make_unique<model_t<M>>(std::move(m))), state_(fn_->state_size()) {}
   /// A loss, as a metric of its mean (`.metrics = {mean_absolute_error{}}`).
   template <loss_function L>
     requires(!metric_function<L>)
@@ -150,16 +178,18 @@ class any_metric {
   /// The backend kernel for a batch of these shapes (checked), or nothing for a host metric.
   std::optional<metric_op> kernel(batch_view y_true, batch_view y_pred) { return fn_->kernel(y_true, y_pred); }
   /// Adds a batch of host values (Keras `update_state(y_true, y_pred)`).
-  void update_state(batch_view y_true, batch_view y_pred) { state_.local().add(batch_update(y_true, y_pred)); }
+  void update_state(batch_view y_true, batch_view y_pred) { add_batch(y_true, y_pred, state_.local()); }
   void update_state(const tensor& y_true, const tensor& y_pred) {
     const extents t = extents_of(y_true), p = extents_of(y_pred);
     update_state(batch_view{y_true.data(), t}, batch_view{y_pred.data(), p});
   }
-  /// One batch's contribution, added to no state.
-  metric_update batch_update(batch_view y_true, batch_view y_pred) { return fn_->update(y_true, y_pred); }
+  /// Adds a batch of host values to `state` (one of this metric's: a replica's, or a sum of them).
+  void add_batch(batch_view y_true, batch_view y_pred, metric_state& state) { fn_->add(y_true, y_pred, state.values); }
   /// The result over every replica outside `strategy.run`, the replica's own inside (see
   /// `detail::synced_metric_state`: under a multi-worker strategy every worker calls it).
-  float result() const { return state_.read().result(); }
+  float result() const { return fn_->result(state_.read().values); }
+  /// The result of a state of this metric (the values of `state()`, or their sum over replicas).
+  float result_of(std::span<const float> state) const { return fn_->result(state); }
   void reset_state() { state_.reset(); }
   /// This replica's (total, count), which a model and its checkpoints keep.
   metric_state& state() { return state_.own(); }
@@ -170,7 +200,9 @@ class any_metric {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
     virtual std::optional<metric_op> kernel(batch_view, batch_view) = 0;
-    virtual metric_update update(batch_view, batch_view) = 0;
+    virtual void add(batch_view, batch_view, std::span<float>) = 0;
+    virtual std::size_t state_size() const = 0;
+    virtual float result(std::span<const float>) const = 0;
     virtual std::unique_ptr<concept_t> clone() const = 0;
   };
   template <class M>
@@ -181,15 +213,27 @@ class any_metric {
       if constexpr (kernel_metric<M>) return m_.kernel(t, p);
       else return std::nullopt;
     }
-    metric_update update(batch_view t, batch_view p) override {
+    void add(batch_view t, batch_view p, std::span<float> s) override {
+      metric_update u;
       if constexpr (kernel_metric<M>) {
         const float total = std::visit(
             [&](const auto& o) { return detail::metric_kernel(o, std::size_t(detail::metric_rows(p)), p.last(), t.data, p.data); },
             metric_op(m_.kernel(t, p)));
-        return {total, detail::metric_rows(p)};
+        u = {total, detail::metric_rows(p)};
+      } else if constexpr (host_metric<M>) {
+        u = m_.update(t, p);
       } else {
-        return m_.update(t, p);
+        return m_.update(t, p, s);
       }
+      detail::add_update(s, u);
+    }
+    std::size_t state_size() const override {
+      if constexpr (state_metric<M>) return m_.state_size();
+      else return 2;
+    }
+    float result(std::span<const float> s) const override {
+      if constexpr (state_metric<M>) return m_.result(s);
+      else return detail::mean_result(s);
     }
     std::unique_ptr<concept_t> clone() const override { return std::make_unique<model_t>(m_); }
     M m_;

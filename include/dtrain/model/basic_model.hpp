@@ -173,14 +173,18 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// The running loss and metric results (what a step returns) of this replica's states: `fit` and
   /// `evaluate` sum the replicas' states themselves.
   dtrain::logs metric_results() const {
-    return results_of([&](std::size_t i) { return state_at(i); });
+    return results_of([&](std::size_t i) { return std::span<const float>(state_at(i).values); });
   }
   /// After a training step under a multi-worker strategy: the running loss and metrics over every
   /// worker, which the step summed with its gradients (what `fit` reports each step, as tf.keras does).
   /// Otherwise this replica's.
   dtrain::logs worker_results() const {
-    if (worker_sums_.size() != 2 * state_count() + rider_count) return metric_results();
-    return results_of([&](std::size_t i) { return metric_state{{worker_sums_[2 * i], worker_sums_[2 * i + 1]}}; });
+    if (worker_sums_.size() != state_values() + rider_count) return metric_results();
+    std::size_t at = 0;  // (results_of asks for the states in order)
+    return results_of([&](std::size_t i) {
+      const std::span<const float> v(worker_sums_.data() + at, state_at(i).values.size());
+      return at += v.size(), v;
+    });
   }
 
   /// Under a multi-worker strategy a training step sums a few floats of the caller's over the workers in
@@ -744,14 +748,14 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// after the step.
   std::span<float> worker_side() {
     if (!sums_workers()) return {};
-    worker_sums_.resize(2 * state_count() + rider_count);
+    worker_sums_.resize(state_values() + rider_count);
     this->reserve_gradient_prefix(worker_sums_.size());  // before backward writes the gradients
     return worker_sums_;
   }
   /// Copies the running states (in the order of state_at), then the riders, into `worker_sums_`.
   void pack_worker_states() {
-    for (std::size_t i = 0; i < state_count(); ++i)
-      std::copy_n(state_at(i).values.begin(), 2, worker_sums_.begin() + std::ptrdiff_t(2 * i));
+    auto to = worker_sums_.begin();
+    for (std::size_t i = 0; i < state_count(); ++i) to = std::copy(state_at(i).values.begin(), state_at(i).values.end(), to);
     std::copy(riders_.begin(), riders_.end(), worker_sums_.end() - rider_count);
   }
 
@@ -901,20 +905,32 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return metrics_[i - 1 - output_loss_trackers_.size()].state();
   }
   metric_state& mutable_state_at(std::size_t i) { return const_cast<metric_state&>(state_at(i)); }
+  /// The values of all running states together.
+  std::size_t state_values() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < state_count(); ++i) n += state_at(i).values.size();
+    return n;
+  }
+  /// The result of the i-th state's values `v` (see state_at).
+  float result_at(std::size_t i, std::span<const float> v) const {
+    const std::size_t trackers = 1 + output_loss_trackers_.size();
+    return i < trackers ? detail::mean_result(v) : metrics_[i - trackers].result_of(v);
+  }
   /// The running results in `step_logs_`, whose names compile() set.
   const dtrain::logs& step_results() {
-    for (std::size_t i = 0; i < step_logs_.size(); ++i) step_logs_.value_at(i) = state_at(i).result();
+    for (std::size_t i = 0; i < step_logs_.size(); ++i) step_logs_.value_at(i) = result_at(i, state_at(i).values);
     return step_logs_;
   }
-  /// The logs of the loss trackers' and metrics' states, `state(i)` being the i-th (see state_at).
+  /// The logs of the loss trackers' and metrics' states, `state(i)` being the values of the i-th (see
+  /// state_at), asked for in order.
   template <class State>
   dtrain::logs results_of(State state) const {
     dtrain::logs l;
-    l.set("loss", state(0).result());
+    l.set("loss", result_at(0, state(0)));
     std::size_t i = 1;
-    for (const auto& t : output_loss_trackers_) l.set(t.name(), state(i++).result());
-    for (std::size_t k = 0; k < metrics_.size(); ++k)
-      l.set((num_outputs == 1 ? "" : output_name(metric_output_[k]) + "_") + metrics_[k].name(), state(i++).result());
+    for (const auto& t : output_loss_trackers_) l.set(t.name(), result_at(i, state(i))), ++i;
+    for (std::size_t k = 0; k < metrics_.size(); ++k, ++i)
+      l.set((num_outputs == 1 ? "" : output_name(metric_output_[k]) + "_") + metrics_[k].name(), result_at(i, state(i)));
     return l;
   }
 
@@ -936,7 +952,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows[o])});
       } else {
         if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
-        metrics_[i].state().add(metrics_[i].batch_update({y[o].data(), dims_of(y[o])}, *hp));
+        metrics_[i].add_batch({y[o].data(), dims_of(y[o])}, *hp, metrics_[i].state());
       }
     }
   }
