@@ -25,9 +25,11 @@ class DtrainConan(ConanFile):
     # it is taken from the machine, at the conf user.dtrain:cuda_root (default /usr/local/cuda).
     # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
+    # with_image: PNG and JPEG decoding (dtrain::image: libpng, libjpeg-turbo).
     options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
-               "with_nccl": [True, False]}
-    default_options = {"with_ring_tcp": True, "with_blas": False, "with_cuda": False, "with_nccl": False}
+               "with_nccl": [True, False], "with_image": [True, False]}
+    default_options = {"with_ring_tcp": True, "with_blas": False, "with_cuda": False, "with_nccl": False,
+                       "with_image": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -45,6 +47,9 @@ class DtrainConan(ConanFile):
         if self.options.with_ring_tcp:
             self.requires("asio/[>=1.22.1 <2]", transitive_headers=True)
             self.requires("openssl/[>=3 <4]")
+        if self.options.with_image:
+            self.requires("libpng/[>=1.6.39 <2]")
+            self.requires("libjpeg-turbo/[>=2.1.5 <4]")
 
     def package_id(self):
         self.info.clear()
@@ -105,6 +110,14 @@ class DtrainConan(ConanFile):
             ring.bindirs = []
             ring.libdirs = []
             self._link(ring, {"asio::asio": None, "openssl::ssl": "ssl", "openssl::crypto": "crypto"})
+
+        if self.options.with_image:
+            image = self.cpp_info.components["image"]
+            image.set_property("cmake_target_name", "dtrain::image")
+            image.requires = ["dtrain"]
+            image.bindirs = []
+            image.libdirs = []
+            self._link(image, {"libpng::libpng": "png", "libjpeg-turbo::libjpeg-turbo": "jpeg"})
 
         if self.options.with_cuda:
             root = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")

@@ -2,7 +2,7 @@
 """Writes the fuzzers' seed corpus (tests/fuzz/corpus/<name>/): small valid inputs of every format, so
 fuzzing starts from the shapes real files have. Plain Python (no numpy); the output is in git. The
 training_state seeds are written by dtrain itself (tests/fuzz/make_training_state_seed.cpp)."""
-import gzip, io, json, os, struct, zipfile
+import gzip, io, json, os, struct, zipfile, zlib
 
 
 class arr:
@@ -102,3 +102,35 @@ put("cluster", "tf_config_chief", b"\0" + json.dumps(tf2).encode())
 put("cluster", "slurm", b"\1" + b"\0".join([b"3", b"4", b"node[01-02]", b"2(x2)", b"29500", b"1", b"1"]))
 put("cluster", "torchrun", b"\2" + b"\0".join([b"1", b"4", b"10.0.0.1", b"29500"]))
 put("cluster", "hostlists", b"\3" + b"\0".join([b"gpu[001-004,010],cpu[1-2]x[3-4]", b"2(x3),1"]))
+
+
+# PNG: signature, IHDR, (PLTE, tRNS), IDAT, IEND; every colour type, 16 bits, Adam7
+def png(width, height, depth, ctype, rows, extra=b"", interlace=0):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\0" + r for r in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, ctype, 0, 0, interlace)) +
+            extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+put("png", "gray", png(3, 2, 8, 0, [bytes([0, 128, 255]), bytes([1, 2, 3])]))
+put("png", "gray_alpha", png(2, 2, 8, 4, [bytes([9, 255, 10, 0]), bytes([11, 128, 12, 64])]))
+put("png", "rgb", png(2, 2, 8, 2, [bytes(range(6)), bytes(range(6, 12))]))
+put("png", "rgba_adam7", png(3, 3, 8, 6, [bytes(range(12))] * 3, interlace=1))
+put("png", "rgb16", png(1, 2, 16, 2, [bytes(range(6)), bytes(range(6, 12))]))
+put("png", "gray1", png(8, 1, 1, 0, [bytes([0b10110010])]))
+pal = struct.pack(">I", 6) + b"PLTE" + bytes([255, 0, 0, 0, 0, 255])
+pal += struct.pack(">I", zlib.crc32(b"PLTE" + bytes([255, 0, 0, 0, 0, 255])))
+trns = struct.pack(">I", 1) + b"tRNS" + b"\x80" + struct.pack(">I", zlib.crc32(b"tRNS\x80"))
+put("png", "palette_trns", png(4, 1, 2, 3, [bytes([0b00010001])], extra=pal + trns))
+
+# JPEG: written by Pillow (libjpeg-turbo) where it is installed: baseline 4:2:0, progressive, gray
+try:
+    from PIL import Image
+    for name, mode, kw in (("baseline", "RGB", {}), ("progressive", "RGB", {"progressive": True}), ("gray", "L", {})):
+        im = Image.new(mode, (9, 7))
+        im.putdata([((x * 29) % 256, (x * 7) % 256, 90) if mode == "RGB" else (x * 13) % 256 for x in range(63)])
+        out = io.BytesIO()
+        im.save(out, "JPEG", quality=75, **kw)
+        put("jpeg", name, out.getvalue())
+except ImportError:
+    print("make_corpus: no Pillow here: the jpeg seeds were not written")

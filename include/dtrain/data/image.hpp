@@ -1,0 +1,456 @@
+#pragma once
+/// \file
+/// Images (link `dtrain::image`: libpng and libjpeg-turbo): tf.io's `decode_png`, `decode_jpeg` and
+/// `decode_image`, tf.image's `resize` (bilinear or nearest, half-pixel centres as TF 2 has them) and
+/// keras.utils' `image_dataset_from_directory`.
+///
+/// A decoded image is an (height, width, channels) tensor of the pixel values 0-255 (TF's uint8, as
+/// floats). Bad input (not an image, truncated, a corrupt chunk or scan, more pixels than
+/// `max_image_bytes`) is an `io_error` that names what was wrong; the decoders allocate nothing before
+/// the header has been checked against the cap.
+
+#include <cstddef>
+#include <cstdio>  // before jpeglib.h, which needs size_t and FILE
+
+#include <jerror.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/random.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/data/batch.hpp"
+#include "dtrain/data/dataset.hpp"
+#include "dtrain/data/shuffle.hpp"
+
+namespace dtrain::data {
+
+/// The most bytes a decoded image may take (8-bit samples): a hostile or corrupt header cannot make a
+/// decoder allocate more.
+inline constexpr std::size_t max_image_bytes = std::size_t(1) << 28;
+
+namespace detail {
+/// What one decoding stage found: an error message (empty: none) and the output's size.
+struct image_header {
+  char error[200] = {};
+  std::size_t height = 0, width = 0, channels = 0;
+};
+inline void check_image_size(const char* what, const image_header& h) {
+  if (h.height == 0 || h.width == 0)
+    throw io_error(std::string(what) + ": an image of " + std::to_string(h.width) + " x " + std::to_string(h.height) + " pixels");
+  if (h.height > max_image_bytes / h.width / h.channels)
+    throw io_error(std::string(what) + ": an image of " + std::to_string(h.width) + " x " + std::to_string(h.height) + " x " +
+                   std::to_string(h.channels) + " values is over the cap of " + std::to_string(max_image_bytes) + " bytes");
+}
+/// Room for the pixels, left uninitialised: a file that claims many pixels and ends early costs no
+/// more than the pages its rows reached.
+inline std::unique_ptr<unsigned char[]> image_buffer(const image_header& h) {
+  return std::make_unique_for_overwrite<unsigned char[]>(h.height * h.width * h.channels);
+}
+inline tensor image_tensor(const image_header& h, const unsigned char* pixels) {
+  tensor t = zeros({h.height, h.width, h.channels});
+  std::copy_n(pixels, t.size(), t.data());
+  return t;
+}
+
+// ---- PNG (libpng). Its errors longjmp back to the setjmp of the stage that called it; each stage's frame
+// holds no object with a destructor, so nothing is skipped. ------------------------------------------------
+struct png_source {
+  const unsigned char* data;
+  std::size_t size, at;
+};
+struct png_reader {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  png_source source;
+  image_header h;
+  int passes = 1;
+  ~png_reader() { png_destroy_read_struct(&png, &info, nullptr); }
+};
+inline void png_fail(png_structp png, png_const_charp message) {
+  auto* r = static_cast<png_reader*>(png_get_error_ptr(png));
+  std::snprintf(r->h.error, sizeof r->h.error, "%s", message);
+  png_longjmp(png, 1);
+}
+inline void png_quiet(png_structp, png_const_charp) {}  // warnings (an odd ancillary chunk) are not errors
+inline void png_read_bytes(png_structp png, png_bytep out, png_size_t n) {
+  auto& s = static_cast<png_reader*>(png_get_io_ptr(png))->source;
+  if (n > s.size - s.at) png_error(png, "the file ends early (truncated)");
+  std::memcpy(out, s.data + s.at, n);
+  s.at += n;
+}
+/// Reads the header and sets the transforms to 8-bit samples in `channels` (0: the file's own).
+inline bool png_stage_header(png_reader& r, int channels) {
+  if (setjmp(png_jmpbuf(r.png))) return false;
+  png_set_read_fn(r.png, &r, png_read_bytes);
+  png_set_user_limits(r.png, 1u << 24, 1u << 24);
+  png_read_info(r.png, r.info);
+  const int type = png_get_color_type(r.png, r.info);
+  png_set_expand(r.png);  // palette -> RGB, gray below 8 bits -> 8, tRNS -> alpha
+  if (png_get_bit_depth(r.png, r.info) == 16) png_set_scale_16(r.png);
+  const bool color = type & PNG_COLOR_MASK_COLOR;
+  const bool alpha = (type & PNG_COLOR_MASK_ALPHA) || png_get_valid(r.png, r.info, PNG_INFO_tRNS);
+  if (channels == 1 || channels == 2) {
+    if (color) png_set_rgb_to_gray_fixed(r.png, 1, -1, -1);
+    if (channels == 1 && alpha) png_set_strip_alpha(r.png);
+    if (channels == 2 && !alpha) png_set_add_alpha(r.png, 0xff, PNG_FILLER_AFTER);
+  } else if (channels == 3 || channels == 4) {
+    if (!color) png_set_gray_to_rgb(r.png);
+    if (channels == 3 && alpha) png_set_strip_alpha(r.png);
+    if (channels == 4 && !alpha) png_set_add_alpha(r.png, 0xff, PNG_FILLER_AFTER);
+  }
+  r.passes = png_set_interlace_handling(r.png);
+  png_read_update_info(r.png, r.info);
+  r.h.height = png_get_image_height(r.png, r.info);
+  r.h.width = png_get_image_width(r.png, r.info);
+  r.h.channels = png_get_channels(r.png, r.info);
+  return true;
+}
+inline bool png_stage_pixels(png_reader& r, unsigned char* out) {
+  if (setjmp(png_jmpbuf(r.png))) return false;
+  const std::size_t stride = r.h.width * r.h.channels;
+  for (int pass = 0; pass < r.passes; ++pass)  // (an interlaced file: each pass fills in every row)
+    for (std::size_t y = 0; y < r.h.height; ++y) png_read_row(r.png, out + y * stride, nullptr);
+  png_read_end(r.png, nullptr);
+  return true;
+}
+
+// ---- JPEG (libjpeg-turbo), the same way ---------------------------------------------------------------
+struct jpeg_reader {
+  jpeg_decompress_struct cinfo{};
+  struct : jpeg_error_mgr {
+    std::jmp_buf* at = nullptr;
+    char* message = nullptr;
+  } err;
+  image_header h;
+  bool created = false;
+  ~jpeg_reader() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+inline void jpeg_fail(j_common_ptr c) {
+  auto& e = *static_cast<decltype(jpeg_reader::err)*>(c->err);
+  (*c->err->format_message)(c, e.message);
+  std::longjmp(*e.at, 1);
+}
+inline void jpeg_message(j_common_ptr c, int level) {
+  if (level == -1 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_fail(c);  // truncated: an error, as in TF
+}
+/// Reads the header and asks for 8-bit samples in `channels` (0: gray for a gray file, else RGB).
+inline bool jpeg_stage_header(jpeg_reader& r, std::span<const unsigned char> bytes, int channels, bool accurate) {
+  std::jmp_buf at;
+  r.err.at = &at;
+  if (setjmp(at)) return false;
+  jpeg_create_decompress(&r.cinfo);
+  r.created = true;
+  r.cinfo.mem->max_memory_to_use = long(2 * max_image_bytes);
+  jpeg_mem_src(&r.cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&r.cinfo, TRUE);
+  if (r.cinfo.num_components == 4) {
+    std::snprintf(r.h.error, sizeof r.h.error, "a CMYK or YCCK JPEG (4 components) is not decoded");
+    return true;
+  }
+  const bool gray = r.cinfo.jpeg_color_space == JCS_GRAYSCALE;
+  r.cinfo.out_color_space = channels == 1 || (channels == 0 && gray) ? JCS_GRAYSCALE : JCS_RGB;
+  r.cinfo.dct_method = accurate ? JDCT_ISLOW : JDCT_IFAST;
+  jpeg_calc_output_dimensions(&r.cinfo);
+  r.h.height = r.cinfo.output_height;
+  r.h.width = r.cinfo.output_width;
+  r.h.channels = std::size_t(r.cinfo.output_components);
+  return true;
+}
+inline bool jpeg_stage_pixels(jpeg_reader& r, unsigned char* out) {
+  std::jmp_buf at;
+  r.err.at = &at;
+  if (setjmp(at)) return false;
+  jpeg_start_decompress(&r.cinfo);
+  const std::size_t stride = std::size_t(r.cinfo.output_width) * std::size_t(r.cinfo.output_components);
+  while (r.cinfo.output_scanline < r.cinfo.output_height) {
+    JSAMPROW row = out + std::size_t(r.cinfo.output_scanline) * stride;
+    jpeg_read_scanlines(&r.cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&r.cinfo);
+  return true;
+}
+inline void check_channels(const char* what, int channels, std::initializer_list<int> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), channels) != allowed.end()) return;
+  std::string list;
+  for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
+  throw value_error(std::string(what) + ": channels " + std::to_string(channels) + " is not one of " + list);
+}
+}  // namespace detail
+
+/// `tf.io.decode_png(contents, channels=0)`: channels 0 keeps the file's (1 gray, 2 gray and alpha, 3 RGB,
+/// 4 RGBA); 1, 2, 3 or 4 converts (gray from RGB by libpng's ITU-R 709 weights, an opaque alpha added).
+/// 16-bit samples are scaled to 8 bits.
+inline tensor decode_png(std::span<const unsigned char> bytes, int channels = 0) {
+  detail::check_channels("decode_png", channels, {0, 1, 2, 3, 4});
+  if (bytes.size() < 8 || png_sig_cmp(bytes.data(), 0, 8) != 0) throw io_error("decode_png: not a PNG file (no PNG signature)");
+  detail::png_reader r;
+  r.source = {bytes.data(), bytes.size(), 0};
+  r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, detail::png_fail, detail::png_quiet);
+  if (r.png) r.info = png_create_info_struct(r.png);
+  if (!r.png || !r.info) throw io_error("decode_png: out of memory");
+  if (!detail::png_stage_header(r, channels)) throw io_error(std::string("decode_png: ") + r.h.error);
+  detail::check_image_size("decode_png", r.h);
+  if (png_get_rowbytes(r.png, r.info) != r.h.width * r.h.channels) throw io_error("decode_png: unexpected row size");
+  const auto pixels = detail::image_buffer(r.h);
+  if (!detail::png_stage_pixels(r, pixels.get())) throw io_error(std::string("decode_png: ") + r.h.error);
+  return detail::image_tensor(r.h, pixels.get());
+}
+
+/// `tf.io.decode_jpeg(contents, channels=0, dct_method=...)`: channels 0 keeps the file's (1 gray, else
+/// 3 RGB), 1 or 3 converts. `accurate`: libjpeg's accurate integer IDCT ("INTEGER_ACCURATE", TF's choice
+/// being platform-specific); false: "INTEGER_FAST". A truncated file is an error.
+inline tensor decode_jpeg(std::span<const unsigned char> bytes, int channels = 0, bool accurate = true) {
+  detail::check_channels("decode_jpeg", channels, {0, 1, 3});
+  if (bytes.size() < 3 || bytes[0] != 0xff || bytes[1] != 0xd8) throw io_error("decode_jpeg: not a JPEG file (no SOI marker)");
+  detail::jpeg_reader r;
+  char message[JMSG_LENGTH_MAX] = {};
+  r.cinfo.err = jpeg_std_error(&r.err);
+  r.err.error_exit = detail::jpeg_fail;
+  r.err.emit_message = detail::jpeg_message;
+  r.err.message = message;
+  if (!detail::jpeg_stage_header(r, bytes, channels, accurate)) throw io_error(std::string("decode_jpeg: ") + message);
+  if (r.h.error[0]) throw io_error(std::string("decode_jpeg: ") + r.h.error);
+  detail::check_image_size("decode_jpeg", r.h);
+  const auto pixels = detail::image_buffer(r.h);
+  if (!detail::jpeg_stage_pixels(r, pixels.get())) throw io_error(std::string("decode_jpeg: ") + message);
+  return detail::image_tensor(r.h, pixels.get());
+}
+
+/// `tf.io.decode_image(contents, channels=0, expand_animations=False)` for PNG and JPEG: by the file's
+/// signature. (JPEG's channels are 0, 1 or 3.)
+inline tensor decode_image(std::span<const unsigned char> bytes, int channels = 0) {
+  if (bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0) return decode_png(bytes, channels);
+  if (bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff) {
+    if (channels == 4) {  // RGB, then an opaque alpha (as TF adds one)
+      const tensor rgb = decode_jpeg(bytes, 3);
+      const std::size_t n = rgb.size() / 3;
+      tensor out = zeros({rgb.shape()[0], rgb.shape()[1], 4});
+      for (std::size_t i = 0; i < n; ++i) {
+        std::copy_n(rgb.data() + 3 * i, 3, out.data() + 4 * i);
+        out.data()[4 * i + 3] = 255.0f;
+      }
+      return out;
+    }
+    return decode_jpeg(bytes, channels);
+  }
+  throw io_error("decode_image: neither a PNG nor a JPEG file (unknown signature)");
+}
+
+/// `tf.io.read_file` + `decode_image`: the file's image; errors name the file.
+inline tensor read_image(const std::string& path, int channels = 0) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw io_error("read_image: cannot open " + path);
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<std::size_t>(f.tellg());
+  if (size > max_image_bytes) throw io_error("read_image: " + path + " is over the cap of " + std::to_string(max_image_bytes) + " bytes");
+  std::vector<unsigned char> bytes(size);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(size));
+  if (!f) throw io_error("read_image: cannot read " + path);
+  try {
+    return decode_image(bytes, channels);
+  } catch (const io_error& e) {
+    throw io_error(path + ": " + e.what());
+  }
+}
+
+/// `tf.image.resize`'s methods here.
+enum class interpolation { bilinear, nearest };
+
+/// `tf.image.resize(image, (height, width), method)` (antialias off) of an (h, w, c) image: the sample
+/// points at half-pixel centres, in = (out + 0.5) * in_size / out_size - 0.5, clamped at the edges.
+inline tensor resize(const tensor& image, std::size_t height, std::size_t width, interpolation method = interpolation::bilinear) {
+  if (image.dimension() != 3) throw shape_error("resize: an image of shape " + shape_str(image.shape()) + ", not (height, width, channels)");
+  if (height == 0 || width == 0) throw value_error("resize: a size of " + std::to_string(height) + " x " + std::to_string(width));
+  const std::size_t ih = image.shape()[0], iw = image.shape()[1], c = image.shape()[2];
+  tensor out = zeros({height, width, c});
+  const float sy = float(ih) / float(height), sx = float(iw) / float(width);
+  const float* in = image.data();
+  auto at = [&](std::size_t y, std::size_t x) { return in + (y * iw + x) * c; };
+  struct weight {
+    std::size_t lo, hi;
+    float frac;
+  };
+  auto weights = [](std::size_t n, std::size_t in_n, float scale) {
+    std::vector<weight> w(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float p = (float(i) + 0.5f) * scale - 0.5f, f = std::floor(p);
+      w[i] = {std::size_t(std::max(f, 0.0f)), std::min(std::size_t(std::max(std::ceil(p), 0.0f)), in_n - 1), p - f};
+    }
+    return w;
+  };
+  if (method == interpolation::nearest) {
+    for (std::size_t y = 0; y < height; ++y)
+      for (std::size_t x = 0; x < width; ++x) {
+        const std::size_t py = std::min(std::size_t(std::floor((float(y) + 0.5f) * sy)), ih - 1);
+        const std::size_t px = std::min(std::size_t(std::floor((float(x) + 0.5f) * sx)), iw - 1);
+        std::copy_n(at(py, px), c, out.data() + (y * width + x) * c);
+      }
+    return out;
+  }
+  const std::vector<weight> wy = weights(height, ih, sy), wx = weights(width, iw, sx);
+  for (std::size_t y = 0; y < height; ++y)
+    for (std::size_t x = 0; x < width; ++x)
+      for (std::size_t k = 0; k < c; ++k) {
+        const float tl = at(wy[y].lo, wx[x].lo)[k], tr = at(wy[y].lo, wx[x].hi)[k];
+        const float bl = at(wy[y].hi, wx[x].lo)[k], br = at(wy[y].hi, wx[x].hi)[k];
+        const float top = tl + (tr - tl) * wx[x].frac, bottom = bl + (br - bl) * wx[x].frac;
+        out.data()[(y * width + x) * c + k] = top + (bottom - top) * wy[y].frac;
+      }
+  return out;
+}
+
+/// keras.utils.image_dataset_from_directory's arguments (labels "inferred": one class per subfolder).
+struct image_directory_options {
+  std::string label_mode = "int";         ///< "int", "categorical" (one-hot) or "binary" (two classes, 0 / 1)
+  std::vector<std::string> class_names{};  ///< the subfolders to use, in label order (default: all, sorted)
+  std::string color_mode = "rgb";          ///< "rgb", "rgba" or "grayscale"
+  std::size_t batch_size = 32;
+  std::size_t image_size[2] = {256, 256};  ///< (height, width) every image is resized to
+  bool shuffle = true;
+  std::optional<std::uint64_t> seed{};  ///< needed with shuffle and validation_split
+  std::optional<float> validation_split{};
+  std::string subset{};  ///< with validation_split: "training" or "validation"
+  interpolation method = interpolation::bilinear;
+  bool verbose = true;  ///< prints "Found N files belonging to C classes." as Keras does
+};
+
+/// The labelled image files of a folder, each decoded and resized when read (the element: an example of
+/// an (h, w, c) image and its label). Made by `image_dataset_from_directory`.
+class image_files {
+ public:
+  using element_type = example;
+  struct file {
+    std::string path;
+    std::size_t label;
+  };
+  image_files(std::shared_ptr<const std::vector<file>> files, std::size_t classes, image_directory_options o)
+      : files_(std::move(files)), classes_(classes), o_(std::move(o)) {}
+  std::int64_t cardinality() const { return std::int64_t(files_->size()); }
+  data::options options() const { return {}; }
+  const std::vector<file>& files() const { return *files_; }
+
+  class iterator;
+  iterator iterate(std::uint64_t) const;
+
+ private:
+  std::shared_ptr<const std::vector<file>> files_;
+  std::size_t classes_;
+  image_directory_options o_;
+};
+
+class image_files::iterator {
+ public:
+  explicit iterator(const image_files* s) : s_(*s) {}
+  std::optional<example> next() {
+    if (i_ >= s_.files_->size()) return std::nullopt;
+    const file& f = (*s_.files_)[i_++];
+    const int channels = s_.o_.color_mode == "grayscale" ? 1 : s_.o_.color_mode == "rgba" ? 4 : 3;
+    tensor image = resize(read_image(f.path, channels), s_.o_.image_size[0], s_.o_.image_size[1], s_.o_.method);
+    tensor label;
+    if (s_.o_.label_mode == "categorical") {
+      label = zeros(extents{s_.classes_});
+      label.data()[f.label] = 1.0f;
+    } else {
+      label = zeros(extents(s_.o_.label_mode == "binary" ? 1 : 0, 1));
+      label.data()[0] = float(f.label);
+    }
+    return example{std::move(image), std::move(label)};
+  }
+  std::int64_t skip(std::int64_t n) {
+    const auto k = std::min<std::int64_t>(n, std::int64_t(s_.files_->size() - i_));
+    i_ += std::size_t(k);
+    return k;
+  }
+
+ private:
+  image_files s_;
+  std::size_t i_ = 0;
+};
+inline image_files::iterator image_files::iterate(std::uint64_t) const { return iterator(this); }
+
+/// `keras.utils.image_dataset_from_directory(directory, ...)`: the .png, .jpg and .jpeg files under each
+/// class subfolder (searched to any depth, in byte order), labelled by the subfolder's index among the
+/// classes; the file list shuffled once (with the seed) before a validation split takes its last
+/// fraction; then, as Keras, `shuffle(8 * batch_size, seed)` (when shuffle) and `batch(batch_size)`.
+/// Images are decoded with `color_mode`'s channels and resized to `image_size` as they are read.
+inline auto image_dataset_from_directory(const std::string& directory, image_directory_options o = {}) {
+  namespace fs = std::filesystem;
+  const std::string what = "image_dataset_from_directory";
+  if (o.label_mode != "int" && o.label_mode != "categorical" && o.label_mode != "binary")
+    throw value_error(what + ": label_mode \"" + o.label_mode + "\" is not \"int\", \"categorical\" or \"binary\"");
+  if (o.color_mode != "rgb" && o.color_mode != "rgba" && o.color_mode != "grayscale")
+    throw value_error(what + ": color_mode \"" + o.color_mode + "\" is not \"rgb\", \"rgba\" or \"grayscale\"");
+  if (o.batch_size == 0 || o.image_size[0] == 0 || o.image_size[1] == 0)
+    throw value_error(what + ": batch_size and image_size must be positive");
+  if (o.validation_split && !(*o.validation_split > 0.0f && *o.validation_split < 1.0f))
+    throw value_error(what + ": validation_split " + std::to_string(*o.validation_split) + " is not between 0 and 1");
+  if (o.validation_split && o.subset != "training" && o.subset != "validation")
+    throw value_error(what + ": with validation_split, subset must be \"training\" or \"validation\", not \"" + o.subset + "\"");
+  if (!o.validation_split && !o.subset.empty()) throw value_error(what + ": subset \"" + o.subset + "\" needs validation_split");
+  if (o.validation_split && o.shuffle && !o.seed)
+    throw value_error(what + ": with validation_split and shuffle, give a seed (so that the two subsets do not overlap)");
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) throw io_error(what + ": " + directory + " is not a folder");
+  std::vector<std::string> names = o.class_names;
+  if (names.empty()) {
+    for (const auto& e : fs::directory_iterator(directory))
+      if (e.is_directory()) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+  }
+  if (names.empty()) throw io_error(what + ": " + directory + " has no class subfolders");
+  if (o.label_mode == "binary" && names.size() != 2)
+    throw value_error(what + ": label_mode \"binary\" needs 2 classes, " + directory + " has " + std::to_string(names.size()));
+  auto files = std::make_shared<std::vector<image_files::file>>();
+  for (std::size_t c = 0; c < names.size(); ++c) {
+    const fs::path folder = fs::path(directory) / names[c];
+    if (!fs::is_directory(folder, ec)) throw io_error(what + ": class " + names[c] + " has no folder " + folder.string());
+    std::vector<std::string> found;
+    for (const auto& e : fs::recursive_directory_iterator(folder)) {
+      if (!e.is_regular_file()) continue;
+      std::string ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+      if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") found.push_back(e.path().string());
+      else if (ext == ".bmp" || ext == ".gif")
+        throw io_error(what + ": " + e.path().string() + ": BMP and GIF files are not decoded (convert them to PNG)");
+    }
+    std::sort(found.begin(), found.end());
+    for (auto& p : found) files->push_back({std::move(p), c});
+  }
+  if (o.verbose) std::printf("Found %zu files belonging to %zu classes.\n", files->size(), names.size());
+  if (files->empty()) throw io_error(what + ": no images in " + directory + " (.png, .jpg, .jpeg)");
+  if (o.shuffle) {  // once, with the seed: both subsets see the same order
+    rng r(o.seed.value_or(default_seed));
+    for (std::size_t i = files->size(); i > 1; --i) std::swap((*files)[i - 1], (*files)[r.below(i)]);
+  }
+  if (o.validation_split) {
+    const auto val = std::size_t(*o.validation_split * float(files->size()));
+    if (o.subset == "training") files->resize(files->size() - val);
+    else files->erase(files->begin(), files->end() - std::ptrdiff_t(val));
+    if (o.verbose) std::printf("Using %zu files for %s.\n", files->size(), o.subset.c_str());
+    if (files->empty()) throw value_error(what + ": the " + o.subset + " subset has no files");
+  }
+  const std::size_t batch_size = o.batch_size, buffer = o.shuffle ? 8 * o.batch_size : 1;
+  const std::uint64_t seed = o.seed.value_or(default_seed);
+  return image_files(std::move(files), names.size(), std::move(o)) | shuffle(buffer, seed) | batch(batch_size);
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,286 @@
+// Images: PNG and JPEG files written here with libpng and libjpeg decode to their pixels (PNG exactly,
+// JPEG within its loss), in every channel layout; bilinear and nearest resizing against TF's half-pixel
+// formula worked by hand; image_dataset_from_directory's classes, labels, split and errors; corrupt,
+// truncated and oversized files named in errors.
+#include "support/gradcheck.hpp"
+
+#if __has_include(<png.h>) && __has_include(<jpeglib.h>)
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <dtrain/data/image.hpp>
+
+#include "support/helpers.hpp"
+
+using namespace dtrain;
+using dtrain_test::error_of;
+using dtrain_test::temp_dir;
+namespace fs = std::filesystem;
+
+namespace {
+using bytes = std::vector<unsigned char>;
+
+/// `px` (h x w x channels of 1, 2, 3 or 4) as a PNG, written by libpng's simplified API.
+bytes png_of(const bytes& px, std::size_t w, std::size_t h, std::size_t channels) {
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = png_uint_32(w), img.height = png_uint_32(h);
+  img.format = channels == 1 ? PNG_FORMAT_GRAY : channels == 2 ? PNG_FORMAT_GA : channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
+  png_alloc_size_t size = 0;
+  BOOST_REQUIRE(png_image_write_to_memory(&img, nullptr, &size, 0, px.data(), 0, nullptr));
+  bytes out(size);
+  BOOST_REQUIRE(png_image_write_to_memory(&img, out.data(), &size, 0, px.data(), 0, nullptr));
+  out.resize(size);
+  return out;
+}
+/// `px` (h x w x 3) as an interlaced (Adam7) RGB PNG, written by libpng's full API.
+bytes interlaced_png_of(const bytes& px, std::size_t w, std::size_t h) {
+  bytes out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  png_set_write_fn(png, &out, [](png_structp p, png_bytep data, png_size_t n) {
+    auto* o = static_cast<bytes*>(png_get_io_ptr(p));
+    o->insert(o->end(), data, data + n);
+  }, nullptr);
+  png_set_IHDR(png, info, png_uint_32(w), png_uint_32(h), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_ADAM7,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  std::vector<png_bytep> rows(h);
+  for (std::size_t y = 0; y < h; ++y) rows[y] = const_cast<unsigned char*>(px.data()) + y * w * 3;
+  png_set_rows(png, info, rows.data());
+  png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+/// `px` (h x w x 1 or 3) as a baseline JPEG of this quality, written by libjpeg.
+bytes jpeg_of(const bytes& px, std::size_t w, std::size_t h, int channels, int quality = 95) {
+  jpeg_compress_struct c{};
+  jpeg_error_mgr e{};
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buffer, &size);
+  c.image_width = JDIMENSION(w), c.image_height = JDIMENSION(h), c.input_components = channels;
+  c.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, quality, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = const_cast<unsigned char*>(px.data()) + std::size_t(c.next_scanline) * w * std::size_t(channels);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  bytes out(buffer, buffer + size);
+  std::free(buffer);
+  jpeg_destroy_compress(&c);
+  return out;
+}
+bytes random_pixels(std::size_t n, std::uint64_t seed) {
+  rng r(seed);
+  bytes px(n);
+  for (auto& p : px) p = static_cast<unsigned char>(r.below(256));
+  return px;
+}
+std::vector<float> floats(const bytes& b) { return std::vector<float>(b.begin(), b.end()); }
+std::vector<float> values(const tensor& t) { return std::vector<float>(t.begin(), t.end()); }
+void write(const fs::path& p, const bytes& b) { std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size())); }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+/// Every (first pixel value, label) an image dataset yields in a pass.
+template <class D>
+std::vector<std::pair<float, float>> pixels_and_labels(const D& d) {
+  std::vector<std::pair<float, float>> out;
+  auto it = d.iterate(0);
+  while (auto b = it.next()) {
+    const std::size_t n = b->first.shape()[0], per = b->first.size() / n, l = b->second.size() / n;
+    for (std::size_t i = 0; i < n; ++i) out.push_back({b->first.data()[i * per], b->second.data()[i * l + l - 1]});
+  }
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(image)
+
+BOOST_AUTO_TEST_CASE(png_decodes_its_pixels_in_every_layout) {
+  const std::size_t w = 7, h = 5;
+  const bytes rgb = random_pixels(w * h * 3, 1);
+  const tensor t = data::decode_png(png_of(rgb, w, h, 3));
+  BOOST_TEST((t.shape() == tensor::shape_type{h, w, 3}));
+  BOOST_TEST(values(t) == floats(rgb), boost::test_tools::per_element());
+  // RGB -> RGBA: an opaque alpha; RGBA -> RGB: the alpha dropped
+  const tensor rgba = data::decode_png(png_of(rgb, w, h, 3), 4);
+  for (std::size_t i = 0; i < w * h; ++i) {
+    BOOST_TEST(rgba.data()[4 * i + 3] == 255.0f);
+    for (std::size_t k = 0; k < 3; ++k) BOOST_TEST(rgba.data()[4 * i + k] == float(rgb[3 * i + k]));
+  }
+  const bytes with_alpha = random_pixels(w * h * 4, 2);
+  const tensor stripped = data::decode_png(png_of(with_alpha, w, h, 4), 3);
+  for (std::size_t i = 0; i < w * h; ++i)
+    for (std::size_t k = 0; k < 3; ++k) BOOST_TEST(stripped.data()[3 * i + k] == float(with_alpha[4 * i + k]));
+  // gray: its own one channel, or three equal ones; gray and alpha keeps both
+  const bytes gray = random_pixels(w * h, 3);
+  BOOST_TEST(values(data::decode_png(png_of(gray, w, h, 1))) == floats(gray), boost::test_tools::per_element());
+  const tensor grey_rgb = data::decode_png(png_of(gray, w, h, 1), 3);
+  for (std::size_t i = 0; i < w * h; ++i)
+    for (std::size_t k = 0; k < 3; ++k) BOOST_TEST(grey_rgb.data()[3 * i + k] == float(gray[i]));
+  const bytes ga = random_pixels(w * h * 2, 4);
+  BOOST_TEST(values(data::decode_png(png_of(ga, w, h, 2))) == floats(ga), boost::test_tools::per_element());
+  // RGB -> gray: a gray RGB image (r = g = b) stays its value
+  bytes tripled;
+  for (auto v : gray) tripled.insert(tripled.end(), {v, v, v});
+  BOOST_TEST(values(data::decode_png(png_of(tripled, w, h, 3), 1)) == floats(gray), boost::test_tools::per_element());
+  // interlaced (Adam7): every pass lands in its rows
+  const bytes big = random_pixels(19 * 11 * 3, 7);
+  BOOST_TEST(values(data::decode_png(interlaced_png_of(big, 19, 11))) == floats(big), boost::test_tools::per_element());
+  // decode_image knows it by its signature
+  BOOST_TEST(values(data::decode_image(png_of(rgb, w, h, 3))) == floats(rgb), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(bad_png_files_are_named_errors) {
+  const std::size_t w = 16, h = 16;
+  const bytes good = png_of(random_pixels(w * h * 3, 5), w, h, 3);
+  BOOST_TEST(contains(error_of([&] { data::decode_png(bytes(good.begin(), good.begin() + long(good.size() / 2))); }), "truncated"));
+  bytes corrupt = good;
+  corrupt[good.size() / 2] ^= 0x40;  // inside IDAT: its CRC no longer holds
+  BOOST_TEST(contains(error_of([&] { data::decode_png(corrupt); }), "decode_png: "));
+  BOOST_TEST(contains(error_of([&] { data::decode_png(bytes{'G', 'I', 'F', '8', '9', 'a', 0, 0, 0}); }), "not a PNG"));
+  BOOST_TEST(contains(error_of([&] { data::decode_png(good, 5); }), "channels 5 is not one of 0, 1, 2, 3, 4"));
+  // a header (with a valid CRC) claiming 20000 x 20000 pixels: over the cap before any pixel is read
+  bytes huge = good;
+  for (int at : {16, 20}) huge[std::size_t(at)] = 0, huge[std::size_t(at) + 1] = 0, huge[std::size_t(at) + 2] = 0x4e, huge[std::size_t(at) + 3] = 0x20;
+  const uLong crc = crc32(0, huge.data() + 12, 17);
+  for (int i = 0; i < 4; ++i) huge[29 + std::size_t(i)] = static_cast<unsigned char>(crc >> (24 - 8 * i));
+  BOOST_TEST(contains(error_of([&] { data::decode_png(huge); }), "over the cap"));
+}
+
+BOOST_AUTO_TEST_CASE(jpeg_decodes_within_its_loss) {
+  const std::size_t w = 16, h = 12;
+  bytes smooth(w * h * 3);  // a gradient: what JPEG keeps well
+  for (std::size_t y = 0; y < h; ++y)
+    for (std::size_t x = 0; x < w; ++x)
+      for (std::size_t k = 0; k < 3; ++k) smooth[(y * w + x) * 3 + k] = static_cast<unsigned char>(20 + 6 * x + 5 * y + 30 * k);
+  const bytes file = jpeg_of(smooth, w, h, 3);
+  for (bool accurate : {true, false}) {
+    const tensor t = data::decode_jpeg(file, 0, accurate);
+    BOOST_TEST((t.shape() == tensor::shape_type{h, w, 3}));
+    float worst = 0;
+    for (std::size_t i = 0; i < smooth.size(); ++i) worst = std::max(worst, std::abs(t.data()[i] - float(smooth[i])));
+    BOOST_TEST(worst <= 8.0f);
+  }
+  // gray files decode to one channel; RGB to one when asked; decode_image adds an opaque alpha for 4
+  const bytes gray(w * h, 128);
+  const tensor g = data::decode_jpeg(jpeg_of(gray, w, h, 1));
+  BOOST_TEST((g.shape() == tensor::shape_type{h, w, 1}));
+  BOOST_TEST(std::abs(g.data()[0] - 128.0f) <= 1.0f);
+  BOOST_TEST(data::decode_jpeg(file, 1).shape()[2] == 1u);
+  const tensor four = data::decode_image(file, 4);
+  BOOST_TEST(four.shape()[2] == 4u);
+  BOOST_TEST(four.data()[3] == 255.0f);
+  // truncated, not a JPEG, channels it does not have
+  BOOST_TEST(contains(error_of([&] { data::decode_jpeg(bytes(file.begin(), file.begin() + long(file.size() * 2 / 3))); }), "decode_jpeg: "));
+  BOOST_TEST(contains(error_of([&] { data::decode_jpeg(bytes{1, 2, 3, 4}); }), "not a JPEG"));
+  BOOST_TEST(contains(error_of([&] { data::decode_jpeg(file, 4); }), "channels 4 is not one of 0, 1, 3"));
+  BOOST_TEST(contains(error_of([&] { data::decode_image(bytes{'B', 'M', 0, 0, 0, 0, 0, 0, 0}); }), "neither a PNG nor a JPEG"));
+}
+
+BOOST_AUTO_TEST_CASE(resize_samples_at_half_pixel_centres_as_tf) {
+  // one row [0, 4] to 4 wide: in = (out + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25, clamped at the edges
+  tensor row = zeros({1, 2, 1});
+  row.data()[1] = 4.0f;
+  BOOST_TEST(values(data::resize(row, 1, 4)) == (std::vector<float>{0.0f, 1.0f, 3.0f, 4.0f}), boost::test_tools::per_element());
+  BOOST_TEST(values(data::resize(row, 1, 4, data::interpolation::nearest)) == (std::vector<float>{0, 0, 4, 4}),
+             boost::test_tools::per_element());
+  // [0, 1, 2, 3] to 2 wide: in = (out + 0.5) * 2 - 0.5 = 0.5, 2.5
+  tensor four = zeros({1, 4, 1});
+  for (int i = 0; i < 4; ++i) four.data()[i] = float(i);
+  BOOST_TEST(values(data::resize(four, 1, 2)) == (std::vector<float>{0.5f, 2.5f}), boost::test_tools::per_element());
+  // the same size is the image itself; 2-D bilinear mixes the four neighbours
+  const bytes px = random_pixels(5 * 6 * 3, 6);
+  tensor img = zeros({5, 6, 3});
+  std::copy(px.begin(), px.end(), img.data());
+  BOOST_TEST(values(data::resize(img, 5, 6)) == values(img), boost::test_tools::per_element());
+  tensor square = zeros({2, 2, 1});
+  square.data()[3] = 8.0f;  // bottom right
+  // out (1, 1) of 4 x 4: in (0.25, 0.25): 8 * 0.25 * 0.25
+  BOOST_TEST(data::resize(square, 4, 4).data()[5] == 0.5f);
+  BOOST_CHECK_THROW(data::resize(zeros({4, 4}), 2, 2), shape_error);
+  BOOST_CHECK_THROW(data::resize(img, 0, 2), value_error);
+}
+
+BOOST_AUTO_TEST_CASE(image_dataset_from_directory_labels_by_class_folder) {
+  // classes "ants" (3 JPEGs, one in a nested folder) and "bees" (2 PNGs); each image one gray level
+  temp_dir t;
+  const fs::path root = t.path;
+  fs::create_directories(root / "ants" / "more");
+  fs::create_directories(root / "bees");
+  std::map<float, float> label_of;  // gray level -> class
+  auto image = [](unsigned char v, std::size_t w) { return bytes(w * w * 3, v); };
+  const std::vector<std::pair<fs::path, unsigned char>> files{
+      {root / "ants" / "a1.jpg", 20}, {root / "ants" / "a2.JPEG", 60}, {root / "ants" / "more" / "a3.jpg", 100},
+      {root / "bees" / "b1.png", 140}, {root / "bees" / "b2.png", 180}};
+  for (const auto& [p, v] : files) {
+    write(p, p.extension() == ".png" ? png_of(image(v, 12), 12, 12, 3) : jpeg_of(image(v, 10), 10, 10, 3, 100));
+    label_of[float(v)] = p.parent_path().filename() == "bees" ? 1.0f : 0.0f;
+  }
+  write(root / "bees" / "notes.txt", bytes{'x'});  // not an image: not listed
+  auto near = [](float a, float b) { return std::abs(a - b) <= 2.0f; };
+  const auto unshuffled = data::image_dataset_from_directory(root.string(),
+                                                             {.batch_size = 2, .image_size = {8, 8}, .shuffle = false, .verbose = false});
+  auto it = unshuffled.iterate(0);
+  const auto first = it.next();
+  BOOST_REQUIRE(first.has_value());
+  BOOST_TEST((first->first.shape() == tensor::shape_type{2, 8, 8, 3}));
+  BOOST_TEST((first->second.shape() == tensor::shape_type{2}));
+  const auto in_order = pixels_and_labels(unshuffled);
+  BOOST_REQUIRE(in_order.size() == files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {  // ants' files in byte order (a1, a2, more/a3), then bees'
+    BOOST_TEST(near(in_order[i].first, float(files[i].second)), i);
+    BOOST_TEST(in_order[i].second == label_of[float(files[i].second)]);
+  }
+  // a split with a seed: the subsets part the files, each keeping its label
+  data::image_directory_options o{.label_mode = "categorical", .batch_size = 3, .image_size = {4, 4}, .seed = 11,
+                                  .validation_split = 0.4f, .subset = "training", .verbose = false};
+  const auto training = pixels_and_labels(data::image_dataset_from_directory(root.string(), o));
+  o.subset = "validation";
+  const auto validation = pixels_and_labels(data::image_dataset_from_directory(root.string(), o));
+  BOOST_TEST(training.size() == 3u);
+  BOOST_TEST(validation.size() == 2u);
+  std::vector<float> seen;
+  for (const auto* part : {&training, &validation})
+    for (const auto& [v, label] : *part) {  // categorical: the last one-hot value is 1 for bees
+      const auto match = std::find_if(files.begin(), files.end(), [&](const auto& f) { return near(v, float(f.second)); });
+      BOOST_REQUIRE(match != files.end());
+      BOOST_TEST(label == label_of[float(match->second)]);
+      seen.push_back(float(match->second));
+    }
+  std::sort(seen.begin(), seen.end());
+  BOOST_TEST((std::adjacent_find(seen.begin(), seen.end()) == seen.end()));  // no file in both
+  // grayscale and binary labels
+  const auto gray = data::image_dataset_from_directory(
+      root.string(), {.label_mode = "binary", .color_mode = "grayscale", .image_size = {3, 5}, .shuffle = false, .verbose = false});
+  const auto batch = gray.iterate(0).next();
+  BOOST_TEST((batch->first.shape() == tensor::shape_type{5, 3, 5, 1}));
+  BOOST_TEST((batch->second.shape() == tensor::shape_type{5, 1}));
+  // errors
+  BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory((root / "none").string()); }), "is not a folder"));
+  BOOST_TEST(contains(error_of([&] {
+    data::image_dataset_from_directory(root.string(), {.validation_split = 0.2f, .subset = "training", .verbose = false});
+  }), "give a seed"));
+  BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory(root.string(), {.label_mode = "sparse", .verbose = false}); }),
+                      "label_mode \"sparse\""));
+  fs::create_directories(root / "wasps");
+  BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory(root.string(), {.label_mode = "binary", .verbose = false}); }),
+                      "needs 2 classes"));
+  write(root / "wasps" / "w.bmp", bytes{'B', 'M'});
+  BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory(root.string(), {.verbose = false}); }), "w.bmp"));
+  fs::remove(root / "wasps" / "w.bmp");
+  write(root / "wasps" / "w.png", bytes{1, 2, 3});  // listed, and named when read
+  const auto broken = data::image_dataset_from_directory(root.string(), {.shuffle = false, .verbose = false});
+  BOOST_TEST(contains(error_of([&] { pixels_and_labels(broken); }), "w.png: decode_image"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+#endif

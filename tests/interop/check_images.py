@@ -1,0 +1,102 @@
+"""dtrain's PNG and JPEG decoders and bilinear resize against Pillow's decoders and Keras 3's
+keras.ops.image.resize (JAX backend, antialias off: TF's half-pixel bilinear), on images Pillow writes:
+PNG in every mode (gray, gray + alpha, RGB, RGBA, a palette with transparency, 16-bit gray), JPEG
+(baseline 4:2:0, progressive, gray), each decoded to its own channels and converted.
+usage: check_images.py <interop_images program>"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ["KERAS_BACKEND"] = "jax"
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+program = sys.argv[1]
+rng = np.random.default_rng(11)
+d = tempfile.mkdtemp(prefix="dtrain-images-")
+
+
+def noise(h, w, c):
+    return rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+
+
+def smooth(h, w):  # what JPEG keeps: a gradient with a little noise
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([40 + 3 * x + 2 * y, 200 - 2 * x, 90 + 4 * y], axis=-1)
+    return np.clip(base + rng.integers(-6, 7, base.shape), 0, 255).astype(np.uint8)
+
+
+files = {}
+files["rgb.png"] = Image.fromarray(noise(9, 13, 3), "RGB")
+files["rgba.png"] = Image.fromarray(noise(9, 13, 4), "RGBA")
+files["gray.png"] = Image.fromarray(noise(9, 13, 1)[:, :, 0], "L")
+files["gray_alpha.png"] = Image.fromarray(noise(9, 13, 2), "LA")
+palette = Image.fromarray(noise(9, 13, 3), "RGB").quantize(16)
+palette.info["transparency"] = 3
+files["palette.png"] = palette
+files["gray16.png"] = Image.fromarray(rng.integers(0, 65536, (9, 13), dtype=np.uint16))
+files["baseline.jpg"] = Image.fromarray(smooth(24, 31), "RGB")
+files["progressive.jpg"] = Image.fromarray(smooth(17, 20), "RGB")
+files["gray.jpg"] = Image.fromarray(smooth(16, 16)[:, :, 0], "L")
+for name, im in files.items():
+    path = os.path.join(d, name)
+    if name == "palette.png":
+        im.save(path, transparency=3)
+    elif name.endswith(".jpg"):
+        im.save(path, quality=90, progressive=name.startswith("progressive"))
+    else:
+        im.save(path)
+
+
+def pillow(name, channels):
+    """Pillow's decode of a file, converted as dtrain's channels ask (0: its own)."""
+    im = Image.open(os.path.join(d, name))
+    if name == "gray16.png":  # 16 bits scaled to 8, rounded
+        a = np.asarray(im, dtype=np.float64)
+        return np.floor(a * 255 / 65535 + 0.5)[:, :, None]
+    if channels == 0:
+        mode = {"P": "RGBA" if "transparency" in im.info else "RGB"}.get(im.mode, im.mode)
+    else:
+        mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[channels]
+    a = np.asarray(im.convert(mode), dtype=np.float64)
+    return a if a.ndim == 3 else a[:, :, None]
+
+
+# (file, channels, size, tolerance): PNG exactly; 16-bit by one step; JPEG by one (another libjpeg-turbo
+# build's rounding); conversions where the colour arithmetic is exact (gray to RGB, alpha added or dropped)
+cases = [("rgb.png", 0, None, 0), ("rgba.png", 0, None, 0), ("gray.png", 0, None, 0), ("gray_alpha.png", 0, None, 0),
+         ("palette.png", 0, None, 0), ("palette.png", 3, None, 0), ("gray16.png", 0, None, 1),
+         ("rgb.png", 4, None, 0), ("rgba.png", 3, None, 0), ("gray.png", 3, None, 0), ("gray.png", 4, None, 0),
+         ("baseline.jpg", 0, None, 1), ("progressive.jpg", 0, None, 1), ("gray.jpg", 0, None, 1), ("gray.jpg", 3, None, 1),
+         ("rgb.png", 0, [20, 31], 1e-3), ("rgb.png", 0, [5, 6], 1e-3), ("baseline.jpg", 0, [11, 40], 1e-3)]
+with open(os.path.join(d, "cases.json"), "w") as f:
+    json.dump([{"path": os.path.join(d, n), "channels": c, "size": s} for n, c, s, _ in cases], f)
+subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
+ours = json.load(open(os.path.join(d, "out.json")))
+
+failures = []
+decoded = {}  # (file, channels) -> dtrain's decode, which the resize cases resize with Keras too
+for (name, channels, size, tolerance), got in zip(cases, ours):
+    what = f"{name} channels {channels}" + (f" resized to {size[0]} x {size[1]}" if size else "")
+    have = np.asarray(got["values"], dtype=np.float64).reshape(got["shape"])
+    if size:
+        want = np.asarray(keras.ops.image.resize(decoded[(name, channels)].astype(np.float32), tuple(size),
+                                                 interpolation="bilinear", antialias=False), dtype=np.float64)
+    else:
+        want = pillow(name, channels)
+        decoded[(name, channels)] = have
+    if have.shape != want.shape:
+        failures.append(f"{what}: shape {have.shape} where {'Keras' if size else 'Pillow'} gives {want.shape}")
+        continue
+    err = float(np.max(np.abs(have - want)))
+    if err > tolerance:
+        failures.append(f"{what}: values differ by {err} (expected {want.ravel()[:4]}, dtrain {have.ravel()[:4]})")
+    else:
+        print(f"{what}: within {err:g} of " + ("Keras' resize" if size else "Pillow"))
+if failures:
+    print("FAIL:\n" + "\n".join(failures))
+    sys.exit(1)
+print(f"PASS: {len(cases)} decodes and resizes equal Pillow's and Keras {keras.__version__}'s")
