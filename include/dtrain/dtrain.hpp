@@ -55,6 +55,7 @@
 #include "dtrain/data/npy.hpp"
 #include "dtrain/data/sources.hpp"
 #include "dtrain/data/stages.hpp"
+#include "dtrain/data/tfrecord.hpp"
 
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"

@@ -134,3 +134,55 @@ try:
         put("jpeg", name, out.getvalue())
 except ImportError:
     print("make_corpus: no Pillow here: the jpeg seeds were not written")
+
+
+# tfrecord: records framed with their masked CRC-32C; example: tf.train.Example protos (x: 4 floats,
+# y: an int64, s: one bytes value)
+def crc32c(data):
+    crc = 0xffffffff
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82f63b78 if crc & 1 else crc >> 1
+    return crc ^ 0xffffffff
+
+
+def masked(data):
+    c = crc32c(data)
+    return ((((c >> 15) | (c << 17)) & 0xffffffff) + 0xa282ead8) & 0xffffffff
+
+
+def framed(records):
+    out = b""
+    for r in records:
+        n = struct.pack("<Q", len(r))
+        out += n + struct.pack("<I", masked(n)) + r + struct.pack("<I", masked(r))
+    return out
+
+
+def varint(v):
+    out = b""
+    while True:
+        out += bytes([(v & 0x7f) | (0x80 if v >= 0x80 else 0)])
+        v >>= 7
+        if not v:
+            return out
+
+
+def field(number, data):
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def example(features):
+    return field(1, b"".join(field(1, field(1, k) + field(2, v)) for k, v in features))
+
+
+ex = example([(b"x", field(2, field(1, struct.pack("<4f", 1, 2, 3, 4)))), (b"y", field(3, field(1, varint(7)))),
+              (b"s", field(1, field(1, b"cat")))])
+put("example", "full", ex)
+put("example", "default_y", example([(b"x", field(2, field(1, struct.pack("<4f", 0, -1, 0.5, 9)))), (b"s", field(1, field(1, b"")))]))
+put("example", "unpacked", example([(b"x", field(2, b"".join(varint(1 << 3 | 5) + struct.pack("<f", v) for v in (1, 2, 3, 4)))),
+                                    (b"y", field(3, varint(1 << 3) + varint(2**40))), (b"s", field(1, field(1, b"dog")))]))
+put("tfrecord", "two", framed([ex, b"plain bytes"]))
+put("tfrecord", "empty_record", framed([b""]))
+put("tfrecord", "gzip", gzip.compress(framed([ex]), mtime=0))

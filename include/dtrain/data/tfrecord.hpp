@@ -1,0 +1,382 @@
+#pragma once
+/// \file
+/// TFRecord files and `tf.train.Example` records:
+/// - `tfrecord_dataset(files, compression_type)`: `tf.data.TFRecordDataset`, a dataset of the files'
+///   records (std::string), in file order; every record's length and data CRC-32C (masked) is checked,
+///   and a record that does not fit, ends early or fails its checksum is an `io_error` naming the file and
+///   the record's offset. "GZIP" and "ZLIB" files are read through zlib.
+/// - `parse_single_example(record, features)`: `tf.io.parse_single_example` with `fixed_len_feature`s
+///   (`tf.io.FixedLenFeature(shape, dtype, default_value)`): each feature's values as a tensor of its
+///   shape (float32 and int64 lists, int64 as floats, exact to 2^24), bytes lists as strings.
+///
+/// The Example protobuf is read by a decoder of the wire format for its three messages here rather than
+/// through libprotobuf's generated code: a header-only library cannot ship that, and the schema
+/// (Example { Features features = 1 }, Features { map<string, Feature> feature = 1 }, Feature { oneof:
+/// BytesList bytes_list = 1, FloatList float_list = 2, Int64List int64_list = 3 }) has been fixed since
+/// TensorFlow 1.0. Unknown fields are skipped, as protobuf does.
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/core/crc32c.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/tensor.hpp"
+#include "dtrain/data/dataset.hpp"
+
+namespace dtrain::data {
+
+/// The longest record a TFRecord file may hold here: a length above it is a damaged file, not a reason
+/// to allocate.
+inline constexpr std::uint64_t max_record_bytes = std::uint64_t(1) << 30;
+
+namespace detail {
+inline std::uint32_t tfrecord_crc(const void* data, std::size_t n) {  // TFRecord's masked CRC-32C
+  const std::uint32_t c = dtrain::detail::crc32c_bytes(static_cast<const unsigned char*>(data), n, 0);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+/// One TFRecord file, read record by record (through zlib for GZIP and ZLIB files).
+class tfrecord_reader {
+ public:
+  tfrecord_reader(std::string path, const std::string& compression) : path_(std::move(path)) {
+    if (compression == "GZIP" || compression == "ZLIB") {
+      // gzopen reads gzip streams; a raw zlib stream is inflated here instead
+      zlib_ = compression == "ZLIB";
+      if (zlib_) {
+        plain_ = std::fopen(path_.c_str(), "rb");
+        if (!plain_) throw io_error("tfrecord_dataset: cannot open " + path_);
+        if (inflateInit(&z_) != Z_OK) throw io_error("tfrecord_dataset: zlib failed to start for " + path_);
+        inflating_ = true;
+      } else {
+        gz_ = gzopen(path_.c_str(), "rb");
+        if (!gz_) throw io_error("tfrecord_dataset: cannot open " + path_);
+      }
+    } else if (compression.empty()) {
+      plain_ = std::fopen(path_.c_str(), "rb");
+      if (!plain_) throw io_error("tfrecord_dataset: cannot open " + path_);
+    } else {
+      throw value_error("tfrecord_dataset: compression_type \"" + compression + "\" is not \"\", \"GZIP\" or \"ZLIB\"");
+    }
+  }
+  tfrecord_reader(const tfrecord_reader&) = delete;
+  tfrecord_reader& operator=(const tfrecord_reader&) = delete;
+  ~tfrecord_reader() {
+    if (gz_) gzclose(gz_);
+    if (plain_) std::fclose(plain_);
+    if (inflating_) inflateEnd(&z_);
+  }
+
+  /// The next record (into `out`), or false at the end of the file. `want_data`: false skips the data
+  /// (its checksum unchecked), for a resumed iterator.
+  bool next(std::string& out, bool want_data = true) {
+    unsigned char head[12];
+    const std::size_t got = read(head, 12);
+    if (got == 0) return false;
+    if (got < 12) fail("ends inside a record's header");
+    std::uint64_t length = 0;
+    std::uint32_t length_crc = 0;
+    std::memcpy(&length, head, 8);
+    std::memcpy(&length_crc, head + 8, 4);
+    if (tfrecord_crc(head, 8) != length_crc) fail("has a record whose length fails its checksum (a damaged file?)");
+    if (length > max_record_bytes)
+      fail("has a record of " + std::to_string(length) + " bytes, over the cap of " + std::to_string(max_record_bytes));
+    out.resize(std::size_t(length));
+    if (read(reinterpret_cast<unsigned char*>(out.data()), out.size()) < out.size()) fail("ends inside a record");
+    std::uint32_t data_crc = 0;
+    if (read(reinterpret_cast<unsigned char*>(&data_crc), 4) < 4) fail("ends inside a record's checksum");
+    if (want_data && tfrecord_crc(out.data(), out.size()) != data_crc) fail("has a record whose data fails its checksum");
+    offset_ += 16 + length;
+    return true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw io_error("tfrecord_dataset: " + path_ + " " + what + " (the record at byte " + std::to_string(offset_) + ")");
+  }
+  std::size_t read(unsigned char* p, std::size_t n) {
+    if (gz_) {
+      std::size_t total = 0;
+      while (total < n) {
+        const int r = gzread(gz_, p + total, unsigned(std::min<std::size_t>(n - total, 1u << 30)));
+        if (r < 0) fail("is not a readable gzip file");
+        if (r == 0) break;
+        total += std::size_t(r);
+      }
+      return total;
+    }
+    if (!zlib_) return std::fread(p, 1, n, plain_);
+    std::size_t total = 0;  // a raw zlib stream
+    while (total < n) {
+      if (z_.avail_in == 0 && !ended_) {
+        z_.avail_in = unsigned(std::fread(in_, 1, sizeof in_, plain_));
+        z_.next_in = in_;
+        if (z_.avail_in == 0) break;
+      }
+      if (ended_) break;
+      z_.next_out = p + total;
+      z_.avail_out = unsigned(std::min<std::size_t>(n - total, 1u << 30));
+      const std::size_t before = z_.avail_out;
+      const int r = inflate(&z_, Z_NO_FLUSH);
+      total += before - z_.avail_out;
+      if (r == Z_STREAM_END) ended_ = true;
+      else if (r != Z_OK && r != Z_BUF_ERROR) fail("is not a readable zlib stream");
+    }
+    return total;
+  }
+  std::string path_;
+  gzFile gz_ = nullptr;
+  std::FILE* plain_ = nullptr;
+  bool zlib_ = false, inflating_ = false, ended_ = false;
+  z_stream z_{};
+  unsigned char in_[1 << 16];
+  std::uint64_t offset_ = 0;
+};
+}  // namespace detail
+
+/// `tf.data.TFRecordDataset(filenames, compression_type)`: the records of each file in turn (one file:
+/// `tfrecord_dataset({"train.tfrecord"})`).
+class tfrecord_dataset {
+ public:
+  using element_type = std::string;
+  explicit tfrecord_dataset(std::vector<std::string> files, std::string compression_type = "")
+      : files_(std::make_shared<const std::vector<std::string>>(std::move(files))), compression_(std::move(compression_type)) {
+    if (files_->empty()) throw value_error("tfrecord_dataset: no files");
+    if (!compression_.empty() && compression_ != "GZIP" && compression_ != "ZLIB")
+      throw value_error("tfrecord_dataset: compression_type \"" + compression_ + "\" is not \"\", \"GZIP\" or \"ZLIB\"");
+  }
+  std::int64_t cardinality() const { return unknown; }
+  data::options options() const { return {}; }
+
+  class iterator {
+   public:
+    explicit iterator(const tfrecord_dataset& d) : files_(d.files_), compression_(d.compression_) {}
+    std::optional<std::string> next() {
+      std::string out;
+      return advance(out, true) ? std::optional<std::string>(std::move(out)) : std::nullopt;
+    }
+    std::int64_t skip(std::int64_t n) {
+      std::string scratch;
+      std::int64_t k = 0;
+      while (k < n && advance(scratch, false)) ++k;
+      return k;
+    }
+
+   private:
+    bool advance(std::string& out, bool want_data) {
+      while (file_ < files_->size()) {
+        if (!reader_) reader_ = std::make_unique<detail::tfrecord_reader>((*files_)[file_], compression_);
+        if (reader_->next(out, want_data)) return true;
+        reader_.reset();
+        ++file_;
+      }
+      return false;
+    }
+    std::shared_ptr<const std::vector<std::string>> files_;
+    std::string compression_;
+    std::size_t file_ = 0;
+    std::unique_ptr<detail::tfrecord_reader> reader_;
+  };
+  iterator iterate(std::uint64_t) const { return iterator(*this); }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> files_;
+  std::string compression_;
+};
+
+/// `tf.io.FixedLenFeature(shape, dtype, default_value)`'s dtypes here.
+enum class feature_dtype { float32, int64, string };
+
+/// `tf.io.FixedLenFeature`: exactly the values of `shape` (a scalar: {}), or the default when the record
+/// lacks the feature.
+struct fixed_len_feature {
+  extents shape{};
+  feature_dtype dtype = feature_dtype::float32;
+  std::optional<std::vector<float>> default_value{};  ///< float32 and int64 features
+};
+
+/// What `parse_single_example` returns: the numeric features as tensors, the string ones as bytes.
+struct parsed_example {
+  std::map<std::string, tensor> tensors;
+  std::map<std::string, std::vector<std::string>> strings;
+};
+
+namespace detail {
+/// A reader of protobuf's wire format over one message's bytes; every read is bounds-checked.
+struct proto_reader {
+  std::string_view data;
+  std::size_t at = 0;
+  bool done() const { return at >= data.size(); }
+  [[noreturn]] static void fail(const std::string& what) {
+    throw io_error("parse_single_example: not a tf.train.Example (" + what + ")");
+  }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at >= data.size()) fail("a varint runs past the end");
+      const auto b = static_cast<unsigned char>(data[at++]);
+      v |= std::uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    fail("a varint of more than 10 bytes");
+  }
+  std::string_view bytes() {
+    const std::uint64_t n = varint();
+    if (n > data.size() - at) fail("a field of " + std::to_string(n) + " bytes runs past the end");
+    const std::string_view out = data.substr(at, std::size_t(n));
+    at += std::size_t(n);
+    return out;
+  }
+  /// Skips a field of this wire type (an unknown field).
+  void skip(std::uint64_t wire) {
+    if (wire == 0) varint();
+    else if (wire == 1) advance(8);
+    else if (wire == 2) bytes();
+    else if (wire == 5) advance(4);
+    else fail("wire type " + std::to_string(wire));
+  }
+  void advance(std::size_t n) {
+    if (n > data.size() - at) fail("a fixed field runs past the end");
+    at += n;
+  }
+};
+
+/// One Feature: its kind (1 bytes, 2 float, 3 int64; 0 none) and values.
+struct feature_values {
+  int kind = 0;
+  std::vector<float> numbers;
+  std::vector<std::string> strings;
+};
+inline feature_values parse_feature(std::string_view bytes) {
+  feature_values f;
+  proto_reader r{bytes};
+  while (!r.done()) {
+    const std::uint64_t key = r.varint(), field = key >> 3, wire = key & 7;
+    if ((field < 1 || field > 3) || wire != 2) {
+      r.skip(wire);
+      continue;
+    }
+    f.kind = int(field);  // the last of a oneof wins, as protobuf has it
+    f.numbers.clear(), f.strings.clear();
+    proto_reader list{r.bytes()};
+    while (!list.done()) {
+      const std::uint64_t k = list.varint(), wt = k & 7;
+      if ((k >> 3) != 1) {
+        list.skip(wt);
+        continue;
+      }
+      if (field == 1) {
+        if (wt != 2) proto_reader::fail("a bytes value of wire type " + std::to_string(wt));
+        f.strings.emplace_back(list.bytes());
+      } else if (field == 2) {
+        if (wt == 5) {  // one float
+          float v;
+          list.advance(4);
+          std::memcpy(&v, list.data.data() + list.at - 4, 4);
+          f.numbers.push_back(v);
+        } else if (wt == 2) {  // packed
+          const std::string_view p = list.bytes();
+          if (p.size() % 4) proto_reader::fail("a packed float list of " + std::to_string(p.size()) + " bytes");
+          for (std::size_t i = 0; i < p.size(); i += 4) {
+            float v;
+            std::memcpy(&v, p.data() + i, 4);
+            f.numbers.push_back(v);
+          }
+        } else {
+          proto_reader::fail("a float value of wire type " + std::to_string(wt));
+        }
+      } else {
+        if (wt == 0) {
+          f.numbers.push_back(float(std::int64_t(list.varint())));
+        } else if (wt == 2) {
+          proto_reader packed{list.bytes()};
+          while (!packed.done()) f.numbers.push_back(float(std::int64_t(packed.varint())));
+        } else {
+          proto_reader::fail("an int64 value of wire type " + std::to_string(wt));
+        }
+      }
+    }
+  }
+  return f;
+}
+/// Example -> Features -> map entries (key, Feature), the last entry of a key winning.
+inline std::map<std::string, feature_values> parse_features(std::string_view record) {
+  std::map<std::string, feature_values> out;
+  proto_reader example{record};
+  while (!example.done()) {
+    const std::uint64_t key = example.varint();
+    if (key != ((1u << 3) | 2)) {
+      example.skip(key & 7);
+      continue;
+    }
+    proto_reader features{example.bytes()};
+    while (!features.done()) {
+      const std::uint64_t k = features.varint();
+      if (k != ((1u << 3) | 2)) {
+        features.skip(k & 7);
+        continue;
+      }
+      proto_reader entry{features.bytes()};
+      std::string name;
+      feature_values value;
+      while (!entry.done()) {
+        const std::uint64_t e = entry.varint();
+        if (e == ((1u << 3) | 2)) name = std::string(entry.bytes());
+        else if (e == ((2u << 3) | 2)) value = parse_feature(entry.bytes());
+        else entry.skip(e & 7);
+      }
+      out[name] = std::move(value);
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
+/// `tf.io.parse_single_example(serialized, features)` with fixed-length features: each named feature's
+/// values, checked against its dtype and shape (a missing one takes its default, else it is an error).
+inline parsed_example parse_single_example(std::string_view serialized, const std::map<std::string, fixed_len_feature>& features) {
+  const auto found = detail::parse_features(serialized);
+  parsed_example out;
+  for (const auto& [name, spec] : features) {
+    std::size_t n = 1;
+    for (auto d : spec.shape) n *= d;
+    const auto it = found.find(name);
+    const int want = spec.dtype == feature_dtype::string ? 1 : spec.dtype == feature_dtype::float32 ? 2 : 3;
+    static constexpr const char* kinds[] = {"no values", "a bytes_list", "a float_list", "an int64_list"};
+    if (it == found.end() || it->second.kind == 0) {
+      if (spec.dtype == feature_dtype::string || !spec.default_value)
+        throw value_error("parse_single_example: feature '" + name + "' is missing and has no default_value");
+      if (spec.default_value->size() != n && spec.default_value->size() != 1)
+        throw value_error("parse_single_example: feature '" + name + "' has a default_value of " +
+                          std::to_string(spec.default_value->size()) + " values for shape " + shape_str(spec.shape));
+      tensor t = zeros(spec.shape);
+      for (std::size_t i = 0; i < n; ++i) t.data()[i] = (*spec.default_value)[spec.default_value->size() == 1 ? 0 : i];
+      out.tensors.emplace(name, std::move(t));
+      continue;
+    }
+    const detail::feature_values& v = it->second;
+    if (v.kind != want)
+      throw value_error("parse_single_example: feature '" + name + "' is " + kinds[v.kind] + ", not " + kinds[want]);
+    const std::size_t have = want == 1 ? v.strings.size() : v.numbers.size();
+    if (have != n)
+      throw value_error("parse_single_example: feature '" + name + "' has " + std::to_string(have) + " values, shape " +
+                        shape_str(spec.shape) + " needs " + std::to_string(n));
+    if (want == 1) {
+      out.strings.emplace(name, v.strings);
+    } else {
+      tensor t = zeros(spec.shape);
+      std::copy(v.numbers.begin(), v.numbers.end(), t.data());
+      out.tensors.emplace(name, std::move(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,78 @@
+"""TFRecord files written by TensorFlow itself (tf.io.TFRecordWriter, plain, GZIP and ZLIB, of
+tf.train.Example protos) read by dtrain's tfrecord_dataset and parse_single_example: every record in
+order, every feature's values equal (floats bit for bit, int64s, bytes, a default where a record lacks the
+feature); a file with a flipped byte is refused by both.
+usage: check_tfrecord.py <interop_tfrecord program>"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+program = sys.argv[1]
+rng = np.random.default_rng(3)
+d = tempfile.mkdtemp(prefix="dtrain-tfrecord-")
+feature = tf.train.Feature
+
+
+def record(i):
+    f = {"image": feature(float_list=tf.train.FloatList(value=rng.normal(0, 10, 6).astype(np.float32))),
+         "label": feature(int64_list=tf.train.Int64List(value=[int(rng.integers(-1000, 1000))])),
+         "name": feature(bytes_list=tf.train.BytesList(value=[f"image-{i}.png".encode()]))}
+    if i % 3:  # the others take the default
+        f["ids"] = feature(int64_list=tf.train.Int64List(value=[int(v) for v in rng.integers(-(2**20), 2**20, 3)]))
+    return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
+
+
+spec = {"image": tf.io.FixedLenFeature([2, 3], tf.float32), "label": tf.io.FixedLenFeature([], tf.int64),
+        "ids": tf.io.FixedLenFeature([3], tf.int64, default_value=[-1, -1, -1]),
+        "name": tf.io.FixedLenFeature([], tf.string)}
+failures = []
+for compression in ("none", "GZIP", "ZLIB"):
+    files = [os.path.join(d, f"{compression}-{k}.tfrecord") for k in range(2)]
+    options = tf.io.TFRecordOptions(compression_type="" if compression == "none" else compression)
+    for k, path in enumerate(files):
+        with tf.io.TFRecordWriter(path, options) as w:
+            for i in range(4 + k):
+                w.write(record(10 * k + i))
+    out = os.path.join(d, "out.json")
+    subprocess.run([program, out, compression] + files, check=True)
+    ours = json.load(open(out))
+    ds = tf.data.TFRecordDataset(files, compression_type=options.compression_type)
+    theirs = [tf.io.parse_single_example(r, spec) for r in ds]
+    if len(ours) != len(theirs):
+        failures.append(f"{compression}: {len(ours)} records where TensorFlow reads {len(theirs)}")
+        continue
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        for name in ("image", "label", "ids"):
+            want = b[name].numpy().astype(np.float32).ravel()
+            if not np.array_equal(np.asarray(a[name], dtype=np.float32), want):
+                failures.append(f"{compression} record {i} {name}: {a[name]} where TensorFlow parses {want.tolist()}")
+        if a["name"] != b["name"].numpy().decode():
+            failures.append(f"{compression} record {i} name: {a['name']!r}")
+    print(f"{compression}: {len(ours)} records in 2 files, every feature as TensorFlow {tf.__version__} parses it")
+
+# a flipped byte inside the second record's data: TensorFlow reports data loss, dtrain an error naming it
+path = os.path.join(d, "none-0.tfrecord")
+data = bytearray(open(path, "rb").read())
+first = int.from_bytes(data[:8], "little")
+data[16 + first + 12 + 5] ^= 0x10
+open(path, "wb").write(bytes(data))
+try:
+    list(tf.data.TFRecordDataset([path]))
+    failures.append("TensorFlow read the damaged file")
+except tf.errors.DataLossError:
+    pass
+r = subprocess.run([program, os.path.join(d, "bad.json"), "none", path], capture_output=True, text=True)
+if r.returncode == 0 or "fails its checksum" not in r.stderr:
+    failures.append(f"dtrain on the damaged file: exit {r.returncode}, {r.stderr.strip()!r}")
+else:
+    print(f"a damaged record: {r.stderr.strip()}")
+if failures:
+    print("FAIL:\n" + "\n".join(failures))
+    sys.exit(1)
+print(f"PASS: TFRecord files and tf.train.Example records of TensorFlow {tf.__version__} read alike")
