@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The whole of dtrain in one include (the optional parts are included on their own: the ring_tcp and mpi
-/// communicators, the cuda backend and comm::nccl, each with its CMake target, and the opaque test backend).
+/// communicators, the cuda backend and comm::nccl, image decoding (data/image.hpp), each with its CMake
+/// target, and the opaque test backend).
 
 #include "dtrain/version.hpp"
 
