@@ -197,6 +197,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(value_and_gradients_matches_central_differences, B
   dtrain_test::check_gradient("model", params, analytic, f, 400);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(activity_regularizers_join_the_loss_and_its_gradient, B, backends) {
+  // Keras 3: a layer's activity penalty, R(its output) / the batch's rows, joins the loss (evaluate's
+  // too) and its gradient flows back through the layer and those before it; a custom-loop step of 2
+  // replicas halves it, as every penalty. The reference computes the layers by hand from the weights.
+  using net = sequential<input<4>, dense<5, dtrain::tanh, activity_regularizer<l2<0.05f>>>,
+                         dense<3, linear, l2<0.01f>, activity_regularizer<l1_l2<0.02f, 0.03f>>>>;
+  on<net, B> m(3);
+  rng r(5);
+  tensor x = zeros({6, 4}), y = zeros({6});
+  for (auto& v : x) v = r.normal();
+  for (std::size_t i = 0; i < 6; ++i) y(i) = float(i % 3);
+  const sparse_categorical_crossentropy ce{{.from_logits = true, .reduction = reduction::none}};
+  // the loss of weights `w` over this batch: mean cross-entropy over `global` rows + penalties / replicas
+  auto reference = [&](const std::vector<float>& w, double global, double replicas) {
+    const float *w1 = w.data(), *b1 = w1 + 20, *w2 = b1 + 5, *b2 = w2 + 15;
+    tensor z = zeros({6, 3});
+    double hidden_sq = 0, out_abs = 0, out_sq = 0, kernel_sq = 0;
+    for (std::size_t i = 0; i < 6; ++i) {
+      double h[5];
+      for (std::size_t u = 0; u < 5; ++u) {
+        double a = b1[u];
+        for (std::size_t k = 0; k < 4; ++k) a += double(x(i, k)) * w1[k * 5 + u];
+        h[u] = std::tanh(a), hidden_sq += h[u] * h[u];
+      }
+      for (std::size_t c = 0; c < 3; ++c) {
+        double a = b2[c];
+        for (std::size_t u = 0; u < 5; ++u) a += h[u] * w2[u * 3 + c];
+        z(i, c) = float(a), out_abs += std::abs(a), out_sq += a * a;
+      }
+    }
+    for (std::size_t k = 0; k < 15; ++k) kernel_sq += double(w2[k]) * w2[k];
+    const tensor per = ce(y, z);
+    double sum = 0;
+    for (float v : per) sum += v;
+    const double penalty = 0.01 * kernel_sq + (0.05 * hidden_sq + 0.02 * out_abs + 0.03 * out_sq) / 6.0;
+    return sum / global + penalty / replicas;
+  };
+  const std::vector<float> start = m.get_weights();
+  const float got = m.value_and_gradients(x, y, any_loss(ce), 12, 2);
+  BOOST_TEST(got == reference(start, 12, 2), tt::tolerance(1e-4));
+  const std::vector<float> analytic = to_host(m.gradients());
+  std::vector<float> params = start;
+  dtrain_test::check_gradient("model", params, analytic, [&]() -> double { return reference(params, 12, 2); }, 400);
+  m.compile({.optimizer = sgd{}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  m.set_weights(start);
+  BOOST_TEST(m.evaluate(x, y, {.verbose = 0})["loss"] == reference(start, 6, 1), tt::tolerance(1e-4));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(input_gradients_match_central_differences, B, backends) {
   // TF: with tape: tape.watch(x); loss = ...; tape.gradient(loss, x). The first layer (a reshape,
   // relabelled) passes the gradient through; the model has dropout, whose mask the generator fixes.

@@ -40,10 +40,11 @@ struct conv2d {
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
                   detail::is_dilation_rate<Options>::value || detail::is_groups<Options>::value ||
-                  detail::is_bias_regularizer<Options>::value) &&
+                  detail::is_bias_regularizer<Options>::value || detail::is_activity_regularizer<Options>::value) &&
                  ...),
                 "conv2d: options are strides<...>, padding::valid | padding::same, dilation_rate<...>, "
-                "groups<G>, use_bias<false>, regularizers such as l2<> and bias_regularizer<...>");
+                "groups<G>, use_bias<false>, regularizers such as l2<>, bias_regularizer<...> and "
+                "activity_regularizer<...>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
@@ -56,6 +57,7 @@ struct conv2d {
 
   template <class In, class B>
   struct bind {
+    using activity_regularizer = detail::activity_regularizer_of<Options...>;
     static_assert(window_kernels<B>, "conv2d: the backend lacks the window kernels (window_kernels)");
     using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, stride_type, padding_type, dilation_type>;
     static_assert(geo::c % group_count == 0, "conv2d: groups<G> must divide the input's channels");

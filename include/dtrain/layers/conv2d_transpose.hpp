@@ -46,10 +46,11 @@ struct conv2d_transpose {
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
                   detail::is_dilation_rate<Options>::value || detail::is_output_padding<Options>::value ||
-                  detail::is_bias_regularizer<Options>::value) &&
+                  detail::is_bias_regularizer<Options>::value || detail::is_activity_regularizer<Options>::value) &&
                  ...),
                 "conv2d_transpose: options are strides<...>, padding::valid | padding::same, output_padding<...>, "
-                "dilation_rate<...>, use_bias<false>, regularizers such as l2<> and bias_regularizer<...>");
+                "dilation_rate<...>, use_bias<false>, regularizers such as l2<>, bias_regularizer<...> and "
+                "activity_regularizer<...>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
   using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
@@ -75,6 +76,7 @@ struct conv2d_transpose {
 
   template <class In, class B>
   struct bind {
+    using activity_regularizer = detail::activity_regularizer_of<Options...>;
     static_assert(window_kernels<B>, "conv2d_transpose: the backend lacks the window kernels (window_kernels)");
     static_assert(In::rank == 3,
                   "conv2d_transpose expects a rank-3 input (height, width, channels); add dtrain::reshape<h, w, c> "

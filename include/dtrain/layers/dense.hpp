@@ -2,8 +2,8 @@
 /// \file
 /// `dense<Units, Activation, Options...>`: Keras `layers.Dense`. `y = activation(x . kernel + bias)`
 /// along the last axis, kernel (in, units) and bias (units) as Keras stores them. Options: a kernel
-/// regularizer (`l2<0.01f>`), a bias regularizer (`bias_regularizer<l1<0.01f>>`), `use_bias<false>` (no
-/// bias variable).
+/// regularizer (`l2<0.01f>`), a bias regularizer (`bias_regularizer<l1<0.01f>>`), an activity regularizer
+/// (`activity_regularizer<l2<0.01f>>`), `use_bias<false>` (no bias variable).
 
 #include <algorithm>
 
@@ -18,9 +18,10 @@ struct dense {
   static_assert(detail::activation_policy<Activation>,
                 "dense: the second argument must be an activation (relu, sigmoid, tanh, softmax, gelu, linear)");
   static_assert(((detail::is_regularizer<Options>::value || detail::is_use_bias<Options>::value ||
-                  detail::is_bias_regularizer<Options>::value) &&
+                  detail::is_bias_regularizer<Options>::value || detail::is_activity_regularizer<Options>::value) &&
                  ...),
-                "dense: options are use_bias<false>, regularizers such as l2<0.01f> and bias_regularizer<...>");
+                "dense: options are use_bias<false>, regularizers such as l2<0.01f>, bias_regularizer<...> and "
+                "activity_regularizer<...>");
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
   using bias_regularizer = detail::bias_regularizer_of<Options...>;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
@@ -28,6 +29,7 @@ struct dense {
 
   template <class In, class B>
   struct bind {
+    using activity_regularizer = detail::activity_regularizer_of<Options...>;
     static_assert(activation_kernels<B>, "dense: the backend lacks the activation kernels (activation_kernels)");
     static_assert(In::rank >= 1, "dense: the input needs at least one axis");
     using input_shape = In;

@@ -2,9 +2,10 @@
 /// \file
 /// Regularizers, given to `dense`, `conv2d` and `conv2d_transpose` as options: of the kernel as is
 /// (`dense<64, relu, l2<0.01f>>`, Keras' `kernel_regularizer`), of the bias wrapped
-/// (`bias_regularizer<l1<0.01f>>`). The penalty is what Keras adds to `model.losses`; training adds it to
-/// the loss (divided by the number of replicas under a strategy, as TF's `scale_regularization_loss`
-/// does).
+/// (`bias_regularizer<l1<0.01f>>`), of the layer's output wrapped (`activity_regularizer<l2<0.01f>>`: its
+/// penalty divided by the batch's rows, as Keras 3 divides it). The penalty is what Keras adds to
+/// `model.losses`; training adds it to the loss (divided by the number of replicas under a strategy, as
+/// TF's `scale_regularization_loss` does).
 ///
 /// Regularizer contract: `apply(device, n, w, g, scale, penalty)` adds the penalty of the `n` weights `w`
 /// to `penalty[0]` and, when `g` is not null, `scale` times its gradient to `g`; `active` is false for
@@ -90,6 +91,35 @@ struct is_bias_regularizer<T, std::void_t<decltype(T::is_bias_regularizer)>> : s
 /// A layer's bias regularizer (no_regularizer when none is given).
 template <class... Options>
 using bias_regularizer_of = typename find_option<is_bias_regularizer, bias_regularizer<no_regularizer>, Options...>::type::type;
+}  // namespace detail
+
+/// Keras' `activity_regularizer=`: regularizer R on the layer's output (after its activation), the
+/// penalty of a batch divided by its rows; the model adds it and its gradient in backward.
+template <class R>
+struct activity_regularizer {
+  static_assert(detail::is_regularizer<R>::value, "activity_regularizer<R>: R is a regularizer such as l2<0.01f>");
+  static constexpr bool is_activity_regularizer = true;
+  using type = R;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_activity_regularizer : std::false_type {};
+template <class T>
+struct is_activity_regularizer<T, std::void_t<decltype(T::is_activity_regularizer)>> : std::true_type {};
+/// A layer's activity regularizer (no_regularizer when none is given).
+template <class... Options>
+using activity_regularizer_of =
+    typename find_option<is_activity_regularizer, activity_regularizer<no_regularizer>, Options...>::type::type;
+/// A bound layer's activity regularizer: its `activity_regularizer` type, else no_regularizer.
+template <class L, class = void>
+struct activity_of {
+  using type = no_regularizer;
+};
+template <class L>
+struct activity_of<L, std::void_t<typename L::activity_regularizer>> {
+  using type = typename L::activity_regularizer;
+};
 }  // namespace detail
 
 }  // namespace dtrain

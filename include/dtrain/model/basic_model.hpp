@@ -350,6 +350,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       constexpr auto src = Graph::template sources<I>;
       ctx.state = this->template state_ptr<I>();
       const ptr dy = grad_at_[num_inputs + I];
+      add_activity_penalty<I>(n, dy, regularization_scale_);  // its gradient joins dy before the layer's backward
       auto& l = std::get<I>(this->layers_);
       if constexpr (detail::relabels_v<layer_type<I>>) {
         if (wants_gradient(src[0])) {
@@ -485,7 +486,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   using tensors = std::span<const tensor>;
 
   /// The step's scalars in backend memory: the penalty sum, each output's loss sum, then each metric's
-  /// total.
+  /// total (and a scratch slot after them, for an activity penalty before its division).
   static constexpr std::size_t penalty_slot = 0, loss_slot = 1, metric_slot = 1 + num_outputs;
 
   /// What a step computes for a batch of targets, decided (and the targets checked) before it runs.
@@ -549,7 +550,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     const auto t = targets(y);
     for (std::size_t o = 0; o < num_outputs; ++o) compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false);
     compute_metrics(plan, t, n);
-    add_penalties(ptr{}, 0.0f);
+    add_penalties(ptr{}, 0.0f, n);
     const float* s = read_scalars();
     track(plan, y, n, s[penalty_slot], s);
     return metric_results();
@@ -836,15 +837,30 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     }
   }
 
-  /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot.
-  void add_penalties(ptr grads, float scale) {
+  /// Adds every layer's penalty (and, with `grads`, `scale` times its gradient) into the penalty slot;
+  /// with `rows`, the activity penalties of the last forward (of that many rows) too.
+  void add_penalties(ptr grads, float scale, std::size_t rows = 0) {
     const ptr penalty = scalar_ptr() + penalty_slot;
     this->device_.fill(1, 0.0f, penalty);
     layer_context<B> ctx{this->device_, this->rng_, false};
     each([&]<std::size_t I>() {
       std::get<I>(this->layers_).regularization(ctx, this->template param_ptr<I>(), grads ? grads + param_offsets[I] : ptr{}, scale,
                                           penalty);
+      add_activity_penalty<I>(rows, ptr{}, 0.0f);
     });
+  }
+  /// Layer I's activity penalty on its last output (n rows), R(y) / n as Keras 3 has it, into the penalty
+  /// slot; with `dy`, `scale / n` times its gradient into dy.
+  template <std::size_t I>
+  void add_activity_penalty(std::size_t n, ptr dy, float scale) {
+    using R = typename detail::activity_of<layer_type<I>>::type;
+    if constexpr (R::active) {
+      if (n == 0) return;
+      const ptr own = scalar_ptr() + metric_slot + metrics_.size();  // the scratch slot
+      this->device_.fill(1, 0.0f, own);
+      R::apply(this->device_, n * output_sizes[I], out_[I], dy, scale / static_cast<float>(n), own);
+      this->device_.axpy(1, 1.0f / static_cast<float>(n), cptr(own), scalar_ptr() + penalty_slot);
+    }
   }
 
   /// Extents of the last forward's predictions of output o (batch first) with `data`.
@@ -957,7 +973,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     }
   }
 
-  ptr scalar_ptr() { return ensure(this->device_, scalars_, metric_slot + metrics_.size()); }
+  ptr scalar_ptr() { return ensure(this->device_, scalars_, metric_slot + metrics_.size() + 1); }  // + a scratch slot
   /// The step's scalars, downloaded (the step's one synchronisation with the host).
   const float* read_scalars() {
     scalar_values_.resize(metric_slot + metrics_.size());
