@@ -191,7 +191,7 @@ class any_metric {
   /// The result of a state of this metric (the values of `state()`, or their sum over replicas).
   float result_of(std::span<const float> state) const { return fn_->result(state); }
   void reset_state() { state_.reset(); }
-  /// This replica's (total, count), which a model and its checkpoints keep.
+  /// This replica's state (total and count, or a state metric's values), which a model and its checkpoints keep.
   metric_state& state() { return state_.own(); }
   const metric_state& state() const { return state_.own(); }
 
