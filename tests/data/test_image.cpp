@@ -154,6 +154,12 @@ BOOST_AUTO_TEST_CASE(bad_png_files_are_named_errors) {
   const uLong crc = crc32(0, huge.data() + 12, 17);
   for (int i = 0; i < 4; ++i) huge[29 + std::size_t(i)] = static_cast<unsigned char>(crc >> (24 - 8 * i));
   BOOST_TEST(contains(error_of([&] { data::decode_png(huge); }), "over the cap"));
+  // the cap can be set: 16 x 16 x 3 values fit in 768 bytes, not in 767
+  data::max_image_bytes = 768;
+  BOOST_TEST(data::decode_png(good).size() == 768u);
+  data::max_image_bytes = 767;
+  BOOST_TEST(contains(error_of([&] { data::decode_png(good); }), "over the cap of 767 bytes (max_image_bytes)"));
+  data::max_image_bytes = std::size_t(1) << 28;
 }
 
 BOOST_AUTO_TEST_CASE(jpeg_decodes_within_its_loss) {

@@ -17,6 +17,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <csetjmp>
 #include <cstdint>
@@ -40,9 +41,10 @@
 
 namespace dtrain::data {
 
-/// The most bytes a decoded image may take (8-bit samples): a hostile or corrupt header cannot make a
-/// decoder allocate more.
-inline constexpr std::size_t max_image_bytes = std::size_t(1) << 28;
+/// The most bytes a decoded image may take (8-bit samples; 256 MiB unless set, as Pillow's
+/// `Image.MAX_IMAGE_PIXELS` is): a hostile or corrupt header cannot make a decoder allocate more, nor
+/// spend the time a larger image takes. Read at each decode.
+inline std::atomic<std::size_t> max_image_bytes{std::size_t(1) << 28};
 
 namespace detail {
 /// What one decoding stage found: an error message (empty: none) and the output's size.
@@ -53,9 +55,10 @@ struct image_header {
 inline void check_image_size(const char* what, const image_header& h) {
   if (h.height == 0 || h.width == 0)
     throw io_error(std::string(what) + ": an image of " + std::to_string(h.width) + " x " + std::to_string(h.height) + " pixels");
-  if (h.height > max_image_bytes / h.width / h.channels)
+  const std::size_t cap = max_image_bytes.load();
+  if (h.height > cap / h.width / h.channels)
     throw io_error(std::string(what) + ": an image of " + std::to_string(h.width) + " x " + std::to_string(h.height) + " x " +
-                   std::to_string(h.channels) + " values is over the cap of " + std::to_string(max_image_bytes) + " bytes");
+                   std::to_string(h.channels) + " values is over the cap of " + std::to_string(cap) + " bytes (max_image_bytes)");
 }
 /// Room for the pixels, left uninitialised: a file that claims many pixels and ends early costs no
 /// more than the pages its rows reached.
@@ -158,7 +161,7 @@ inline bool jpeg_stage_header(jpeg_reader& r, std::span<const unsigned char> byt
   if (setjmp(at)) return false;
   jpeg_create_decompress(&r.cinfo);
   r.created = true;
-  r.cinfo.mem->max_memory_to_use = long(2 * max_image_bytes);
+  r.cinfo.mem->max_memory_to_use = long(2 * max_image_bytes.load());
   jpeg_mem_src(&r.cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&r.cinfo, TRUE);
   if (r.cinfo.num_components == 4) {
@@ -260,7 +263,8 @@ inline tensor read_image(const std::string& path, int channels = 0) {
   if (!f) throw io_error("read_image: cannot open " + path);
   f.seekg(0, std::ios::end);
   const auto size = static_cast<std::size_t>(f.tellg());
-  if (size > max_image_bytes) throw io_error("read_image: " + path + " is over the cap of " + std::to_string(max_image_bytes) + " bytes");
+  if (size > max_image_bytes.load())
+    throw io_error("read_image: " + path + " is over the cap of " + std::to_string(max_image_bytes.load()) + " bytes (max_image_bytes)");
   std::vector<unsigned char> bytes(size);
   f.seekg(0);
   f.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(size));
