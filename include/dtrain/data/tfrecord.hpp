@@ -88,8 +88,13 @@ class tfrecord_reader {
     if (tfrecord_crc(head, 8) != length_crc) fail("has a record whose length fails its checksum (a damaged file?)");
     if (length > max_record_bytes)
       fail("has a record of " + std::to_string(length) + " bytes, over the cap of " + std::to_string(max_record_bytes));
-    out.resize(std::size_t(length));
-    if (read(reinterpret_cast<unsigned char*>(out.data()), out.size()) < out.size()) fail("ends inside a record");
+    out.clear();  // grown as the data comes: a file that ends early costs no more than its own size
+    for (std::size_t left = std::size_t(length); left > 0;) {
+      const std::size_t at = out.size(), chunk = std::min<std::size_t>(left, std::size_t(1) << 20);
+      out.resize(at + chunk);
+      if (read(reinterpret_cast<unsigned char*>(out.data() + at), chunk) < chunk) fail("ends inside a record");
+      left -= chunk;
+    }
     std::uint32_t data_crc = 0;
     if (read(reinterpret_cast<unsigned char*>(&data_crc), 4) < 4) fail("ends inside a record's checksum");
     if (want_data && tfrecord_crc(out.data(), out.size()) != data_crc) fail("has a record whose data fails its checksum");
