@@ -5,7 +5,7 @@
 #include "fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  dtrain::data::max_image_bytes = std::size_t(1) << 24;  // 16 MiB: a few bytes may claim an image that takes
+  dtrain::data::max_image_bytes = std::size_t(1) << 20;  // 1 MiB: a few bytes may claim an image that takes
                                                          // seconds to decode, which is not a fault
   for (int channels : {0, 1, 4})
     dtrain_fuzz::expect_only_dtrain_errors([&] {
