@@ -38,6 +38,7 @@
 #include "dtrain/distribute/replica_context.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/input.hpp"
+#include "dtrain/layers/regularizers.hpp"
 #include "dtrain/model/model_state.hpp"
 #include "dtrain/model/graph.hpp"
 #include "dtrain/losses/loss.hpp"
