@@ -42,11 +42,7 @@ namespace dtrain {
 
 namespace tensorboard_events {
 
-/// TFRecord's masked CRC (a CRC of data that holds CRCs is otherwise weak).
-inline std::uint32_t masked_crc32c(const void* data, std::size_t n) {
-  const std::uint32_t c = detail::crc32c(data, n);
-  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
+using detail::masked_crc32c;  // TFRecord's (core/crc32c.hpp)
 
 /// The few protocol-buffer encodings an Event needs.
 class proto {

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// CRC-32C (Castagnoli, as iSCSI, ext4 and TFRecord files use it): the ring's frame checksum (TCP's
-/// own 16-bit sum misses what a faulty NIC, cable or middlebox can do to a frame) and TensorBoard's
-/// record framing.
+/// own 16-bit sum misses what a faulty NIC, cable or middlebox can do to a frame) and the TFRecord
+/// framing of TensorBoard's event files and of TFRecord files (masked_crc32c).
 ///
 /// `crc32c(data, n, crc)` continues from `crc`. The table form (a byte at a time) is the reference.
 /// Where the CPU has SSE 4.2, its crc32 instruction takes 8 bytes, and three independent streams over
@@ -95,6 +95,13 @@ inline std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc =
   if (hardware) return crc32c_sse42(p, n, crc);
 #endif
   return crc32c_bytes(p, n, crc);
+}
+
+/// TFRecord's masked CRC-32C (a CRC of data that holds CRCs is otherwise weak): TensorBoard's event
+/// files and TFRecord files frame their records with it.
+inline std::uint32_t masked_crc32c(const void* data, std::size_t n) {
+  const std::uint32_t c = crc32c(data, n);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
 }  // namespace dtrain::detail

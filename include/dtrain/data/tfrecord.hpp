@@ -38,11 +38,6 @@ namespace dtrain::data {
 inline constexpr std::uint64_t max_record_bytes = std::uint64_t(1) << 30;
 
 namespace detail {
-inline std::uint32_t tfrecord_crc(const void* data, std::size_t n) {  // TFRecord's masked CRC-32C
-  const std::uint32_t c = dtrain::detail::crc32c_bytes(static_cast<const unsigned char*>(data), n, 0);
-  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
-
 /// One TFRecord file, read record by record (through zlib for GZIP and ZLIB files).
 class tfrecord_reader {
  public:
@@ -85,7 +80,7 @@ class tfrecord_reader {
     std::uint32_t length_crc = 0;
     std::memcpy(&length, head, 8);
     std::memcpy(&length_crc, head + 8, 4);
-    if (tfrecord_crc(head, 8) != length_crc) fail("has a record whose length fails its checksum (a damaged file?)");
+    if (dtrain::detail::masked_crc32c(head, 8) != length_crc) fail("has a record whose length fails its checksum (a damaged file?)");
     if (length > max_record_bytes)
       fail("has a record of " + std::to_string(length) + " bytes, over the cap of " + std::to_string(max_record_bytes));
     out.clear();  // grown as the data comes: a file that ends early costs no more than its own size
@@ -97,7 +92,7 @@ class tfrecord_reader {
     }
     std::uint32_t data_crc = 0;
     if (read(reinterpret_cast<unsigned char*>(&data_crc), 4) < 4) fail("ends inside a record's checksum");
-    if (want_data && tfrecord_crc(out.data(), out.size()) != data_crc) fail("has a record whose data fails its checksum");
+    if (want_data && dtrain::detail::masked_crc32c(out.data(), out.size()) != data_crc) fail("has a record whose data fails its checksum");
     offset_ += 16 + length;
     return true;
   }
