@@ -1,7 +1,7 @@
 """dtrain's losses, metrics and optimizers against Keras 3's own (JAX backend, from PyPI) on the same random
 inputs: each loss's per-row values and the gradient of their sum with respect to y_pred (jax.grad); each
 metric's result after several batches (its state summed across them, as across replicas and workers);
-each optimizer's parameters after several steps.
+each optimizer's parameters after several steps; a small model's fit with sample_weight and class_weight.
 usage: check_functions.py <interop_functions program>"""
 import json
 import os
@@ -181,6 +181,35 @@ schedules = [
      ocfg("PiecewiseConstantDecay", boundaries=[5, 20], values=[0.1, 0.05, 0.01])),
 ]
 
+fx = f32(rng.normal(0, 1, (22, 4)))  # batches of 8, 8 and 6
+fy = f32(rng.integers(0, 3, 22))
+fw = f32(rng.uniform(0, 2, 22))
+start_weights = [f32(rng.normal(0, 0.5, (4, 3))), f32(rng.normal(0, 0.1, 3))]
+sparse = {"class_name": "sparse_categorical_crossentropy", "config": {"from_logits": True, "reduction": "sum_over_batch_size"}}
+# weighted metrics: (Keras metric, dtrain config)
+sparse_weighted = [(keras.metrics.SparseCategoricalAccuracy(name="sparse_categorical_accuracy"),
+                    mcfg("sparse_categorical_accuracy")),
+                   (keras.metrics.SparseTopKCategoricalAccuracy(k=2, name="sparse_top_k_categorical_accuracy"),
+                    mcfg("sparse_top_k_categorical_accuracy", k=2))]
+onehot_weighted = [(keras.metrics.CategoricalAccuracy(name="categorical_accuracy"), mcfg("categorical_accuracy")),
+                   (keras.metrics.AUC(name="auc", from_logits=True), mcfg("auc", from_logits=True)),
+                   (keras.metrics.Precision(name="precision", top_k=1), mcfg("precision", top_k=1))]
+# (what, dtrain loss config, Keras loss, y, fit's keyword arguments, weighted metrics): a Dense(3) trained by SGD(0.1)
+fits = [
+    ("fit sample_weight", sparse, keras.losses.SparseCategoricalCrossentropy(from_logits=True), fy,
+     {"sample_weight": fw}, sparse_weighted),
+    ("fit class_weight", sparse, keras.losses.SparseCategoricalCrossentropy(from_logits=True), fy,
+     {"class_weight": {0: 2.0, 2: 0.5}}, sparse_weighted),
+    ("fit one-hot class_weight", {"class_name": "categorical_crossentropy", "config": {"from_logits": True, "label_smoothing": 0.0, "reduction": "sum_over_batch_size"}},
+     keras.losses.CategoricalCrossentropy(from_logits=True), f32(np.eye(3)[fy.astype(int)]),
+     {"class_weight": {1: 3.0, 2: 0.25}}, onehot_weighted),
+    ("fit one-hot sample_weight", {"class_name": "categorical_crossentropy", "config": {"from_logits": True, "label_smoothing": 0.0, "reduction": "sum_over_batch_size"}},
+     keras.losses.CategoricalCrossentropy(from_logits=True), f32(np.eye(3)[fy.astype(int)]),
+     {"sample_weight": fw}, onehot_weighted),
+    ("fit mse sample_weight", {"class_name": "mean_squared_error", "config": {"reduction": "sum_over_batch_size"}}, keras.losses.MeanSquaredError(),
+     f32(rng.normal(0, 1, (22, 3))), {"sample_weight": fw}, []),
+]
+
 d = tempfile.mkdtemp(prefix="dtrain-functions-")
 
 
@@ -192,11 +221,37 @@ with open(os.path.join(d, "cases.json"), "w") as f:
     json.dump([{"loss": c, **view(t, p)} for _, _, c, t, p in cases] +
               [{"metric": c, "batches": [view(t, p) for t, p in bs]} for _, _, c, bs in metrics] +
               [{"optimizer": c, "params": start.tolist(), "grads": [g.tolist() for g in steps]} for _, _, c in optimizers] +
-              [{"schedule": c, "steps": at} for _, _, c in schedules], f)
+              [{"schedule": c, "steps": at} for _, _, c in schedules] +
+              [{"fit": c, "weights": np.concatenate([w.ravel() for w in start_weights]).tolist(), "x": fx.ravel().tolist(),
+                "y": y.ravel().tolist(), "y_shape": list(y.shape), "batch_size": 8, "epochs": 2,
+                "weighted_metrics": [mc for _, mc in wm],
+                **{k: (v.tolist() if k == "sample_weight" else {str(c): w for c, w in v.items()}) for k, v in kw.items()}}
+               for _, c, _, y, kw, wm in fits], f)
 subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
 ours = json.load(open(os.path.join(d, "out.json")))
 
 failures = []
+for (what, _, loss, y, kw, wm), got in zip(fits, ours[len(cases) + len(metrics) + len(optimizers) + len(schedules):]):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, weighted_metrics=[km for km, _ in wm])
+    model.set_weights(start_weights)
+    h = model.fit(fx, y, batch_size=8, epochs=2, shuffle=False, verbose=0, **kw)
+    want_eval = model.evaluate(fx, y, batch_size=8, verbose=0, sample_weight=kw.get("sample_weight"))
+    want = np.concatenate([np.asarray(w).ravel() for w in model.get_weights()])
+    if isinstance(want_eval, list):
+        want_eval = want_eval[0]
+    errs = {"weights": float(np.max(np.abs(np.asarray(got["weights"]) - want))),
+            "evaluate": abs(got["evaluate"] - float(want_eval))}
+    if sorted(got["history"]) != sorted(h.history):
+        failures.append(f"{what}: logs {sorted(got['history'])}, Keras' {sorted(h.history)}")
+        continue
+    for k in h.history:
+        errs[k] = float(np.max(np.abs(np.asarray(got["history"][k]) - np.asarray(h.history[k]))))
+    if max(errs.values()) > 1e-5:
+        failures.append(f"{what}: differs from Keras by {errs} (history {got['history']}, Keras {h.history})")
+    else:
+        print(f"{what}: weights, evaluate and epoch logs {sorted(h.history)} within {max(errs.values()):.1e} of "
+              f"Keras {keras.__version__}")
 for (what, schedule, _), got in zip(schedules, ours[len(cases) + len(metrics) + len(optimizers):]):
     want = np.asarray([float(schedule(s)) for s in at])
     err = float(np.max(np.abs(np.asarray(got["rates"]) - want)))
@@ -237,4 +292,4 @@ if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
 print(f"PASS: {len(cases)} losses equal Keras' values and gradients, {len(metrics)} metrics its results, "
-      f"{len(optimizers)} optimizers its steps, {len(schedules)} schedules its rates")
+      f"{len(optimizers)} optimizers its steps, {len(schedules)} schedules its rates, {len(fits)} weighted fits its own")

@@ -7,7 +7,12 @@
 //   {"optimizer": <compile config>, "params": [...], "grads": [[...], ...]}
 //     -> {"params": the parameters after one apply_gradients per gradient list, then
 //     finalize_variable_values (with use_ema: the moving average)}, or
-//   {"schedule": <a learning rate's config>, "steps": [...]} -> {"rates": the rate at each step}.
+//   {"schedule": <a learning rate's config>, "steps": [...]} -> {"rates": the rate at each step}, or
+//   {"fit": <loss config>, "weights": [kernel (4, 3), bias (3)], "x": [...] (n, 4), "y": [...], "y_shape": [...],
+//    "sample_weight": [...] (n) or "class_weight": {"class": weight, ...}, "weighted_metrics": [<config>, ...],
+//    "batch_size", "epochs"}
+//     -> {"weights": after fit(x, y) of a Dense(3) with SGD(0.1), unshuffled, "history": fit's,
+//     "evaluate": evaluate(x, y)'s loss with the sample weights}.
 // usage: interop_functions <cases.json> <out.json>
 #include <fstream>
 
@@ -43,6 +48,30 @@ int main(int argc, char** argv) try {
         m.update_state(batch_view{t.data(), b.at("true_shape").get<extents>()}, batch_view{p.data(), b.at("shape").get<extents>()});
       }
       out.push_back({{"result", m.result()}, {"state", m.state().values}});
+      continue;
+    }
+    if (c.contains("fit")) {
+      sequential<input<4>, dense<3>> m;
+      std::vector<any_metric> weighted;
+      for (const auto& w : c.value("weighted_metrics", json::array())) weighted.push_back(checkpoint::detail::metric_from(w));
+      m.compile({.optimizer = sgd{{.learning_rate = 0.1f}}, .loss = checkpoint::detail::loss_from(c.at("fit")),
+                 .weighted_metrics = weighted});
+      m.set_weights(c.at("weights").get<std::vector<float>>());
+      const auto xv = c.at("x").get<std::vector<float>>();
+      const tensor x = from_span(xv, {xv.size() / 4, 4});
+      const tensor y = from_span(c.at("y").get<std::vector<float>>(), c.at("y_shape").get<extents>());
+      fit_options o{.epochs = c.at("epochs").get<int>(), .verbose = 0, .batch_size = c.at("batch_size").get<std::size_t>(),
+                    .shuffle = false};
+      evaluate_options e{.verbose = 0, .batch_size = o.batch_size};
+      if (c.contains("sample_weight")) {
+        const auto w = c.at("sample_weight").get<std::vector<float>>();
+        o.sample_weight = e.sample_weight = {from_span(w, {w.size()})};
+      }
+      if (c.contains("class_weight"))
+        for (const auto& [k, v] : c.at("class_weight").items()) o.class_weight[std::stoi(k)] = v.get<float>();
+      const history h = m.fit(x, y, o);
+      const float evaluated = m.evaluate(x, y, e).at("loss");
+      out.push_back({{"weights", m.get_weights()}, {"history", h.history}, {"evaluate", evaluated}});
       continue;
     }
     const any_loss loss = checkpoint::detail::loss_from(c.at("loss"));

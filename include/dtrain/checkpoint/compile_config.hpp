@@ -309,6 +309,7 @@ std::optional<std::string> compile_config(const Model& m) {
   for (std::size_t i = 0; i < m.metrics().size(); ++i) {
     json e = detail::metric_config(m.metrics()[i]);
     if (e.is_null()) return std::nullopt;
+    if (m.metrics()[i].weighted()) e["weighted"] = true;  // compile's weighted_metrics
     c["metrics"][m.metric_outputs()[i]].push_back(std::move(e));
   }
   return c.dump();
@@ -323,7 +324,10 @@ inline compile_settings compile_settings_from(const std::string& config, std::si
     for (const auto& l : c.at("loss")) s.losses.push_back(detail::loss_from(l));
     for (const auto& list : c.at("metrics")) {
       s.output_metrics.emplace_back();
-      for (const auto& m : list) s.output_metrics.back().push_back(detail::metric_from(m));
+      for (const auto& m : list) {
+        s.output_metrics.back().push_back(detail::metric_from(m));
+        s.output_metrics.back().back().set_weighted(m.value("weighted", false));
+      }
     }
     if (s.losses.size() != outputs || s.loss_weights.size() != outputs || s.output_metrics.size() != outputs)
       throw value_error("it is for a model of " + std::to_string(s.losses.size()) + " outputs, this one has " +

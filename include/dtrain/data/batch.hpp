@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The `batch(batch_size, drop_remainder)` stage: tf.data's `Dataset.batch`, with what stacks a batch's
-/// elements along a new first axis (`detail::stack`, and `detail::batcher` for tensors, (x, y) examples
-/// and lists of them); and `padded_batch(batch_size, padding_value, drop_remainder)`, tf.data's
+/// elements along a new first axis (`detail::stack`, and `detail::batcher` for tensors, (x, y) and
+/// (x, y, sample_weight) examples and lists of them); and `padded_batch(batch_size, padding_value, drop_remainder)`, tf.data's
 /// `Dataset.padded_batch`, which first pads every element to the batch's largest extent on each axis.
 
 #include <algorithm>
@@ -80,6 +80,18 @@ struct batcher<multi_example> {
     xs.reserve(es.size()), ys.reserve(es.size());
     for (auto& [x, y] : es) xs.push_back(std::move(x)), ys.push_back(std::move(y));
     return {batcher<std::vector<tensor>>::make(xs), batcher<std::vector<tensor>>::make(ys)};
+  }
+};
+/// (x, y, sample_weight): each component stacked on its own.
+template <class E>
+  requires is_weighted_v<E>
+struct batcher<E> {
+  static E make(std::vector<E>& es) {
+    using X = std::tuple_element_t<0, E>;
+    std::vector<X> xs, ys, ws;
+    xs.reserve(es.size()), ys.reserve(es.size()), ws.reserve(es.size());
+    for (auto& [x, y, w] : es) xs.push_back(std::move(x)), ys.push_back(std::move(y)), ws.push_back(std::move(w));
+    return {batcher<X>::make(xs), batcher<X>::make(ys), batcher<X>::make(ws)};
   }
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -22,9 +23,22 @@ using example = std::pair<tensor, tensor>;
 /// (one per output), tf.data's nested `((x1, x2), (y1, y2))`.
 using multi_example = std::pair<std::vector<tensor>, std::vector<tensor>>;
 
-/// Whether `E` is a supervised element: (x, y) or lists of them.
+/// Keras' third element of a batch, `(x, y, sample_weight)`: a weight per example (or per loss row)
+/// that multiplies its loss. The multi form has one weights tensor for all outputs or one per output.
+using weighted_example = std::tuple<tensor, tensor, tensor>;
+using weighted_multi_example = std::tuple<std::vector<tensor>, std::vector<tensor>, std::vector<tensor>>;
+
+/// Whether `E` is a weighted element: (x, y, sample_weight) or lists of them.
 template <class E>
-inline constexpr bool is_supervised_v = std::is_same_v<E, example> || std::is_same_v<E, multi_example>;
+inline constexpr bool is_weighted_v = std::is_same_v<E, weighted_example> || std::is_same_v<E, weighted_multi_example>;
+/// Whether `E` is a supervised element: (x, y) or lists of them, weighted or not. Its components are
+/// reached with std::get: features, labels, then the weights.
+template <class E>
+inline constexpr bool is_supervised_v = std::is_same_v<E, example> || std::is_same_v<E, multi_example> || is_weighted_v<E>;
+/// The element `E` with sample weights (E itself if it has them).
+template <class E>
+using weighted_t = std::conditional_t<std::is_same_v<E, example> || std::is_same_v<E, weighted_example>,
+                                      weighted_example, weighted_multi_example>;
 
 namespace detail {
 inline tensor row(const tensor& t, std::size_t i) {
@@ -44,7 +58,8 @@ inline std::vector<tensor> row(const std::vector<tensor>& ts, std::size_t i) {
 }  // namespace detail
 
 /// Slices of one tensor (element: tensor), of several (element: std::vector<tensor>), or of features
-/// and labels together (element: example, or multi_example for lists).
+/// and labels together (element: example, or multi_example for lists), with sample weights (element:
+/// weighted_example, weighted_multi_example).
 template <class E>
 class tensor_slices {
  public:
@@ -52,9 +67,11 @@ class tensor_slices {
 
   explicit tensor_slices(tensor x) : tensor_slices(list(std::move(x))) {}
   tensor_slices(tensor x, tensor y) : tensor_slices(list(std::move(x)), list(std::move(y))) {}
-  explicit tensor_slices(std::vector<tensor> x, std::vector<tensor> y = {}) {
+  tensor_slices(tensor x, tensor y, tensor w) : tensor_slices(list(std::move(x)), list(std::move(y)), list(std::move(w))) {}
+  explicit tensor_slices(std::vector<tensor> x, std::vector<tensor> y = {}, std::vector<tensor> w = {}) {
     if (x.empty()) throw shape_error("from_tensor_slices: no features (an empty list of tensors)");
     if (is_supervised_v<E> && y.empty()) throw shape_error("from_tensor_slices: no labels (an empty list of tensors)");
+    if (is_weighted_v<E> && w.empty()) throw shape_error("from_tensor_slices: no sample weights (an empty list of tensors)");
     if (x.front().dimension() == 0) throw shape_error("from_tensor_slices: a scalar has no first axis to slice");
     auto check = [&](const tensor& t, const char* what, std::size_t i) {
       if (t.dimension() == 0 || t.shape()[0] != x.front().shape()[0])
@@ -64,9 +81,11 @@ class tensor_slices {
     };
     for (std::size_t i = 0; i < x.size(); ++i) check(x[i], "features", i);
     for (std::size_t i = 0; i < y.size(); ++i) check(y[i], "labels", i);
+    for (std::size_t i = 0; i < w.size(); ++i) check(w[i], "sample weights", i);
     n_ = x.front().shape()[0];
     x_ = std::make_shared<const std::vector<tensor>>(std::move(x));
     y_ = std::make_shared<const std::vector<tensor>>(std::move(y));
+    w_ = std::make_shared<const std::vector<tensor>>(std::move(w));
   }
 
   std::int64_t cardinality() const { return static_cast<std::int64_t>(n_); }
@@ -78,9 +97,13 @@ class tensor_slices {
     std::optional<E> next() {
       if (i_ >= s_.n_) return std::nullopt;
       const std::size_t i = i_++;
-      const std::vector<tensor>&x = *s_.x_, &y = *s_.y_;
+      const std::vector<tensor>&x = *s_.x_, &y = *s_.y_, &w = *s_.w_;
       if constexpr (std::is_same_v<E, example>) return example{detail::row(x[0], i), detail::row(y[0], i)};
       else if constexpr (std::is_same_v<E, multi_example>) return multi_example{detail::row(x, i), detail::row(y, i)};
+      else if constexpr (std::is_same_v<E, weighted_example>)
+        return weighted_example{detail::row(x[0], i), detail::row(y[0], i), detail::row(w[0], i)};
+      else if constexpr (std::is_same_v<E, weighted_multi_example>)
+        return weighted_multi_example{detail::row(x, i), detail::row(y, i), detail::row(w, i)};
       else if constexpr (std::is_same_v<E, tensor>) return detail::row(x[0], i);
       else return detail::row(x, i);
     }
@@ -102,7 +125,7 @@ class tensor_slices {
     v.push_back(std::move(t));
     return v;
   }
-  std::shared_ptr<const std::vector<tensor>> x_, y_;
+  std::shared_ptr<const std::vector<tensor>> x_, y_, w_;
   std::size_t n_ = 0;
 };
 
@@ -120,6 +143,15 @@ inline tensor_slices<std::vector<tensor>> from_tensor_slices(std::vector<tensor>
 /// inputs or outputs.
 inline tensor_slices<multi_example> from_tensor_slices(std::vector<tensor> xs, std::vector<tensor> ys) {
   return tensor_slices<multi_example>(std::move(xs), std::move(ys));
+}
+/// `Dataset.from_tensor_slices((x, y, sample_weight))`: what `fit` weights each example's loss by.
+inline tensor_slices<weighted_example> from_tensor_slices(tensor x, tensor y, tensor sample_weight) {
+  return tensor_slices<weighted_example>(std::move(x), std::move(y), std::move(sample_weight));
+}
+/// The same for a model of several inputs or outputs: one weights tensor for all outputs, or one per output.
+inline tensor_slices<weighted_multi_example> from_tensor_slices(std::vector<tensor> xs, std::vector<tensor> ys,
+                                                                 std::vector<tensor> sample_weights) {
+  return tensor_slices<weighted_multi_example>(std::move(xs), std::move(ys), std::move(sample_weights));
 }
 
 /// `Dataset.from_tensors(...)`: one element holding the whole value.

@@ -30,6 +30,7 @@
 #include <array>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "dtrain/data/dataset.hpp"
@@ -44,8 +45,14 @@ namespace detail {
 /// input of a model).
 template <class E>
 const auto& features(const E& e) {
-  if constexpr (data::is_supervised_v<E>) return e.first;
+  if constexpr (data::is_supervised_v<E>) return std::get<0>(e);
   else return e;
+}
+/// A supervised element's components (x, y[, sample_weight]) mapped by `f` into a new element.
+template <class E, class F>
+E map_components(const E& e, F f) {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) { return E{f(std::get<K>(e), K)...}; }(
+      std::make_index_sequence<std::tuple_size_v<E>>{});
 }
 /// Rows of a tensor or of a list of them (its first's; 0 for an empty element).
 inline std::size_t rows_in(const tensor& t) { return t.dimension() ? t.shape()[0] : 0; }
@@ -81,7 +88,7 @@ class step_agreement {
     std::optional<E> e = peeked_ ? std::move(*peeked_) : read(pull);
     peeked_.reset();
     done_ = !e;
-    if (e && x_shape_.empty()) remember(*e);  // past the batch axis, every batch has the same shape
+    if (e && shapes_[0].empty()) remember(*e);  // past the batch axis, every batch has the same shape
     if (!rc_) {
       global_rows_ = e ? batch_rows(*e) : 0;
       return e;
@@ -117,8 +124,11 @@ class step_agreement {
 
  private:
   void remember(const E& e) {
-    x_shape_ = shapes_of(features(e));
-    if constexpr (data::is_supervised_v<E>) y_shape_ = shapes_of(e.second);
+    if constexpr (data::is_supervised_v<E>)
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        ((shapes_[K] = shapes_of(std::get<K>(e))), ...);
+      }(std::make_index_sequence<std::tuple_size_v<E>>{});
+    else shapes_[0] = shapes_of(e);
   }
   template <class Pull>
   std::optional<E> read(Pull& pull) {
@@ -143,15 +153,17 @@ class step_agreement {
   }
   E empty() const {
     if constexpr (data::is_supervised_v<E>)
-      return {no_rows<typename E::first_type>(x_shape_), no_rows<typename E::second_type>(y_shape_)};
-    else return no_rows<E>(x_shape_);
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return E{no_rows<std::tuple_element_t<K, E>>(shapes_[K])...};
+      }(std::make_index_sequence<std::tuple_size_v<E>>{});
+    else return no_rows<E>(shapes_[0]);
   }
   replica_context* rc_;
   bool done_ = false;
   std::size_t global_rows_ = 0;
   std::optional<std::optional<E>> peeked_;  // the element `ahead` read
   std::optional<part> agreed_;              // the sums of its parts
-  std::vector<extents> x_shape_, y_shape_;
+  std::array<std::vector<extents>, 3> shapes_;  // of each component (x, y, sample_weight)
 };
 
 }  // namespace detail
@@ -162,7 +174,8 @@ class distributed_dataset {
   using element_type = typename D::element_type;
   static_assert(data::is_supervised_v<element_type> || std::is_same_v<element_type, tensor> ||
                     std::is_same_v<element_type, std::vector<tensor>>,
-                "distribute_dataset: the dataset must yield batches: (x, y) (data::example or data::multi_example) "
+                "distribute_dataset: the dataset must yield batches: (x, y) (data::example or data::multi_example), "
+                "(x, y, sample_weight) (data::weighted_example or data::weighted_multi_example) "
                 "or x (a tensor or std::vector<tensor>)");
 
   /// `agree`: the replica context FILE sharding keeps the workers in step with (null: FILE cannot apply).
@@ -226,11 +239,13 @@ class distributed_dataset {
     element_type slice(const element_type& b, std::size_t part) const {
       const std::size_t rows = detail::batch_rows(b), from = part * rows / p_, to = (part + 1) * rows / p_;
       if constexpr (data::is_supervised_v<element_type>) {
-        for (const extents& e : detail::shapes_of(b.second))
-          if (e.empty() || e[0] != rows)
-            throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its y has shape " +
-                              shape_str(e));
-        return {detail::rows_of(b.first, from, to), detail::rows_of(b.second, from, to)};
+        return detail::map_components(b, [&](const auto& c, std::size_t k) {
+          for (const extents& e : detail::shapes_of(c))
+            if (e.empty() || e[0] != rows)
+              throw shape_error("distribute_dataset: a batch's x has " + std::to_string(rows) + " rows but its " +
+                                (k == 0 ? "x" : k == 1 ? "y" : "sample_weight") + " has shape " + shape_str(e));
+          return detail::rows_of(c, from, to);
+        });
       } else {
         return detail::rows_of(b, from, to);
       }

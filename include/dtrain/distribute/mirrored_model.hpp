@@ -117,6 +117,16 @@ class mirrored_model : private M {
     if (M* r = entry()) return r->train_step(x, y, global_rows);
     return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows);
   }
+  logs train_step(const tensor& x, const tensor& y, const tensor& sample_weight, std::size_t global_rows = 0) {
+    if (M* r = entry()) return r->train_step(x, y, sample_weight, global_rows);
+    return train_on(one(x), one(y), global_rows, one(sample_weight));
+  }
+  template <class X, class Y>
+    requires detail::tensor_args<X, Y>
+  logs train_step(const X& x, const Y& y, const std::vector<tensor>& sample_weight, std::size_t global_rows = 0) {
+    if (M* r = entry()) return r->train_step(x, y, sample_weight, global_rows);
+    return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows, sample_weight);
+  }
   logs test_step(const tensor& x, const tensor& y) {
     if (M* r = entry()) return r->test_step(x, y);
     return test_on(one(x), one(y));
@@ -126,6 +136,16 @@ class mirrored_model : private M {
   logs test_step(const X& x, const Y& y) {
     if (M* r = entry()) return r->test_step(x, y);
     return test_on(detail::as_tensors(x), detail::as_tensors(y));
+  }
+  logs test_step(const tensor& x, const tensor& y, const tensor& sample_weight) {
+    if (M* r = entry()) return r->test_step(x, y, sample_weight);
+    return test_on(one(x), one(y), one(sample_weight));
+  }
+  template <class X, class Y>
+    requires detail::tensor_args<X, Y>
+  logs test_step(const X& x, const Y& y, const std::vector<tensor>& sample_weight) {
+    if (M* r = entry()) return r->test_step(x, y, sample_weight);
+    return test_on(detail::as_tensors(x), detail::as_tensors(y), sample_weight);
   }
   prediction_type predict_on_batch(const tensor& x) { return (*this)(x, false); }
   prediction_type predict_on_batch(const std::vector<tensor>& x) { return (*this)(x, false); }
@@ -242,17 +262,21 @@ class mirrored_model : private M {
     const std::uint64_t base = M::generator().next();
     for (std::size_t i = 0; i < others_.size(); ++i) others_[i].generator() = rng(base + 0x9e3779b97f4a7c15ull * (i + 1));
   }
-  /// Runs `step(replica, i, x rows, y rows)` for every replica i at once, then adds the others' metric
-  /// states into replica 0's.
+  /// Runs `step(replica, i, x rows, y rows, sample weight rows)` for every replica i at once, then adds
+  /// the others' metric states into replica 0's.
   template <class Step>
-  void on_replicas(tensors x, const tensors* y, Step&& step) {
+  void on_replicas(tensors x, const tensors* y, Step&& step, tensors w = {}) {
     sync();
     const std::size_t b = x[0].shape()[0], p = others_.size() + 1;
+    for (const tensor& t : w)
+      if (t.dimension() == 0 || t.shape()[0] != b)
+        throw shape_error("mirrored_strategy: sample_weight of shape " + shape_str(t.shape()) +
+                          " does not fit a batch of " + std::to_string(b) + " samples");
     local_->run_each([&](int index) {
       const std::size_t i = std::size_t(index), lo = b * i / p, hi = b * (i + 1) / p;
       const std::vector<tensor> xs = detail::rows_of(x, lo, hi);
       const std::vector<tensor> ys = y ? detail::rows_of(*y, lo, hi) : std::vector<tensor>{};
-      step(at(i), i, xs, ys);
+      step(at(i), i, xs, ys, detail::rows_of(w, lo, hi));
     });
     auto add = [](auto& to, auto& from) { to.state().add(from.state()); };
     for (M& r : others_) {
@@ -266,28 +290,32 @@ class mirrored_model : private M {
 
   // The steps outside `strategy.run`: the batch is checked whole (the errors a step on it would give),
   // then every replica takes its rows.
-  logs train_on(tensors x, tensors y, std::size_t global_rows) {
+  using rows_t = const std::vector<tensor>&;
+  logs train_on(tensors x, tensors y, std::size_t global_rows, tensors w = {}) {
     M::require_compiled("train_step");
     const std::size_t b = M::check_batch(x, &y);
     seed();
-    on_replicas(x, &y, [&](M& r, std::size_t, const std::vector<tensor>& xs, const std::vector<tensor>& ys) {
-      r.train_step(xs, ys, global_rows ? global_rows : b);
-    });
+    on_replicas(x, &y, [&](M& r, std::size_t, rows_t xs, rows_t ys, rows_t ws) {
+      if (ws.empty()) r.train_step(xs, ys, global_rows ? global_rows : b);
+      else r.train_step(xs, ys, ws, global_rows ? global_rows : b);
+    }, w);
     return M::metric_results();
   }
-  logs test_on(tensors x, tensors y) {
+  logs test_on(tensors x, tensors y, tensors w = {}) {
     M::require_compiled("test_step");
     M::check_batch(x, &y);
-    on_replicas(x, &y, [](M& r, std::size_t, const std::vector<tensor>& xs, const std::vector<tensor>& ys) {
-      if (xs[0].shape()[0] > 0) r.test_step(xs, ys);
-    });
+    on_replicas(x, &y, [](M& r, std::size_t, rows_t xs, rows_t ys, rows_t ws) {
+      if (xs[0].shape()[0] == 0) return;
+      if (ws.empty()) r.test_step(xs, ys);
+      else r.test_step(xs, ys, ws);
+    }, w);
     return M::metric_results();
   }
   prediction_type call_on(tensors x, bool training) {
     M::check_batch(x, nullptr);
     if (training) seed();
     std::vector<std::vector<tensor>> parts(others_.size() + 1);
-    on_replicas(x, nullptr, [&](M& r, std::size_t i, const std::vector<tensor>& xs, const std::vector<tensor>&) {
+    on_replicas(x, nullptr, [&](M& r, std::size_t i, rows_t xs, rows_t, rows_t) {
       if (xs[0].shape()[0] > 0) parts[i] = as_list(r(xs, training));
     });
     std::vector<tensor> out(num_outputs);

@@ -696,6 +696,9 @@ class ps_model : public M {
   history coordinate(basic_fit_options<detail::element_of<M>> o) {
     strategy_scope scope(s_);
     M& m = model();
+    if (!o.class_weight.empty() || !o.sample_weight.empty())
+      throw usage_error("fit: class_weight and sample_weight options are not supported under parameter_server_strategy; "
+                        "the workers' datasets yield (x, y, sample_weight) batches instead");
     if (m.optimizer().use_ema())
       throw usage_error("fit: use_ema is not supported under parameter_server_strategy (the ps tasks would keep the "
                         "average, and nothing swaps it in)");
@@ -758,7 +761,9 @@ class ps_model : public M {
       if (ran == 0) break;
       l = m.metric_results();
       if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
-        const logs v = detail::run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+        const logs v = o.validation_data.visit([&](const auto& vd) {
+          return detail::run_evaluate(m, vd, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+        });
         for (const auto& [k, x] : v) l.set("val_" + k, x);
       }
       handle.position = {.epoch = epoch + 1, .step = 0};  // a backup at the epoch's end resumes at the next one
@@ -798,6 +803,7 @@ class ps_model : public M {
     strategy_scope scope(s_);
     M& m = model();
     data::iterator<D> it(ds, 0);
+    logs step_logs;
     ps::channel& c = s_->coordinator();
     for (;;) {
       const ps::message_header h = c.receive(8);
@@ -819,7 +825,7 @@ class ps_model : public M {
         s_->pull(m.parameters());
         m.reset_metrics();
         s_->set_step(id);
-        m.train_step(b->first, b->second);
+        detail::train_on_batch(m, *b, {}, 0, step_logs);
       } catch (const std::exception& e) {
         try {
           c.send(dynamic_cast<const ps::ps_task_failed*>(&e) ? ps::message::ps_failed : ps::message::error, e.what());

@@ -160,9 +160,9 @@ class any_metric {
   template <loss_function L>
     requires(!metric_function<L>)
   any_metric(L l) : any_metric(loss_metric{any_loss(std::move(l))}) {}
-  any_metric(const any_metric& o) : fn_(o.fn_->clone()), state_(o.state_) {}
+  any_metric(const any_metric& o) : fn_(o.fn_->clone()), state_(o.state_), weighted_(o.weighted_) {}
   any_metric& operator=(const any_metric& o) {
-    if (this != &o) fn_ = o.fn_->clone(), state_ = o.state_;
+    if (this != &o) fn_ = o.fn_->clone(), state_ = o.state_, weighted_ = o.weighted_;
     return *this;
   }
   any_metric(any_metric&&) noexcept = default;
@@ -185,6 +185,31 @@ class any_metric {
   }
   /// Adds a batch of host values to `state` (one of this metric's: a replica's, or a sum of them).
   void add_batch(batch_view y_true, batch_view y_pred, metric_state& state) { fn_->add(y_true, y_pred, state.values); }
+  /// The same with a weight per sample (Keras' `update_state(y_true, y_pred, sample_weight)`): each
+  /// sample's contribution to the state's sums (its count, its confusion counts) times its weight.
+  void add_batch(batch_view y_true, batch_view y_pred, std::span<const float> sample_weight, metric_state& state) {
+    const std::size_t n = y_pred.batch();
+    if (sample_weight.size() != n || y_true.batch() != n || y_true.rank() == 0 || y_pred.rank() == 0)
+      throw shape_error(name() + ": " + std::to_string(sample_weight.size()) + " sample weights for y_true of shape " +
+                        y_true.str() + " and y_pred of shape " + y_pred.str() + " (expected one per sample)");
+    extents te(y_true.extents.begin(), y_true.extents.end()), pe(y_pred.extents.begin(), y_pred.extents.end());
+    te[0] = pe[0] = 1;
+    const std::size_t ts = y_true.size() / std::max<std::size_t>(1, n), ps = y_pred.size() / std::max<std::size_t>(1, n);
+    metric_state one(state.values.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      one.reset();
+      fn_->add({y_true.data + i * ts, te}, {y_pred.data + i * ps, pe}, one.values);
+      for (std::size_t k = 0; k < one.values.size(); ++k) state.values[k] += sample_weight[i] * one.values[k];
+    }
+  }
+  void update_state(const tensor& y_true, const tensor& y_pred, const tensor& sample_weight) {
+    const extents t = extents_of(y_true), p = extents_of(y_pred);
+    add_batch({y_true.data(), t}, {y_pred.data(), p}, {sample_weight.data(), sample_weight.size()}, state_.local());
+  }
+  /// Whether `compile` took it as a weighted metric (Keras' `weighted_metrics`): a step's sample
+  /// weights then weigh its states.
+  bool weighted() const { return weighted_; }
+  void set_weighted(bool w) { weighted_ = w; }
   /// The result over every replica outside `strategy.run`, the replica's own inside (see
   /// `detail::synced_metric_state`: under a multi-worker strategy every worker calls it).
   float result() const { return fn_->result(state_.read().values); }
@@ -240,6 +265,7 @@ class any_metric {
   };
   std::unique_ptr<concept_t> fn_;
   detail::synced_metric_state state_;
+  bool weighted_ = false;
 };
 
 /// Keras `metrics.Mean`: the weighted mean of the values given to `update_state` (the `loss` column).

@@ -60,6 +60,9 @@ struct compile_options {
   std::vector<any_loss> losses{};                     // one per output (Keras: loss=[...])
   std::vector<float> loss_weights{};                  // one per output (Keras: loss_weights=[...])
   std::vector<std::vector<any_metric>> output_metrics{};  // one list per output (Keras: metrics=[[...], [...]])
+  /// Metrics weighted by the steps' sample weights (Keras' `weighted_metrics`), on every output; logged
+  /// under their names, or "weighted_<name>" where an unweighted metric of the output has that name.
+  std::vector<any_metric> weighted_metrics{};
 };
 
 
@@ -137,11 +140,17 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     losses_ = std::move(o.losses);
     loss_weights_ = std::move(o.loss_weights);
     metrics_.clear(), metric_output_.clear(), output_loss_trackers_.clear();
-    for (std::size_t out = 0; out < num_outputs; ++out)
+    for (std::size_t out = 0; out < num_outputs; ++out) {
       for (any_metric& m : o.output_metrics[out]) {
         metric_output_.push_back(out);
         metrics_.push_back(std::move(m));
       }
+      for (const any_metric& m : o.weighted_metrics) {
+        metric_output_.push_back(out);
+        metrics_.push_back(m);
+        metrics_.back().set_weighted(true);
+      }
+    }
     if (num_outputs > 1)
       for (std::size_t out = 0; out < num_outputs; ++out) output_loss_trackers_.emplace_back(output_name(out) + "_loss");
     compiled_ = true;
@@ -220,12 +229,37 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows);
   }
 
-  /// Loss and metrics on a batch without training (Keras `test_on_batch` / `test_step`).
+  /// The same with Keras' `sample_weight`: a weight per sample (shape (n) or (n, 1)) or per loss row
+  /// (shape (n, t) for predictions (n, t, classes)), which multiplies the row's loss and its gradient.
+  /// The mean over the batch still divides by the rows, as Keras' `sum_over_batch_size` does. A model of
+  /// several outputs takes one weights tensor for all outputs or one per output. The compiled metrics
+  /// are not weighted (Keras' `metrics=`); the loss tracker is.
+  const dtrain::logs& train_step(const tensor& x, const tensor& y, const tensor& sample_weight,
+                                 std::size_t global_rows = 0) {
+    return train_on(one(x), one(y), global_rows, one(sample_weight));
+  }
+  template <class X, class Y>
+    requires detail::tensor_args<X, Y>
+  const dtrain::logs& train_step(const X& x, const Y& y, const std::vector<tensor>& sample_weight,
+                                 std::size_t global_rows = 0) {
+    return train_on(detail::as_tensors(x), detail::as_tensors(y), global_rows, sample_weight);
+  }
+
+  /// Loss and metrics on a batch without training (Keras `test_on_batch` / `test_step`), with sample
+  /// weights as train_step takes them.
   dtrain::logs test_step(const tensor& x, const tensor& y) { return test_on(one(x), one(y)); }
   template <class X, class Y>
     requires detail::tensor_lists<X, Y>
   dtrain::logs test_step(const X& x, const Y& y) {
     return test_on(detail::as_tensors(x), detail::as_tensors(y));
+  }
+  dtrain::logs test_step(const tensor& x, const tensor& y, const tensor& sample_weight) {
+    return test_on(one(x), one(y), one(sample_weight));
+  }
+  template <class X, class Y>
+    requires detail::tensor_args<X, Y>
+  dtrain::logs test_step(const X& x, const Y& y, const std::vector<tensor>& sample_weight) {
+    return test_on(detail::as_tensors(x), detail::as_tensors(y), sample_weight);
   }
 
   // ---- fit, evaluate, predict (model/fit.hpp has the loops and their Keras semantics) ----------------
@@ -504,7 +538,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     else return p;
   }
 
-  const dtrain::logs& train_on(tensors x, tensors y, std::size_t global_rows) {
+  const dtrain::logs& train_on(tensors x, tensors y, std::size_t global_rows, tensors w = {}) {
     require_compiled("train_step");
     begin_transaction();
     if (empty_share(x)) {
@@ -513,7 +547,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       return step_results();
     }
     const std::size_t n = check_batch(x, &y);
-    const step_plan& plan = plan_step(losses_, y, n);
+    const step_plan& plan = plan_step(losses_, y, n, true, !w.empty());
+    check_weights(plan, w, n);
     forward(x, n, true);
     const auto t = targets(y);
     const bool uneven = global_rows != 0 && global_rows != n * std::size_t(replicas());
@@ -521,13 +556,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       float scale = plan.loss_scale[o] / static_cast<float>(replicas());
       if (uneven && losses_[o].get_reduction() != reduction::sum)
         scale = plan.loss_scale[o] * static_cast<float>(n) / static_cast<float>(global_rows);
-      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true);
+      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true, weights_of(w, o));
     }
     compute_metrics(plan, t, n);
     auto track_step = [&] {
       const float* s = read_scalars();
       const float reg = regularization_scale_ * s[penalty_slot] * static_cast<float>(replicas());  // the whole penalty
-      track(plan, y, n, reg, s);
+      track(plan, y, n, reg, s, w);
     };
     if (sums_workers()) {  // the running states go out with the last gradients
       synced_backward(n, worker_side(), [&] {
@@ -543,17 +578,19 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return step_results();
   }
 
-  dtrain::logs test_on(tensors x, tensors y) {
+  dtrain::logs test_on(tensors x, tensors y, tensors w = {}) {
     require_compiled("test_step");
     const std::size_t n = check_batch(x, &y);
-    const step_plan& plan = plan_step(losses_, y, n);
+    const step_plan& plan = plan_step(losses_, y, n, true, !w.empty());
+    check_weights(plan, w, n);
     forward(x, n, false);
     const auto t = targets(y);
-    for (std::size_t o = 0; o < num_outputs; ++o) compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false);
+    for (std::size_t o = 0; o < num_outputs; ++o)
+      compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false, weights_of(w, o));
     compute_metrics(plan, t, n);
     add_penalties(ptr{}, 0.0f, n);
     const float* s = read_scalars();
-    track(plan, y, n, s[penalty_slot], s);
+    track(plan, y, n, s[penalty_slot], s, w);
     return metric_results();
   }
 
@@ -629,7 +666,9 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// Checks the targets against the losses (one, or one per output) and the compiled metrics before
   /// anything runs.
   /// The plan is the model's (`plan_`), reused by every step so that a step allocates nothing.
-  const step_plan& plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true) {
+  /// With `weighted`, the weighted metrics are computed on the host (with the sample weights, in `track`).
+  const step_plan& plan_step(std::span<const any_loss> losses, tensors y, std::size_t n, bool with_metrics = true,
+                             bool weighted = false) {
     step_plan& p = plan_;
     p.metric_ops.clear();
     for (std::size_t o = 0; o < num_outputs; ++o) {
@@ -650,22 +689,56 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     if (with_metrics)
       for (std::size_t i = 0; i < metrics_.size(); ++i) {
         const std::size_t o = metric_output_[i];
-        p.metric_ops.push_back(metrics_[i].kernel({y[o].data(), dims_of(y[o])}, output_view(o, n, nullptr)));
+        auto op = metrics_[i].kernel({y[o].data(), dims_of(y[o])}, output_view(o, n, nullptr));  // checks the shapes
+        p.metric_ops.push_back(weighted && metrics_[i].weighted() ? std::nullopt : op);
       }
     return p;
   }
 
-  /// A host array as the backend reads it: the array itself when the backend's memory is host memory,
-  /// else a copy in `staging`.
-  cptr to_device(const tensor& t, buffer_t<B, float>& staging) {
+  /// Checks sample weights (none, one tensor for every output, or one per output) against the batch's
+  /// n samples and each output's loss rows.
+  void check_weights(const step_plan& plan, tensors w, std::size_t n) const {
+    if (w.empty()) return;
+    if (w.size() != 1 && w.size() != num_outputs)
+      throw shape_error(std::string(Graph::name) + ": got " + std::to_string(w.size()) + " sample_weight arrays but the "
+                        "model has " + std::to_string(num_outputs) + " outputs (pass one for all, or one per output)");
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      const tensor& wt = *weights_of(w, o);
+      const std::string which = "sample_weight" + (w.size() > 1 ? "[" + std::to_string(o) + "]" : std::string());
+      if (wt.dimension() == 0 || wt.shape()[0] != n || (wt.size() != n && wt.size() != plan.rows[o]))
+        throw shape_error(std::string(Graph::name) + ": " + which + " of shape " + shape_str(wt.shape()) + " does not fit a "
+                          "batch of " + std::to_string(n) + " samples" + (num_outputs > 1 ? " at output '" + output_name(o) + "'" : "") +
+                          " (expected one weight per sample, shape " + shape_str(extents{n}) +
+                          (plan.rows[o] != n ? ", or one per loss row, " + std::to_string(plan.rows[o]) + " values" : "") + ")");
+      if (wt.size() != n)
+        for (std::size_t i = 0; i < metrics_.size(); ++i)
+          if (metrics_[i].weighted() && metric_output_[i] == o)
+            throw shape_error(std::string(Graph::name) + ": " + which + " of shape " + shape_str(wt.shape()) +
+                              " weighs each loss row, but the weighted metric '" + metrics_[i].name() +
+                              "' takes one weight per sample, shape " + shape_str(extents{n}));
+      for (std::size_t i = 0; i < wt.size(); ++i)
+        if (!std::isfinite(wt.data()[i]))
+          throw value_error(std::string(Graph::name) + ": " + which + " value " + std::to_string(wt.data()[i]) +
+                            " at index " + std::to_string(i) + " is not finite");
+    }
+  }
+  /// Output o's sample weights among `w` (checked), or null.
+  static const tensor* weights_of(tensors w, std::size_t o) {
+    return w.empty() ? nullptr : &w[w.size() == 1 ? 0 : o];
+  }
+
+  /// Host values as the backend reads them: the values themselves when the backend's memory is host
+  /// memory, else a copy in `staging`.
+  cptr to_device(std::span<const float> h, buffer_t<B, float>& staging) {
     if constexpr (host_addressable_v<B>) {
-      return t.data();
+      return h.data();
     } else {
-      const ptr p = ensure(this->device_, staging, t.size());
-      this->device_.upload(t.size(), t.data(), p);
+      const ptr p = ensure(this->device_, staging, h.size());
+      this->device_.upload(h.size(), h.data(), p);
       return p;
     }
   }
+  cptr to_device(const tensor& t, buffer_t<B, float>& staging) { return to_device({t.data(), t.size()}, staging); }
   /// Each output's targets as the backend reads them.
   std::array<cptr, num_outputs> targets(tensors y) {
     std::array<cptr, num_outputs> t;
@@ -884,8 +957,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   }
 
   /// The loss of output o of the last forward on this replica's rows, summed into its loss slot; with
-  /// `grad`, `scale` times its gradient into the output's delta buffer.
-  void compute_loss(std::size_t o, const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad) {
+  /// `grad`, `scale` times its gradient into the output's delta buffer. With sample weights `w` (checked),
+  /// each row's loss and gradient are multiplied by its weight first.
+  void compute_loss(std::size_t o, const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad,
+                    const tensor* w = nullptr) {
     const batch_view pv = output_view(o, n, nullptr);
     const std::size_t rows = detail::loss_rows(pv);
     const ptr per = ensure(this->device_, per_example_, rows);
@@ -898,6 +973,17 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       loss.per_example({y.data(), dims_of(y)}, hp, hl.data(), grad ? hd.data() : nullptr, scale);
       this->device_.upload(rows, hl.data(), per);
       if (grad) this->device_.upload(hd.size(), hd.data(), d);
+    }
+    if (w) {  // the weight of each row, then of each of its values
+      const std::size_t width = pv.last(), per_sample = w->size() == n ? rows / n : 1;
+      row_weights_.resize(rows + (grad ? rows * width : 0));
+      for (std::size_t r = 0; r < rows; ++r) row_weights_[r] = w->data()[r / per_sample];
+      if (grad)
+        for (std::size_t r = 0; r < rows; ++r)
+          std::fill_n(row_weights_.begin() + std::ptrdiff_t(rows + r * width), width, row_weights_[r]);
+      const cptr wd = to_device(row_weights_, weight_stage_);
+      this->device_.multiply(rows, per, wd, per);
+      if (grad) this->device_.multiply(rows * width, d, wd + rows, d);
     }
     this->device_.sum(rows, per, scalar_ptr() + loss_slot + o);
   }
@@ -946,14 +1032,17 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     l.set("loss", result_at(0, state(0)));
     std::size_t i = 1;
     for (const auto& t : output_loss_trackers_) l.set(t.name(), result_at(i, state(i))), ++i;
-    for (std::size_t k = 0; k < metrics_.size(); ++k, ++i)
-      l.set((num_outputs == 1 ? "" : output_name(metric_output_[k]) + "_") + metrics_[k].name(), result_at(i, state(i)));
+    for (std::size_t k = 0; k < metrics_.size(); ++k, ++i) {
+      const std::string prefix = num_outputs == 1 ? "" : output_name(metric_output_[k]) + "_";
+      const bool taken = metrics_[k].weighted() && l.contains(prefix + metrics_[k].name());
+      l.set(prefix + (taken ? "weighted_" : "") + metrics_[k].name(), result_at(i, state(i)));
+    }
     return l;
   }
 
   /// Adds a step's losses (the total: each output's weighted, plus `penalty`; each output's as it is,
   /// as Keras 3 logs them) and metrics to the running ones.
-  void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s) {
+  void track(const step_plan& plan, tensors y, std::size_t n, float penalty, const float* s, tensors w) {
     float loss = penalty;
     for (std::size_t o = 0; o < num_outputs; ++o) {
       const float lo = s[loss_slot + o] * plan.loss_scale[o];
@@ -969,7 +1058,11 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         metrics_[i].state().add({s[metric_slot + i], static_cast<double>(plan.rows[o])});
       } else {
         if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
-        metrics_[i].add_batch({y[o].data(), dims_of(y[o])}, *hp, metrics_[i].state());
+        const batch_view t{y[o].data(), dims_of(y[o])};
+        if (const tensor* wo = metrics_[i].weighted() ? weights_of(w, o) : nullptr)
+          metrics_[i].add_batch(t, *hp, {wo->data(), wo->size()}, metrics_[i].state());
+        else
+          metrics_[i].add_batch(t, *hp, metrics_[i].state());
       }
     }
   }
@@ -991,7 +1084,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   std::array<buffer_t<B, float>, num_sources> source_grads_;  // d loss / d each source's output (backward)
   std::array<ptr, num_sources> grad_at_{};                    // where each source's gradient is (backward)
   std::vector<buffer_t<B, float>> scratch_grads_;           // input gradients to add to a source's
-  std::vector<float> scalar_values_, host_pred_;
+  std::vector<float> scalar_values_, host_pred_, row_weights_;  // row_weights_: a step's sample weights, expanded
+  buffer_t<B, float> weight_stage_;                              // ...on a non-host backend
   std::array<extents, num_outputs> out_extents_ = [] {  // each output's, batch first (set per step)
     std::array<extents, num_outputs> e;
     for (std::size_t o = 0; o < num_outputs; ++o) {

@@ -11,11 +11,16 @@
 /// `fit` / `evaluate` / `predict` members call (model/basic_model.hpp declares it; this header defines it).
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/checkpoint/training_state.hpp"
@@ -29,14 +34,39 @@
 
 namespace dtrain {
 
+/// `fit`'s validation data: a dataset of batches of (x, y), or of (x, y, sample_weight) (Keras'
+/// `validation_data=(x_val, y_val, val_sample_weights)`), whose loss is then weighted.
+template <class E>
+class validation_dataset {
+ public:
+  validation_dataset() = default;
+  template <data::dataset D>
+    requires(std::is_same_v<typename D::element_type, E> || std::is_same_v<typename D::element_type, data::weighted_t<E>>)
+  validation_dataset(D d) {
+    if constexpr (data::is_weighted_v<typename D::element_type>) weighted_ = std::move(d);
+    else plain_ = std::move(d);
+  }
+  explicit operator bool() const { return plain_ || weighted_; }
+  /// `f(dataset)` with the dataset held.
+  template <class F>
+  auto visit(F f) const {
+    return plain_ ? f(plain_) : f(weighted_);
+  }
+
+ private:
+  data::any_dataset<E> plain_;
+  data::any_dataset<data::weighted_t<E>> weighted_;
+};
+
 /// `fit`'s options; `E` is the model's batch: `data::example`, or `data::multi_example` for a model of
-/// several inputs or outputs (`fit_options` and `multi_fit_options`).
+/// several inputs or outputs (`fit_options` and `multi_fit_options`). The dataset `fit` takes may also
+/// yield (x, y, sample_weight) batches (`data::weighted_example`, `data::weighted_multi_example`).
 template <class E>
 struct basic_fit_options {
   int epochs = 1;
   std::int64_t steps_per_epoch = 0;  // 0: one full pass of the dataset per epoch
   int initial_epoch = 0;
-  data::any_dataset<E> validation_data{};
+  validation_dataset<E> validation_data{};
   std::int64_t validation_steps = 0;  // 0: the whole validation dataset
   int validation_freq = 1;
   callback_list callbacks{};
@@ -46,6 +76,13 @@ struct basic_fit_options {
   bool shuffle = true;
   double validation_split = 0.0;  // the LAST fraction of the arrays, taken before shuffling (Keras)
   std::uint64_t seed = default_seed;  // of the per-epoch shuffle
+  /// Keras' `sample_weight` (arrays only; a dataset yields it as the batches' third element): one tensor
+  /// for every output or one per output, of one weight per sample (see train_step).
+  std::vector<tensor> sample_weight{};
+  /// Keras' `class_weight` (arrays and datasets; a model of one output): each sample's loss is weighted
+  /// by the weight of its class, the class being y's value (y of shape (n) or (n, 1)) or the index of
+  /// the largest value of its row (one-hot y); a class not listed weighs 1.
+  std::map<int, float> class_weight{};
 };
 using fit_options = basic_fit_options<data::example>;
 using multi_fit_options = basic_fit_options<data::multi_example>;
@@ -55,6 +92,7 @@ struct evaluate_options {
   int verbose = 1;
   callback_list callbacks{};
   std::size_t batch_size = 32;  // for evaluate(x, y) only
+  std::vector<tensor> sample_weight{};  // for evaluate(x, y) only: as fit's
 };
 
 struct predict_options {
@@ -72,9 +110,61 @@ using element_of = std::conditional_t<Model::num_inputs == 1 && Model::num_outpu
                                       data::multi_example>;
 template <class Model, class E>
 constexpr void check_element() {
-  static_assert(std::is_same_v<E, element_of<Model>>, "fit/evaluate: the dataset must yield (x, y) batches: "
-                "data::example for a model of one input and one output, data::multi_example (a std::vector<tensor> "
-                "per input and per output) for any other");
+  static_assert(std::is_same_v<E, element_of<Model>> || std::is_same_v<E, data::weighted_t<element_of<Model>>>,
+                "fit/evaluate: the dataset must yield (x, y) batches: data::example for a model of one input and one "
+                "output, data::multi_example (a std::vector<tensor> per input and per output) for any other; or "
+                "(x, y, sample_weight) batches: data::weighted_example, data::weighted_multi_example");
+}
+
+/// Keras' class_weight as sample weights: each sample's class is y's value (y of shape (n) or (n, 1),
+/// rounded) or the index of its largest value along the last axis; an unlisted class weighs 1.
+inline tensor class_sample_weights(const tensor& y, const std::map<int, float>& class_weight) {
+  const std::size_t width = y.dimension() > 1 ? y.shape()[y.dimension() - 1] : 1;
+  extents e(y.shape().begin(), y.shape().end() - (y.dimension() > 1 ? 1 : 0));
+  tensor w = zeros(e);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const float* row = y.data() + i * width;
+    const auto c = width == 1 ? static_cast<long long>(std::nearbyint(row[0]))
+                              : static_cast<long long>(std::max_element(row, row + width) - row);
+    const auto it = c >= INT_MIN && c <= INT_MAX ? class_weight.find(int(c)) : class_weight.end();
+    w.data()[i] = it == class_weight.end() ? 1.0f : it->second;
+  }
+  return w;
+}
+
+/// Checks `class_weight` against the model and the batches' element `E`, as Keras does.
+template <class Model, class E>
+void check_class_weight(const std::map<int, float>& class_weight) {
+  if (class_weight.empty()) return;
+  if (Model::num_outputs != 1) throw value_error("fit: class_weight is only supported for models of one output");
+  if (data::is_weighted_v<E>)
+    throw value_error("fit: class_weight and sample_weight cannot be used together (the batches carry sample weights)");
+  for (const auto& [c, w] : class_weight)
+    if (!std::isfinite(w))
+      throw value_error("fit: class_weight of class " + std::to_string(c) + " is " + std::to_string(w) + ", not finite");
+}
+
+/// A training step on a batch `b` (with its sample weights, or the weights of `class_weight`) into `l`.
+template <class Model, class E>
+void train_on_batch(Model& m, const E& b, const std::map<int, float>& class_weight, std::size_t global_rows, logs& l) {
+  if constexpr (data::is_weighted_v<E>) {
+    l = m.train_step(std::get<0>(b), std::get<1>(b), std::get<2>(b), global_rows);
+  } else if constexpr (Model::num_outputs == 1) {
+    if (class_weight.empty()) {
+      l = m.train_step(b.first, b.second, global_rows);
+    } else {
+      const std::vector<tensor> w{class_sample_weights(as_tensors(b.second)[0], class_weight)};
+      l = m.train_step(b.first, b.second, w, global_rows);
+    }
+  } else {
+    l = m.train_step(b.first, b.second, global_rows);
+  }
+}
+/// A test step on a batch `b` (with its sample weights).
+template <class Model, class E>
+logs test_on_batch(Model& m, const E& b) {
+  if constexpr (data::is_weighted_v<E>) return m.test_step(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  else return m.test_step(b.first, b.second);
 }
 
 template <class Model>
@@ -212,7 +302,7 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
                      static_cast<long long>(step), static_cast<long long>(o.steps));
       break;
     }
-    if (batch_rows(*b) > 0) l = m.test_step(b->first, b->second);  // a replica's share may be empty
+    if (batch_rows(*b) > 0) l = test_on_batch(m, *b);  // a replica's share may be empty
     o.callbacks.on_test_batch_end(step, l);
     bar.update(++step, l);
   }
@@ -363,6 +453,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
       return run_fit(m, distributed(m, ds), std::move(o));
   strategy_scope scope(m.replica());
   if (!m.compiled()) throw usage_error("fit: call compile() first (the model has no loss or optimizer)");
+  check_class_weight<Model, typename D::element_type>(o.class_weight);
   if (o.epochs < 0 || o.initial_epoch < 0 || o.validation_freq < 1)
     throw value_error("fit: epochs and initial_epoch must not be negative, validation_freq must be positive");
   const std::int64_t card = ds.cardinality();
@@ -441,7 +532,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
         const auto r = m.riders();
         r[0] = stopping ? 1.0f : 0.0f, r[1] = preemption_requested() ? 1.0f : 0.0f;
         r[2] = ahead ? (*ahead)[0] : 0.0f, r[3] = ahead ? (*ahead)[1] : 0.0f;
-        m.train_step(b->first, b->second, it->global_rows());
+        train_on_batch(m, *b, o.class_weight, it->global_rows(), l);
         const auto sums = m.rider_sums();
         preempt = sums[1] > 0.0f;
         if (m.step_dropped()) {  // a worker stopped after the last batch: this step never happened
@@ -454,7 +545,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
         // summed the states with its last gradients (the model keeps its own)
         l = m.worker_results();
       } else {
-        l = m.train_step(b->first, b->second, it->global_rows());
+        train_on_batch(m, *b, o.class_weight, it->global_rows(), l);
       }
       handle.position.global_batch = std::max(handle.position.global_batch, rows);
       at(epoch, step + 1, it->state());
@@ -476,7 +567,9 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
     if (o.steps_per_epoch > 0) at(epoch + 1, 0, dropped ? handle.position.data : it->state());
     else at(epoch + 1, 0, data::iterator_state{std::uint64_t(epoch + 1), 0});
     if (o.validation_data && (epoch + 1) % o.validation_freq == 0) {
-      const logs v = run_evaluate(m, o.validation_data, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+      const logs v = o.validation_data.visit([&](const auto& vd) {
+        return run_evaluate(m, vd, {.steps = o.validation_steps, .verbose = 0, .callbacks = cbs});
+      });
       for (const auto& [k, x] : v) l.set("val_" + k, x);
     }
     cbs.on_epoch_end(epoch, l);
@@ -500,6 +593,30 @@ auto slices(std::span<const tensor> x, std::span<const tensor> y, std::size_t fr
     return data::from_tensor_slices(rows_of(x, from, to), rows_of(y, from, to));
   }
 }
+/// The same with sample weights `w` (one tensor for all outputs, or one per output).
+template <class Model>
+auto weighted_slices(std::span<const tensor> x, std::span<const tensor> y, std::span<const tensor> w, std::size_t from,
+                     std::size_t to) {
+  if constexpr (std::is_same_v<element_of<Model>, data::example>) {
+    if (x.size() != 1 || y.size() != 1 || w.size() != 1)
+      throw shape_error("fit: the model takes one input and one output but got " + std::to_string(x.size()) + " input, " +
+                        std::to_string(y.size()) + " target and " + std::to_string(w.size()) + " sample_weight arrays");
+    return data::from_tensor_slices(rows_of(x[0], from, to), rows_of(y[0], from, to), rows_of(w[0], from, to));
+  } else {
+    return data::from_tensor_slices(rows_of(x, from, to), rows_of(y, from, to), rows_of(w, from, to));
+  }
+}
+/// `f(slice)` with `slice(from, to)` the dataset of rows [from, to) of the arrays, weighted by `w` if
+/// given (checked for `what`: fit, evaluate).
+template <class Model, class F>
+auto with_slices(const char* what, std::span<const tensor> x, std::span<const tensor> y, std::span<const tensor> w, F f) {
+  for (const tensor& t : w)
+    if (t.dimension() == 0 || x[0].dimension() == 0 || t.shape()[0] != x[0].shape()[0])
+      throw shape_error(std::string(what) + ": x of shape " + shape_str(x[0].shape()) + " and sample_weight of shape " + shape_str(t.shape()) +
+                        " do not hold the same number of samples");
+  if (w.empty()) return f([&](std::size_t from, std::size_t to) { return slices<Model>(x, y, from, to); });
+  return f([&](std::size_t from, std::size_t to) { return weighted_slices<Model>(x, y, w, from, to); });
+}
 
 template <class Model>
 history run_fit_arrays(Model& m, std::span<const tensor> x, std::span<const tensor> y,
@@ -515,16 +632,17 @@ history run_fit_arrays(Model& m, std::span<const tensor> x, std::span<const tens
   if (o.batch_size == 0) throw value_error("fit: batch_size must be positive");
   const std::size_t n = x[0].shape()[0];
   const auto split = static_cast<std::size_t>(static_cast<double>(n) * (1.0 - o.validation_split));
-  if (o.validation_split > 0.0) {
-    if (split == n || split == 0)
-      throw value_error("fit: validation_split " + std::to_string(o.validation_split) + " of " + std::to_string(n) +
-                        " samples leaves an empty training or validation set");
-    o.validation_data = slices<Model>(x, y, split, n) | data::batch(o.batch_size);
-  }
-  auto train = slices<Model>(x, y, 0, split);
-  o.validation_split = 0.0;
-  if (o.shuffle) return run_fit(m, train | data::shuffle(split, o.seed) | data::batch(o.batch_size), std::move(o));
-  return run_fit(m, train | data::batch(o.batch_size), std::move(o));
+  if (o.validation_split > 0.0 && (split == n || split == 0))
+    throw value_error("fit: validation_split " + std::to_string(o.validation_split) + " of " + std::to_string(n) +
+                      " samples leaves an empty training or validation set");
+  const std::vector<tensor> w = std::exchange(o.sample_weight, {});
+  return with_slices<Model>("fit", x, y, w, [&](auto slice) {
+    if (o.validation_split > 0.0) o.validation_data = slice(split, n) | data::batch(o.batch_size);  // weighted too
+    auto train = slice(0, split);
+    o.validation_split = 0.0;
+    if (o.shuffle) return run_fit(m, train | data::shuffle(split, o.seed) | data::batch(o.batch_size), std::move(o));
+    return run_fit(m, train | data::batch(o.batch_size), std::move(o));
+  });
 }
 
 /// What the model's `fit`, `evaluate` and `predict` members call.
@@ -539,6 +657,9 @@ struct trainer {
   static history fit(Model& m, const D& ds, fit_options o) {
     if (o.validation_split > 0.0)
       throw usage_error("fit: validation_split is only supported for in-memory arrays; pass validation_data");
+    if (!o.sample_weight.empty())
+      throw usage_error("fit: sample_weight is only supported for in-memory arrays; a dataset yields (x, y, "
+                        "sample_weight) batches instead");
     return run_fit(m, ds, std::move(o));
   }
   static history fit(Model& m, std::span<const tensor> x, std::span<const tensor> y, fit_options o) {
@@ -547,11 +668,17 @@ struct trainer {
   template <data::dataset D>
   static logs evaluate(Model& m, const D& ds, evaluate_options o) {
     if (!m.compiled()) throw usage_error("evaluate: call compile() first (the model has no loss or optimizer)");
+    if (!o.sample_weight.empty())
+      throw usage_error("evaluate: sample_weight is only supported for in-memory arrays; a dataset yields (x, y, "
+                        "sample_weight) batches instead");
     return run_evaluate(m, ds, o);
   }
   static logs evaluate(Model& m, std::span<const tensor> x, std::span<const tensor> y, evaluate_options o) {
     if (x.empty() || y.empty()) throw shape_error("evaluate: no x or no y arrays");
-    return evaluate(m, slices<Model>(x, y, 0, x[0].dimension() ? x[0].shape()[0] : 0) | data::batch(o.batch_size), o);
+    const std::vector<tensor> w = std::exchange(o.sample_weight, {});
+    return with_slices<Model>("evaluate", x, y, w, [&](auto slice) {
+      return evaluate(m, slice(0, x[0].dimension() ? x[0].shape()[0] : 0) | data::batch(o.batch_size), o);
+    });
   }
   template <data::dataset D>
   static prediction_type predict(Model& m, const D& ds, predict_options o) {
