@@ -135,4 +135,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(predict_concatenates_batches_and_early_stopping_st
   BOOST_CHECK_THROW((on<net, B>{}.fit(x, y, {.verbose = 0})), usage_error);
 }
 
+BOOST_AUTO_TEST_CASE(a_pipeline_stored_as_any_dataset_trains_like_the_pipeline) {
+  auto [x, y] = problem(40);
+  const auto pipeline = data::from_tensor_slices(x, y) | data::batch(8);
+  const data::any_dataset<data::example> stored = pipeline;
+  auto a = compiled(), b = compiled();
+  a.fit(pipeline, {.epochs = 2, .verbose = 0});
+  b.fit(stored, {.epochs = 2, .validation_data = stored, .verbose = 0});
+  BOOST_TEST(a.get_weights() == b.get_weights(), tt::per_element());
+  BOOST_TEST(b.evaluate(stored, {.verbose = 0}).at("loss") == a.evaluate(pipeline, {.verbose = 0}).at("loss"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -16,8 +16,11 @@ class any_dataset {
   using element_type = E;
 
   any_dataset() = default;
-  template <class D>  // any_dataset itself first: checking dataset<any_dataset> here would recurse (clang)
-    requires(!std::same_as<D, any_dataset>) && dataset<D> && std::same_as<typename D::element_type, E>
+  // any_dataset itself, and what has no `iterate` (an iterator over one), first: checking dataset<D> on
+  // them here would recurse (the copy of an `iterator<any_dataset>` asks whether it converts to one)
+  template <class D>
+    requires(!std::same_as<D, any_dataset>) && requires(const D& d) { d.iterate(std::uint64_t{0}); } && dataset<D> &&
+            std::same_as<typename D::element_type, E>
   any_dataset(D d) : self_(std::make_shared<const model_t<D>>(std::move(d))) {}
 
   explicit operator bool() const { return self_ != nullptr; }
