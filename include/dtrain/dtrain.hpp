@@ -22,6 +22,7 @@
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/model_checkpoint.hpp"
 #include "dtrain/callbacks/monitors.hpp"
+#include "dtrain/callbacks/profiler.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
 #include "dtrain/callbacks/tensorboard.hpp"
 

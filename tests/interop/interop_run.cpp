@@ -1,7 +1,7 @@
 // What a Python user reads from a dtrain run, for the interop checks (tests/interop/check_*.py) to read
 // with the real packages: trains a small model with the tensorboard callback (epoch and batch scalars,
-// learning rate, steps per second, validation, histograms, an evaluation) into <dir>/train and
-// <dir>/validation, writes its History (history.json), its weights as safetensors and .npz with the
+// learning rate, steps per second, validation, histograms, an evaluation, a profile of batches 2-4) into
+// <dir>/train, <dir>/validation and <dir>/plugins/profile, writes its History (history.json), its weights as safetensors and .npz with the
 // same values as JSON (weights.json), and the whole model (model.safetensors, with its optimizer's
 // iteration count in model.json).
 // usage: interop_run <dir>
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
                  .loss = sparse_categorical_crossentropy{{.from_logits = true}},
                  .metrics = {accuracy{}}});
   auto board = tensorboard({.log_dir = dir, .histogram_freq = 1, .write_steps_per_second = true,
-                            .update_freq = std::int64_t(3)});
+                            .update_freq = std::int64_t(3), .profile_batch = {2, 4}});
   const history h = model.fit(x, y, {.epochs = 4, .callbacks = {board}, .verbose = 0, .batch_size = 8,
                                      .validation_split = 0.25});
   model.evaluate(x, y, {.verbose = 0, .callbacks = {board}});

@@ -76,6 +76,11 @@ class training_model {
   virtual int num_replicas_in_sync() const = 0;
   /// Collective: returns once every replica has entered it.
   virtual void barrier() = 0;
+  /// The processes training (the workers of a cluster; 1 otherwise) and this one's index among them.
+  virtual int num_workers() const { return 1; }
+  virtual int worker_index() const { return 0; }
+  /// Collective over the workers: `values` becomes their element-wise sum.
+  virtual void sum_over_workers(std::span<float>) {}
 
   /// Set to stop `fit` after the current batch (Keras' `model.stop_training`).
   bool stop_training = false;

@@ -8,7 +8,9 @@
 ///   across epochs); `write_steps_per_second` adds `epoch_steps_per_second` / `batch_steps_per_second`;
 /// - after `evaluate` (and validation), `evaluation_<name>_vs_iterations` in validation/ at step = the
 ///   optimizer's iterations;
-/// - every `histogram_freq` epochs, a histogram of each variable, `<layer>/<kernel|bias>/histogram`.
+/// - every `histogram_freq` epochs, a histogram of each variable, `<layer>/<kernel|bias>/histogram`;
+/// - with `profile_batch`, a trace of those batches on every worker (callbacks/profiler.hpp), written
+///   gzipped where TensorBoard's profile plugin looks: `log_dir/plugins/profile/<date_time>/worker_<i>.trace.json.gz`.
 /// Under a strategy only the chief writes: epoch and evaluation logs are the same on every worker, while
 /// `batch_<name>` are the chief's own running values (per-batch logs are not aggregated).
 ///
@@ -26,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "dtrain/callbacks/callback.hpp"
+#include "dtrain/callbacks/profiler.hpp"
 #include "dtrain/core/crc32c.hpp"
 
 namespace dtrain {
@@ -152,6 +156,8 @@ struct tensorboard_options {
   bool write_steps_per_second = false;
   /// "epoch", or a number of batches: batch-level scalars every that many batches.
   std::variant<std::string, std::int64_t> update_freq = std::string("epoch");
+  /// Batches to trace (Keras' `profile_batch`: one, or a range `{first, last}`, counted from 1; 0: none).
+  profile_batches profile_batch = 0;
 };
 
 class tensorboard : public callback {
@@ -162,23 +168,31 @@ class tensorboard : public callback {
       throw value_error("tensorboard: update_freq must be \"epoch\" or a number of batches, got \"" + *s + "\"");
     if (const auto* n = std::get_if<std::int64_t>(&o_.update_freq); n && *n <= 0)
       throw value_error("tensorboard: update_freq must be positive");
+    o_.profile_batch.check("tensorboard");
+    tracer_ = detail::batch_tracer(o_.profile_batch);
   }
   explicit tensorboard(std::filesystem::path log_dir) : tensorboard(tensorboard_options{.log_dir = std::move(log_dir)}) {}
 
   void on_train_begin(const logs&) override {
     global_batch_ = 0;
     writes_ = model().is_chief();
+    tracer_.train_begin();
   }
-  void on_train_end(const logs&) override { train_.reset(), validation_.reset(); }
+  void on_train_end(const logs&) override {
+    if (auto r = tracer_.train_end()) write_profile(*r);
+    train_.reset(), validation_.reset();
+  }
   void on_epoch_begin(int, const logs&) override {
     epoch_start_ = clock::now();
     epoch_iterations_ = model().iterations();
   }
   void on_train_batch_begin(std::int64_t, const logs&) override {
     ++global_batch_;
+    tracer_.batch_begin();
     batch_start_ = clock::now();
   }
   void on_train_batch_end(std::int64_t, const logs& l) override {
+    if (auto r = tracer_.batch_end()) write_profile(*r);
     const auto* every = std::get_if<std::int64_t>(&o_.update_freq);
     if (!writes_ || !every || global_batch_ % *every != 0) return;
     for (const auto& [name, value] : l) writer(train_, "train").scalar("batch_" + name, global_batch_, value);
@@ -213,6 +227,21 @@ class tensorboard : public callback {
   static double seconds_since(clock::time_point t) {
     return std::max(1e-9, std::chrono::duration<double>(clock::now() - t).count());
   }
+  /// Every worker writes its own trace, in one run folder per trace named by the chief's clock.
+  void write_profile(const trace::recording& r) {
+    chief_message run{0, {}, {}};
+    if (model().is_chief()) {
+      const std::time_t now = std::time(nullptr);
+      char stamp[32];
+      std::strftime(stamp, sizeof stamp, "%Y_%m_%d_%H_%M_%S", std::localtime(&now));
+      run.text = stamp;
+    }
+    model().broadcast_from_chief(run);
+    const int me = model().worker_index();
+    const auto path = o_.log_dir / "plugins" / "profile" / run.text / (detail::trace_file_name(me) + ".gz");
+    detail::create_folder_of(path);
+    detail::write_file_atomic(path, detail::gzipped(detail::chrome_trace_json(r, me, "worker " + std::to_string(me))));
+  }
   tensorboard_events::event_file& writer(std::shared_ptr<tensorboard_events::event_file>& w, const char* run) {
     if (!w) w = std::make_shared<tensorboard_events::event_file>(o_.log_dir / run);
     return *w;
@@ -223,6 +252,7 @@ class tensorboard : public callback {
   bool writes_ = true;
   std::int64_t global_batch_ = 0, epoch_iterations_ = 0;
   clock::time_point epoch_start_{}, batch_start_{};
+  detail::batch_tracer tracer_;
 };
 
 }  // namespace dtrain

@@ -28,6 +28,7 @@
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/replica_group.hpp"
 #include "dtrain/core/tensor.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/distribute/replica_context.hpp"
 
 namespace dtrain {
@@ -272,7 +273,10 @@ class mirrored_model : private M {
       if (t.dimension() == 0 || t.shape()[0] != b)
         throw shape_error("mirrored_strategy: sample_weight of shape " + shape_str(t.shape()) +
                           " does not fit a batch of " + std::to_string(b) + " samples");
+    const auto traced = trace::current_trace();
     local_->run_each([&](int index) {
+      const trace::adopt adopted(traced);
+      if (traced && index > 0) trace::name_thread("replica " + std::to_string(index));  // replica 0: the caller's
       const std::size_t i = std::size_t(index), lo = b * i / p, hi = b * (i + 1) / p;
       const std::vector<tensor> xs = detail::rows_of(x, lo, hi);
       const std::vector<tensor> ys = y ? detail::rows_of(*y, lo, hi) : std::vector<tensor>{};

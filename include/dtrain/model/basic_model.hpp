@@ -33,6 +33,7 @@
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/threads.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/core/view.hpp"
 #include "dtrain/distribute/gradient_sync.hpp"
 #include "dtrain/distribute/replica_context.hpp"
@@ -382,6 +383,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     this->device_.fill(1, 0.0f, penalty);
     layer_context<B> ctx = context(true);
     each_reversed([&]<std::size_t I>() {
+      const trace::scope traced("backward", this->names_[I]);
       constexpr auto src = Graph::template sources<I>;
       ctx.state = this->template state_ptr<I>();
       const ptr dy = grad_at_[num_inputs + I];
@@ -650,6 +652,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// The optimizer's step with this replica's (summed) gradients, unless someone else applies it (a
   /// parameter server, the central copy of the variables), whose values the strategy then hands over.
   void apply_update() {
+    const trace::scope traced("optimizer", "apply_gradients");
     if (!sync_ || !sync_->applies_update()) opt_.apply_gradients(this->gradients(), this->parameters());
     if (sync_) sync_->updated(this->parameters());
   }
@@ -750,6 +753,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     for (std::size_t k = 0; k < num_inputs; ++k) input_[k] = to_device(x[k], x_stage_[k]);
     layer_context<B> ctx = context(training);
     each([&]<std::size_t I>() {
+      const trace::scope traced("forward", this->names_[I]);
       constexpr auto src = Graph::template sources<I>;
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
         out_[I] = source_output(src[0]);
@@ -813,7 +817,10 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       this->device_.upload(k, static_cast<const float*>(side.data()), this->gradient_prefix(k));
       sync_->ready(0, k);
     }
-    sync_->finish();
+    {
+      const trace::scope traced("comm", "wait for gradients");  // the communication backward did not hide
+      sync_->finish();
+    }
     if (k) this->device_.download(k, cptr(this->gradient_prefix(k)), side.data());
   }
 
@@ -961,6 +968,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// each row's loss and gradient are multiplied by its weight first.
   void compute_loss(std::size_t o, const any_loss& loss, const tensor& y, cptr t, std::size_t n, float scale, bool grad,
                     const tensor* w = nullptr) {
+    const trace::scope traced("loss", trace::active() ? loss.name() : std::string());  // (no name to build untraced)
     const batch_view pv = output_view(o, n, nullptr);
     const std::size_t rows = detail::loss_rows(pv);
     const ptr per = ensure(this->device_, per_example_, rows);

@@ -25,6 +25,7 @@
 #include "dtrain/callbacks/callback.hpp"
 #include "dtrain/checkpoint/training_state.hpp"
 #include "dtrain/core/preemption.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/callbacks/history.hpp"
 #include "dtrain/callbacks/progbar_logger.hpp"
 #include "dtrain/data/any_dataset.hpp"
@@ -40,8 +41,9 @@ template <class E>
 class validation_dataset {
  public:
   validation_dataset() = default;
-  template <data::dataset D>
-    requires(std::is_same_v<typename D::element_type, E> || std::is_same_v<typename D::element_type, data::weighted_t<E>>)
+  template <class D>  // itself first: checking dataset<validation_dataset> here would recurse
+    requires(!std::same_as<D, validation_dataset>) && data::dataset<D> &&
+            (std::is_same_v<typename D::element_type, E> || std::is_same_v<typename D::element_type, data::weighted_t<E>>)
   validation_dataset(D d) {
     if constexpr (data::is_weighted_v<typename D::element_type>) weighted_ = std::move(d);
     else plain_ = std::move(d);
@@ -234,6 +236,11 @@ class model_handle : public training_model {
   void barrier() override {
     if (m_.replica()) m_.replica()->barrier();
   }
+  int num_workers() const override { return workers(m_); }
+  int worker_index() const override { return replicated(m_) ? m_.replica()->input_pipeline_id() : 0; }
+  void sum_over_workers(std::span<float> values) override {
+    if (replicated(m_)) m_.replica()->all_reduce(values, reduce_op::sum);
+  }
 
  private:
   Model& m_;
@@ -295,14 +302,20 @@ logs run_evaluate(Model& m, const D& ds, evaluate_options o) {
   logs l = m.metric_results();
   while (target < 0 || step < target) {
     o.callbacks.on_test_batch_begin(step, l);
-    auto b = it.next();
+    auto b = [&] {
+      const trace::scope traced("data", "next batch");
+      return it.next();
+    }();
     if (!b) {
       if (o.steps > 0)
         std::fprintf(stderr, "WARNING: Your input ran out of data after %lld of %lld evaluation steps.\n",
                      static_cast<long long>(step), static_cast<long long>(o.steps));
       break;
     }
-    if (batch_rows(*b) > 0) l = test_on_batch(m, *b);  // a replica's share may be empty
+    if (batch_rows(*b) > 0) {  // a replica's share may be empty
+      const trace::scope traced("step", "test_step");
+      l = test_on_batch(m, *b);
+    }
     o.callbacks.on_test_batch_end(step, l);
     bar.update(++step, l);
   }
@@ -514,7 +527,10 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
     bool dropped = false;   // ...and the step that told them read a batch no step trained on
     while (steps < 0 || step < steps) {
       if (!stopping) cbs.on_train_batch_begin(step, l);
-      auto b = it->next();
+      auto b = [&] {
+        const trace::scope traced("data", "next batch");
+        return it->next();
+      }();
       if (!b) {
         if (o.steps_per_epoch > 0) ran_out = true, ran_out_warning(o.steps_per_epoch, o.epochs);
         break;
@@ -532,7 +548,10 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
         const auto r = m.riders();
         r[0] = stopping ? 1.0f : 0.0f, r[1] = preemption_requested() ? 1.0f : 0.0f;
         r[2] = ahead ? (*ahead)[0] : 0.0f, r[3] = ahead ? (*ahead)[1] : 0.0f;
-        train_on_batch(m, *b, o.class_weight, it->global_rows(), l);
+        {
+          const trace::scope traced("step", "train_step");
+          train_on_batch(m, *b, o.class_weight, it->global_rows(), l);
+        }
         const auto sums = m.rider_sums();
         preempt = sums[1] > 0.0f;
         if (m.step_dropped()) {  // a worker stopped after the last batch: this step never happened
@@ -545,6 +564,7 @@ history run_fit(Model& m, const D& ds, basic_fit_options<element_of<Model>> o) {
         // summed the states with its last gradients (the model keeps its own)
         l = m.worker_results();
       } else {
+        const trace::scope traced("step", "train_step");
         train_on_batch(m, *b, o.class_weight, it->global_rows(), l);
       }
       handle.position.global_batch = std::max(handle.position.global_batch, rows);

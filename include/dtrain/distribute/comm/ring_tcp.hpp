@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "dtrain/core/environment.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/distribute/comm/ring_engine.hpp"
 #include "dtrain/distribute/comm/shm.hpp"
 
@@ -102,21 +103,27 @@ class ring_tcp {
   };
 
   handle all_reduce_async(std::span<float> data, reduce_op op) {
-    return submit([this, data, op] { ring_all_reduce(data, op); });
+    return submit([this, data, op] { traced_all_reduce(data, op); });
   }
   void all_reduce(std::span<float> data, reduce_op op) {
-    run_now([this, data, op] { ring_all_reduce(data, op); });
+    run_now([this, data, op] { traced_all_reduce(data, op); });
   }
   void broadcast(std::span<std::byte> data, int root) {
     check_root(root);
-    run_now([this, data, root] { ring_broadcast(data, root); });
+    run_now([this, data, root] {
+      const trace::scope traced("comm", "broadcast", std::int64_t(data.size()));
+      ring_broadcast(data, root);
+    });
   }
   void broadcast(std::span<float> data, int root) { broadcast(std::as_writable_bytes(data), root); }
   void all_gather(std::span<const float> in, std::span<float> out) {
     if (out.size() != in.size() * std::size_t(size()))
       throw value_error("all_gather: output holds " + std::to_string(out.size()) + " floats, need size() * " +
                         std::to_string(in.size()));
-    run_now([this, in, out] { ring_all_gather(in, out); });
+    run_now([this, in, out] {
+      const trace::scope traced("comm", "all_gather", std::int64_t(out.size_bytes()));
+      ring_all_gather(in, out);
+    });
   }
   void barrier() {
     float token = 0.0f;
@@ -125,6 +132,11 @@ class ring_tcp {
 
  private:
   // ---- operation queue ----------------------------------------------------------------------------------
+
+  void traced_all_reduce(std::span<float> data, reduce_op op) {
+    const trace::scope traced("comm", "all_reduce", std::int64_t(data.size_bytes()));
+    ring_all_reduce(data, op);
+  }
 
   /// Runs one collective (on whichever thread holds the turn), latching its failure.
   void execute(const std::function<void()>& job) {
@@ -172,7 +184,10 @@ class ring_tcp {
       job();
       return handle();
     }
-    auto task = std::make_shared<std::packaged_task<void()>>([this, job = std::move(job)] { execute(job); });
+    auto task = std::make_shared<std::packaged_task<void()>>([this, job = std::move(job), t = trace::current_trace()] {
+      const trace::adopt traced(t);  // the submitting thread's trace, if it has one
+      execute(job);
+    });
     handle h(task->get_future().share());
     {
       std::lock_guard lk(m_);
@@ -183,6 +198,7 @@ class ring_tcp {
     return h;
   }
   void serve() {
+    trace::name_thread("ring_tcp");
     for (;;) {
       std::function<void()> job;
       {
