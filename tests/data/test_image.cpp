@@ -216,6 +216,30 @@ BOOST_AUTO_TEST_CASE(resize_samples_at_half_pixel_centres_as_tf) {
   BOOST_CHECK_THROW(data::resize(img, 0, 2), value_error);
 }
 
+BOOST_AUTO_TEST_CASE(resize_keeps_the_aspect_ratio_by_cropping_or_padding_first) {
+  // a 2 x 6 image (columns 0..5) to 2 x 2: crop takes the centred 2 x 2 window (columns 2, 3)
+  tensor wide = zeros({2, 6, 1});
+  for (std::size_t i = 0; i < 12; ++i) wide.data()[i] = float(i % 6);
+  BOOST_TEST(values(data::resize(wide, 2, 2, data::interpolation::nearest, data::aspect_ratio::crop)) ==
+                 (std::vector<float>{2, 3, 2, 3}), boost::test_tools::per_element());
+  // pad: 2 rows of zeros above and below make it 6 x 6 (then resized)
+  const tensor padded = data::detail::to_aspect_ratio(wide, 2, 2, data::aspect_ratio::pad);
+  BOOST_TEST(extents_of(padded) == (extents{6, 6, 1}), boost::test_tools::per_element());
+  std::vector<float> want(36, 0.0f);
+  std::copy(wide.begin(), wide.end(), want.begin() + 12);
+  BOOST_TEST(values(padded) == want, boost::test_tools::per_element());
+  // a tall one is padded left and right, as much on each side, rounded down as Keras pads: 6 x 3 to a
+  // square becomes 6 x 5 (one column each side), not 6 x 6
+  BOOST_TEST(extents_of(data::detail::to_aspect_ratio(zeros({6, 3, 1}), 1, 1, data::aspect_ratio::pad)) ==
+                 (extents{6, 5, 1}), boost::test_tools::per_element());
+  // the same ratio already: stretch, crop and pad agree
+  tensor img = zeros({4, 6, 2});
+  for (std::size_t i = 0; i < img.size(); ++i) img.data()[i] = float(i);
+  for (auto a : {data::aspect_ratio::crop, data::aspect_ratio::pad})
+    BOOST_TEST(values(data::resize(img, 2, 3, data::interpolation::bilinear, a)) == values(data::resize(img, 2, 3)),
+               boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(image_dataset_from_directory_labels_by_class_folder) {
   // classes "ants" (3 JPEGs, one in a nested folder) and "bees" (2 PNGs); each image one gray level
   temp_dir t;

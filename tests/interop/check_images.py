@@ -72,8 +72,13 @@ cases = [("rgb.png", 0, None, 0), ("rgba.png", 0, None, 0), ("gray.png", 0, None
          ("rgb.png", 4, None, 0), ("rgba.png", 3, None, 0), ("gray.png", 3, None, 0), ("gray.png", 4, None, 0),
          ("baseline.jpg", 0, None, 1), ("progressive.jpg", 0, None, 1), ("gray.jpg", 0, None, 1), ("gray.jpg", 3, None, 1),
          ("rgb.png", 0, [20, 31], 1e-3), ("rgb.png", 0, [5, 6], 1e-3), ("baseline.jpg", 0, [11, 40], 1e-3)]
+# (file, size, aspect): resizes that keep the aspect ratio, cropping or padding first (both axes, odd margins)
+aspects = [("rgb.png", [20, 31], "crop"), ("rgb.png", [31, 9], "crop"), ("baseline.jpg", [11, 40], "crop"),
+           ("rgb.png", [20, 31], "pad"), ("rgb.png", [31, 9], "pad"), ("baseline.jpg", [30, 7], "pad"),
+           ("gray.png", [8, 8], "crop"), ("gray.png", [8, 8], "pad")]
 with open(os.path.join(d, "cases.json"), "w") as f:
-    json.dump([{"path": os.path.join(d, n), "channels": c, "size": s} for n, c, s, _ in cases], f)
+    json.dump([{"path": os.path.join(d, n), "channels": c, "size": s} for n, c, s, _ in cases] +
+              [{"path": os.path.join(d, n), "channels": 0, "size": s, "aspect": a} for n, s, a in aspects], f)
 subprocess.run([program, os.path.join(d, "cases.json"), os.path.join(d, "out.json")], check=True)
 ours = json.load(open(os.path.join(d, "out.json")))
 
@@ -96,7 +101,19 @@ for (name, channels, size, tolerance), got in zip(cases, ours):
         failures.append(f"{what}: values differ by {err} (expected {want.ravel()[:4]}, dtrain {have.ravel()[:4]})")
     else:
         print(f"{what}: within {err:g} of " + ("Keras' resize" if size else "Pillow"))
+for (name, size, aspect), got in zip(aspects, ours[len(cases):]):
+    what = f"{name} resized to {size[0]} x {size[1]} with {aspect}_to_aspect_ratio"
+    have = np.asarray(got["values"], dtype=np.float64).reshape(got["shape"])
+    want = np.asarray(keras.ops.image.resize(decoded[(name, 0)].astype(np.float32), tuple(size), interpolation="bilinear",
+                                             antialias=False, crop_to_aspect_ratio=aspect == "crop",
+                                             pad_to_aspect_ratio=aspect == "pad"), dtype=np.float64)
+    err = float(np.max(np.abs(have - want))) if have.shape == want.shape else float("inf")
+    if err > 1e-3:
+        failures.append(f"{what}: shape {have.shape}, Keras {want.shape}, values differ by {err}")
+    else:
+        print(f"{what}: within {err:g} of Keras' resize")
 if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
-print(f"PASS: {len(cases)} decodes and resizes equal Pillow's and Keras {keras.__version__}'s")
+print(f"PASS: {len(cases)} decodes and resizes and {len(aspects)} resizes keeping the aspect ratio equal Pillow's and "
+      f"Keras {keras.__version__}'s")

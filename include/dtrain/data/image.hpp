@@ -279,11 +279,47 @@ inline tensor read_image(const std::string& path, int channels = 0) {
 /// `tf.image.resize`'s methods here.
 enum class interpolation { bilinear, nearest };
 
+/// How `resize` treats an image of another aspect ratio than its target: stretch it (the default),
+/// `crop` it first to its largest centred window of the target's ratio (Keras' `crop_to_aspect_ratio`),
+/// or `pad` it first with zeros on both sides of one axis (Keras' `pad_to_aspect_ratio`).
+enum class aspect_ratio { stretch, crop, pad };
+
+namespace detail {
+/// The image cropped or padded to the aspect ratio of height x width, with Keras' arithmetic (its
+/// centred window rounded down; its padding the same on both sides).
+inline tensor to_aspect_ratio(const tensor& image, std::size_t height, std::size_t width, aspect_ratio a) {
+  const std::size_t ih = image.shape()[0], iw = image.shape()[1], c = image.shape()[2];
+  std::size_t oh = ih, ow = iw, top = 0, left = 0;  // the output's size; where the input's [0, 0] goes (pad) or comes from (crop)
+  if (a == aspect_ratio::crop) {
+    oh = std::max<std::size_t>(std::min(ih, std::size_t(double(iw * height) / double(width))), 1);
+    ow = std::max<std::size_t>(std::min(iw, std::size_t(double(ih * width) / double(height))), 1);
+    top = std::size_t(double(ih - oh) / 2), left = std::size_t(double(iw - ow) / 2);
+  } else {
+    top = std::size_t(double(std::max(ih, std::size_t(double(iw * height) / double(width))) - ih) / 2);
+    left = std::size_t(double(std::max(iw, std::size_t(double(ih * width) / double(height))) - iw) / 2);
+    if (top > 0) oh = ih + 2 * top, left = 0;
+    else if (left > 0) ow = iw + 2 * left;
+  }
+  tensor out = zeros({oh, ow, c});
+  const bool crop = a == aspect_ratio::crop;
+  for (std::size_t y = 0; y < (crop ? oh : ih); ++y) {
+    const float* from = image.data() + ((crop ? y + top : y) * iw + (crop ? left : 0)) * c;
+    float* to = out.data() + ((crop ? y : y + top) * ow + (crop ? 0 : left)) * c;
+    std::copy(from, from + (crop ? ow : iw) * c, to);
+  }
+  return out;
+}
+}  // namespace detail
+
 /// `tf.image.resize(image, (height, width), method)` (antialias off) of an (h, w, c) image: the sample
 /// points at half-pixel centres, in = (out + 0.5) * in_size / out_size - 0.5, clamped at the edges.
-inline tensor resize(const tensor& image, std::size_t height, std::size_t width, interpolation method = interpolation::bilinear) {
+/// With `aspect_ratio::crop` or `pad` the image is first cropped or padded to the target's aspect ratio.
+inline tensor resize(const tensor& image, std::size_t height, std::size_t width, interpolation method = interpolation::bilinear,
+                     aspect_ratio ratio = aspect_ratio::stretch) {
   if (image.dimension() != 3) throw shape_error("resize: an image of shape " + shape_str(image.shape()) + ", not (height, width, channels)");
   if (height == 0 || width == 0) throw value_error("resize: a size of " + std::to_string(height) + " x " + std::to_string(width));
+  if (ratio != aspect_ratio::stretch && image.size() > 0)
+    return resize(detail::to_aspect_ratio(image, height, width, ratio), height, width, method);
   const std::size_t ih = image.shape()[0], iw = image.shape()[1], c = image.shape()[2];
   tensor out = zeros({height, width, c});
   const float sy = float(ih) / float(height), sx = float(iw) / float(width);
@@ -334,6 +370,8 @@ struct image_directory_options {
   std::optional<float> validation_split{};
   std::string subset{};  ///< with validation_split: "training" or "validation"
   interpolation method = interpolation::bilinear;
+  bool crop_to_aspect_ratio = false;  ///< resize without distortion: crop to the largest centred window first
+  bool pad_to_aspect_ratio = false;   ///< resize without distortion: pad with zeros first
   bool verbose = true;  ///< prints "Found N files belonging to C classes." as Keras does
 };
 
@@ -368,7 +406,10 @@ class image_files::iterator {
     if (i_ >= s_.files_->size()) return std::nullopt;
     const file& f = (*s_.files_)[i_++];
     const int channels = s_.o_.color_mode == "grayscale" ? 1 : s_.o_.color_mode == "rgba" ? 4 : 3;
-    tensor image = resize(read_image(f.path, channels), s_.o_.image_size[0], s_.o_.image_size[1], s_.o_.method);
+    const aspect_ratio ratio = s_.o_.crop_to_aspect_ratio ? aspect_ratio::crop
+                               : s_.o_.pad_to_aspect_ratio ? aspect_ratio::pad
+                                                           : aspect_ratio::stretch;
+    tensor image = resize(read_image(f.path, channels), s_.o_.image_size[0], s_.o_.image_size[1], s_.o_.method, ratio);
     tensor label;
     if (s_.o_.label_mode == "categorical") {
       label = zeros(extents{s_.classes_});
@@ -403,6 +444,8 @@ inline auto image_dataset_from_directory(const std::string& directory, image_dir
     throw value_error(what + ": label_mode \"" + o.label_mode + "\" is not \"int\", \"categorical\" or \"binary\"");
   if (o.color_mode != "rgb" && o.color_mode != "rgba" && o.color_mode != "grayscale")
     throw value_error(what + ": color_mode \"" + o.color_mode + "\" is not \"rgb\", \"rgba\" or \"grayscale\"");
+  if (o.crop_to_aspect_ratio && o.pad_to_aspect_ratio)
+    throw value_error(what + ": only one of crop_to_aspect_ratio and pad_to_aspect_ratio can be set");
   if (o.batch_size == 0 || o.image_size[0] == 0 || o.image_size[1] == 0)
     throw value_error(what + ": batch_size and image_size must be positive");
   if (o.validation_split && !(*o.validation_split > 0.0f && *o.validation_split < 1.0f))
