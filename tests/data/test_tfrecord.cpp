@@ -157,4 +157,59 @@ BOOST_AUTO_TEST_CASE(examples_parse_into_fixed_length_features) {
   BOOST_TEST(contains(error_of([&] { data::parse_single_example(std::string("\x0a\xff\xff\xff\xff\x0f", 6), spec); }), "runs past the end"));
 }
 
+BOOST_AUTO_TEST_CASE(the_writer_frames_records_as_tensorflow_and_puts_the_file_in_place_whole) {
+  temp_dir t;
+  const std::vector<std::string> records{"first", "", std::string(70000, 'x'), "fourth"};
+  for (const std::string compression : {"", "GZIP", "ZLIB"}) {
+    BOOST_TEST_CONTEXT("compression '" << compression << "'") {
+      const fs::path p = t.path / ("out" + compression + ".tfrecord");
+      {
+        data::tfrecord_writer w(p, compression);
+        for (const auto& r : records) w.write(r);
+        BOOST_TEST(!fs::exists(p));  // not before close
+        w.close();
+      }
+      BOOST_TEST(all(data::tfrecord_dataset({p.string()}, compression)) == records);
+      if (compression.empty()) {  // the bytes TensorFlow's framing gives (framed above, by hand)
+        std::ifstream in(p, std::ios::binary);
+        BOOST_TEST(std::string(std::istreambuf_iterator<char>(in), {}) == framed(records));
+      }
+    }
+  }
+  // an exception while writing leaves what was there; a destructor at the end of a scope closes
+  const fs::path p = t.path / "kept.tfrecord";
+  { data::tfrecord_writer(p).write("old"); }
+  try {
+    data::tfrecord_writer w(p);
+    w.write("new, partial");
+    throw std::runtime_error("conversion failed");
+  } catch (const std::runtime_error&) {
+  }
+  BOOST_TEST(all(data::tfrecord_dataset({p.string()})) == std::vector<std::string>{"old"});
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(t.path)) ++files;
+  BOOST_TEST(files == 4u);  // no temporary left behind
+  data::tfrecord_writer w(t.path / "closed.tfrecord");
+  w.close();
+  BOOST_CHECK_THROW(w.write("late"), usage_error);
+  BOOST_CHECK_THROW(data::tfrecord_writer(t.path / "x", "LZ4"), value_error);
+  BOOST_CHECK_THROW(data::tfrecord_writer(t.path / "no" / "folder.tfrecord"), io_error);
+}
+
+BOOST_AUTO_TEST_CASE(serialized_examples_are_protobufs_encoding_and_parse_back) {
+  const std::string got = data::serialize_example({{"image", std::vector<float>{0.5f, -1.0f}},
+                                                   {"ids", std::vector<std::int64_t>{-3, 1, 300000}},
+                                                   {"name", std::vector<std::string>{"cat.png", ""}},
+                                                   {"empty", std::vector<float>{}}});
+  // the same bytes as the wire format written field by field (map entries in name order)
+  BOOST_TEST(got == example({{"empty", field(2, "")}, {"ids", int64s({-3, 1, 300000})}, {"image", floats({0.5f, -1.0f})},
+                             {"name", strings({"cat.png", ""})}}));
+  const auto e = data::parse_single_example(got, {{"image", {.shape = {2}}},
+                                                  {"ids", {.shape = {3}, .dtype = data::feature_dtype::int64}},
+                                                  {"name", {.shape = {2}, .dtype = data::feature_dtype::string}}});
+  BOOST_TEST(std::vector<float>(e.tensors.at("ids").begin(), e.tensors.at("ids").end()) == (std::vector<float>{-3, 1, 300000}),
+             boost::test_tools::per_element());
+  BOOST_TEST(e.strings.at("name") == (std::vector<std::string>{"cat.png", ""}));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

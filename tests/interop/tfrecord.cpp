@@ -1,7 +1,10 @@
 // dtrain's TFRecord reader and Example parser on files TensorFlow writes (tests/interop/check_tfrecord.py):
 // each record parsed with the features "image" (2 x 3 floats), "label" (an int64), "ids" (3 int64s,
-// default -1), "name" (one bytes value), printed as JSON.
+// default -1), "name" (one bytes value), printed as JSON; and the other way, examples given as JSON
+// ([{"image": [6 floats], "label": n, "ids": [3 ints] (optional), "name": "..."}, ...]) serialized and
+// written by dtrain's tfrecord_writer for TensorFlow to read.
 // usage: interop_tfrecord <out.json> <compression_type: none, GZIP or ZLIB> <file>...
+//        interop_tfrecord write <examples.json> <compression_type> <file>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +16,19 @@ using json = nlohmann::json;
 
 int main(int argc, char** argv) try {
   if (argc < 4) return 2;
+  if (std::string(argv[1]) == "write") {
+    if (argc != 5) return 2;
+    data::tfrecord_writer w(argv[4], std::string(argv[3]) == "none" ? "" : argv[3]);
+    for (const auto& e : json::parse(std::ifstream(argv[2]))) {
+      std::map<std::string, data::feature> f{{"image", e.at("image").get<std::vector<float>>()},
+                                             {"label", std::vector<std::int64_t>{e.at("label").get<std::int64_t>()}},
+                                             {"name", std::vector<std::string>{e.at("name").get<std::string>()}}};
+      if (e.contains("ids")) f["ids"] = e.at("ids").get<std::vector<std::int64_t>>();
+      w.write(data::serialize_example(f));
+    }
+    w.close();
+    return 0;
+  }
   const std::string compression = std::string(argv[2]) == "none" ? "" : argv[2];
   const std::map<std::string, data::fixed_len_feature> spec{
       {"image", {.shape = {2, 3}}},

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "dtrain/core/error.hpp"
 
@@ -45,38 +46,69 @@ inline void create_folder_of(const std::filesystem::path& path) {
                    ec.message() + ")");
 }
 
-/// Writes `bytes` to `path` atomically and durably, into a folder that exists. Every failure is an
-/// `io_error` naming the path and the reason, and leaves no temporary file behind.
-inline void write_file_atomic(const std::filesystem::path& path, std::span<const char> bytes) {
-  static std::atomic<unsigned> serial{0};
-  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  const auto tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()) + "_" +
-                          std::to_string(serial++));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw io_error(path.string() + ": cannot create " + tmp.string() + " (" + std::strerror(errno) + ")");
-  auto fail = [&](const std::string& what, bool close_fd) {
+/// A file written under a temporary name in its folder (which must exist) and put in place atomically
+/// and durably by `commit()`. Destroyed uncommitted, it removes the temporary: what was at `path` stays.
+/// Every failure is an `io_error` naming the path and the reason, and leaves no temporary behind.
+class atomic_file {
+ public:
+  explicit atomic_file(std::filesystem::path path) : path_(std::move(path)) {
+    static std::atomic<unsigned> serial{0};
+    dir_ = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    tmp_ = dir_ / ("." + path_.filename().string() + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(serial++));
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw io_error(path_.string() + ": cannot create " + tmp_.string() + " (" + std::strerror(errno) + ")");
+  }
+  atomic_file(const atomic_file&) = delete;
+  atomic_file& operator=(const atomic_file&) = delete;
+  ~atomic_file() { discard(); }
+
+  const std::filesystem::path& path() const { return path_; }
+  void write(std::span<const char> bytes) {
+    for (std::size_t done = 0; done < bytes.size();) {
+      const ssize_t w = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw fail("write");
+      done += std::size_t(w);
+    }
+  }
+  /// fsync, rename over `path`, fsync of the folder.
+  void commit() {
+    if (::fsync(fd_) != 0) throw fail("fsync");
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) throw fail("close");
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) {
+      discard();
+      throw io_error(path_.string() + ": cannot rename the written file into place (" + ec.message() + ")");
+    }
+    tmp_.clear();
+    if (const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) ::fsync(dfd), ::close(dfd);
+  }
+  /// Removes the temporary (nothing after a commit).
+  void discard() {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    if (tmp_.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove(tmp_, ignored);
+    tmp_.clear();
+  }
+
+ private:
+  io_error fail(const std::string& what) {
     const std::string why = std::strerror(errno);
-    if (close_fd) ::close(fd);
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    return io_error(path.string() + ": " + what + " failed (" + why + ")");
-  };
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw fail("write", true);
-    done += std::size_t(w);
+    discard();
+    return io_error(path_.string() + ": " + what + " failed (" + why + ")");
   }
-  if (::fsync(fd) != 0) throw fail("fsync", true);
-  if (::close(fd) != 0) throw fail("close", false);
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw io_error(path.string() + ": cannot rename the written file into place (" + ec.message() + ")");
-  }
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) ::fsync(dfd), ::close(dfd);
+  std::filesystem::path path_, dir_, tmp_;
+  int fd_ = -1;
+};
+
+/// Writes `bytes` to `path` atomically and durably, into a folder that exists (see atomic_file).
+inline void write_file_atomic(const std::filesystem::path& path, std::span<const char> bytes) {
+  atomic_file f(path);
+  f.write(bytes);
+  f.commit();
 }
 
 }  // namespace dtrain::detail

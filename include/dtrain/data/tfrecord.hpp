@@ -8,6 +8,9 @@
 /// - `parse_single_example(record, features)`: `tf.io.parse_single_example` with `fixed_len_feature`s
 ///   (`tf.io.FixedLenFeature(shape, dtype, default_value)`): each feature's values as a tensor of its
 ///   shape (float32 and int64 lists, int64 as floats, exact to 2^24), bytes lists as strings.
+/// - `tfrecord_writer(path, compression_type)`: `tf.io.TFRecordWriter`, records framed as TensorFlow
+///   frames them, the file put in place whole by `close()`; `serialize_example(features)`:
+///   `tf.train.Example(...).SerializeToString()` of float, int64 and bytes lists.
 ///
 /// The Example protobuf is read by a decoder of the wire format for its three messages here rather than
 /// through libprotobuf's generated code: a header-only library cannot ship that, and the schema
@@ -19,15 +22,19 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "dtrain/core/crc32c.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/file_io.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/data/dataset.hpp"
 
@@ -377,6 +384,115 @@ inline parsed_example parse_single_example(std::string_view serialized, const st
     }
   }
   return out;
+}
+
+/// `tf.io.TFRecordWriter(path, options)` with compression_type "", "GZIP" or "ZLIB": each record is its
+/// length (u64 little endian), the length's masked CRC-32C, the data and the data's masked CRC-32C, as
+/// TensorFlow writes them. The file is written under a temporary name and put in place whole by
+/// `close()`, or by the destructor unless an exception is unwinding then (the file at `path` then stays
+/// as it was): a failed conversion never leaves a truncated file behind.
+class tfrecord_writer {
+ public:
+  explicit tfrecord_writer(const std::filesystem::path& path, const std::string& compression_type = "")
+      : file_(path), compressed_(!compression_type.empty()) {
+    if (compressed_) {
+      if (compression_type != "GZIP" && compression_type != "ZLIB")
+        throw value_error("tfrecord_writer: compression_type \"" + compression_type + "\" is not \"\", \"GZIP\" or \"ZLIB\"");
+      const int bits = compression_type == "GZIP" ? 15 + 16 : 15;
+      if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw io_error("tfrecord_writer: zlib failed to start for " + path.string());
+    }
+  }
+  tfrecord_writer(const tfrecord_writer&) = delete;
+  tfrecord_writer& operator=(const tfrecord_writer&) = delete;
+  ~tfrecord_writer() {
+    if (open_ && std::uncaught_exceptions() <= unwinding_) try {
+        close();
+      } catch (...) {  // a destructor cannot report it; close() explicitly to see the error
+      }
+    if (compressed_) deflateEnd(&z_);
+  }
+
+  void write(std::string_view record) {
+    if (!open_) throw usage_error("tfrecord_writer: write after close (" + file_.path().string() + ")");
+    char head[12];
+    const std::uint64_t n = record.size();
+    std::memcpy(head, &n, 8);  // (little endian, as every machine dtrain runs on)
+    const std::uint32_t length_crc = dtrain::detail::masked_crc32c(head, 8), data_crc = dtrain::detail::masked_crc32c(record.data(), record.size());
+    std::memcpy(head + 8, &length_crc, 4);
+    put({head, 12}, Z_NO_FLUSH);
+    put(record, Z_NO_FLUSH);
+    put({reinterpret_cast<const char*>(&data_crc), 4}, Z_NO_FLUSH);
+  }
+  /// Finishes the file and puts it in place (durably); an `io_error` if it cannot.
+  void close() {
+    if (!open_) return;
+    open_ = false;
+    if (compressed_) put({}, Z_FINISH);
+    file_.commit();
+  }
+
+ private:
+  void put(std::string_view bytes, int flush) {
+    if (!compressed_) return file_.write(bytes);
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+    z_.avail_in = uInt(bytes.size());
+    char out[1 << 15];
+    int rc = Z_OK;
+    do {
+      z_.next_out = reinterpret_cast<Bytef*>(out);
+      z_.avail_out = sizeof out;
+      rc = deflate(&z_, flush);
+      if (rc == Z_STREAM_ERROR) throw io_error("tfrecord_writer: zlib failed while writing " + file_.path().string());
+      file_.write({out, sizeof out - z_.avail_out});
+    } while (z_.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+  }
+  dtrain::detail::atomic_file file_;
+  bool compressed_;
+  bool open_ = true;
+  int unwinding_ = std::uncaught_exceptions();  // exceptions in flight when it was made
+  z_stream z_{};
+};
+
+/// A `tf.train.Feature`'s values: a FloatList, an Int64List or a BytesList.
+using feature = std::variant<std::vector<float>, std::vector<std::int64_t>, std::vector<std::string>>;
+
+namespace detail {
+inline void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) out.push_back(char((v & 0x7f) | 0x80)), v >>= 7;
+  out.push_back(char(v));
+}
+/// A length-delimited field (wire type 2).
+inline void put_bytes(std::string& out, int field, std::string_view bytes) {
+  put_varint(out, (std::uint64_t(field) << 3) | 2);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+}  // namespace detail
+
+/// `tf.train.Example(features=tf.train.Features(feature={name: feature, ...})).SerializeToString()`:
+/// float and int64 lists packed, as TensorFlow writes them; the features in name order.
+inline std::string serialize_example(const std::map<std::string, feature>& features) {
+  std::string list_of_features;
+  for (const auto& [name, values] : features) {
+    std::string list, packed;
+    if (const auto* f = std::get_if<std::vector<float>>(&values)) {
+      packed.append(reinterpret_cast<const char*>(f->data()), f->size() * sizeof(float));
+    } else if (const auto* i = std::get_if<std::vector<std::int64_t>>(&values)) {
+      for (std::int64_t v : *i) detail::put_varint(packed, std::uint64_t(v));
+    } else {
+      for (const std::string& b : std::get<std::vector<std::string>>(values)) detail::put_bytes(list, 1, b);
+    }
+    if (!packed.empty()) detail::put_bytes(list, 1, packed);  // (an empty list has no field, as protobuf writes it)
+    std::string feature, entry;
+    detail::put_bytes(feature, int(values.index()) == 0 ? 2 : int(values.index()) == 1 ? 3 : 1, list);
+    detail::put_bytes(entry, 1, name);
+    detail::put_bytes(entry, 2, feature);
+    detail::put_bytes(list_of_features, 1, entry);
+  }
+  std::string example;
+  detail::put_bytes(example, 1, list_of_features);
+  return example;
 }
 
 }  // namespace dtrain::data

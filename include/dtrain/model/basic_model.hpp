@@ -233,8 +233,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// The same with Keras' `sample_weight`: a weight per sample (shape (n) or (n, 1)) or per loss row
   /// (shape (n, t) for predictions (n, t, classes)), which multiplies the row's loss and its gradient.
   /// The mean over the batch still divides by the rows, as Keras' `sum_over_batch_size` does. A model of
-  /// several outputs takes one weights tensor for all outputs or one per output. The compiled metrics
-  /// are not weighted (Keras' `metrics=`); the loss tracker is.
+  /// several outputs takes one weights tensor for all outputs or one per output. Compile's `metrics` are
+  /// not weighted, its `weighted_metrics` are (as Keras has them).
   const dtrain::logs& train_step(const tensor& x, const tensor& y, const tensor& sample_weight,
                                  std::size_t global_rows = 0) {
     return train_on(one(x), one(y), global_rows, one(sample_weight));

@@ -126,9 +126,8 @@ inline tensor class_sample_weights(const tensor& y, const std::map<int, float>& 
   tensor w = zeros(e);
   for (std::size_t i = 0; i < w.size(); ++i) {
     const float* row = y.data() + i * width;
-    const auto c = width == 1 ? static_cast<long long>(std::nearbyint(row[0]))
-                              : static_cast<long long>(std::max_element(row, row + width) - row);
-    const auto it = c >= INT_MIN && c <= INT_MAX ? class_weight.find(int(c)) : class_weight.end();
+    const double c = width == 1 ? std::nearbyint(double(row[0])) : double(std::max_element(row, row + width) - row);
+    const auto it = c >= INT_MIN && c <= INT_MAX ? class_weight.find(int(c)) : class_weight.end();  // (not NaN either)
     w.data()[i] = it == class_weight.end() ? 1.0f : it->second;
   }
   return w;
@@ -615,11 +614,11 @@ auto slices(std::span<const tensor> x, std::span<const tensor> y, std::size_t fr
 }
 /// The same with sample weights `w` (one tensor for all outputs, or one per output).
 template <class Model>
-auto weighted_slices(std::span<const tensor> x, std::span<const tensor> y, std::span<const tensor> w, std::size_t from,
-                     std::size_t to) {
+auto weighted_slices(const char* what, std::span<const tensor> x, std::span<const tensor> y, std::span<const tensor> w,
+                     std::size_t from, std::size_t to) {
   if constexpr (std::is_same_v<element_of<Model>, data::example>) {
     if (x.size() != 1 || y.size() != 1 || w.size() != 1)
-      throw shape_error("fit: the model takes one input and one output but got " + std::to_string(x.size()) + " input, " +
+      throw shape_error(std::string(what) + ": the model takes one input and one output but got " + std::to_string(x.size()) + " input, " +
                         std::to_string(y.size()) + " target and " + std::to_string(w.size()) + " sample_weight arrays");
     return data::from_tensor_slices(rows_of(x[0], from, to), rows_of(y[0], from, to), rows_of(w[0], from, to));
   } else {
@@ -635,7 +634,7 @@ auto with_slices(const char* what, std::span<const tensor> x, std::span<const te
       throw shape_error(std::string(what) + ": x of shape " + shape_str(x[0].shape()) + " and sample_weight of shape " + shape_str(t.shape()) +
                         " do not hold the same number of samples");
   if (w.empty()) return f([&](std::size_t from, std::size_t to) { return slices<Model>(x, y, from, to); });
-  return f([&](std::size_t from, std::size_t to) { return weighted_slices<Model>(x, y, w, from, to); });
+  return f([&](std::size_t from, std::size_t to) { return weighted_slices<Model>(what, x, y, w, from, to); });
 }
 
 template <class Model>
