@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -159,6 +161,25 @@ BOOST_AUTO_TEST_CASE(the_summary_names_the_worker_the_others_waited_for) {
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(mirrored_replicas_record_on_their_own_tracks) {
+  dtrain_test::temp_dir dir;
+  mirrored_strategy<> s({"/cpu:0", "/cpu:1"});
+  auto model = s.make_model<net>(3);
+  compile(model);
+  model.fit(s.distribute_dataset(batches()), {.epochs = 1, .callbacks = {profiler({.log_dir = dir.path, .profile_batch = {2, 3},
+                                                                                     .summary = false})}, .verbose = 0});
+  const json t = read_json(dir.path / "worker_0.trace.json");
+  std::map<int, std::string> tracks;  // tid -> thread name
+  for (const json& e : t.at("traceEvents"))
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name") tracks[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::set<std::string> forward_on, reduce_on;
+  for (const json& e : events_of(t, "forward", "dense")) forward_on.insert(tracks.at(e.at("tid").get<int>()));
+  for (const json& e : events_of(t, "comm", "all_reduce")) reduce_on.insert(tracks.at(e.at("tid").get<int>()));
+  BOOST_TEST(forward_on == (std::set<std::string>{"main", "replica 1"}));  // replica 0 runs on the caller
+  BOOST_TEST(reduce_on == (std::set<std::string>{"main", "replica 1"}));
+  BOOST_TEST(events_of(t, "step", "train_step").size() == 2u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dtrain/core/threads.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
 namespace dtrain::comm {
@@ -167,6 +168,7 @@ class threads {
   /// `work(rank, slots)` on this rank's share, and meets them again before returning.
   template <class Work>
   void collective(kind what, std::size_t count, int arg, void* data, Work&& work) {
+    const trace::scope traced("comm", name(what), what == kind::broadcast ? std::int64_t(count) : std::int64_t(count * 4));
     const slot mine{what, count, arg, data};
     g_->rendezvous(rank_, name(what), &mine);
     const slot& first = g_->slots[0];
