@@ -338,7 +338,7 @@ class mirrored_model : private M {
     const std::size_t b = M::check_batch(x, &y);
     seed();
     std::vector<float> losses(others_.size() + 1);
-    on_replicas(x, &y, [&](M& r, std::size_t i, const std::vector<tensor>& xs, const std::vector<tensor>& ys) {
+    on_replicas(x, &y, [&](M& r, std::size_t i, rows_t xs, rows_t ys, rows_t) {
       losses[i] = r.value_and_gradients(xs, ys, loss_object, global_batch_size ? global_batch_size : b, num_replicas);
     });
     float total = 0.0f;
