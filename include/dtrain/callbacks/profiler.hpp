@@ -156,7 +156,7 @@ inline std::string summary_table(const std::vector<worker_profile>& p, const pro
                   "last to the all-reduce  others waited for it\n";
   char line[256];
   for (const worker_profile& w : p) {
-    std::snprintf(line, sizeof line, "%6d %6lld %8.2f %8.2f %9.2f %8.2f %10.2f %8.2f %12.2f (%5.1f%%) %16lld of %-5lld %17.2f\n",
+    std::snprintf(line, sizeof line, "%6d %6lld %8.2f %8.2f %9.2f %8.2f %10.2f %8.2f %13.2f (%5.1f%%) %14lld of %-5lld %21.2f\n",
                   w.worker, static_cast<long long>(w.steps), w.step_ms, w.forward_ms, w.backward_ms, w.loss_ms,
                   w.optimizer_ms, w.data_ms, w.wait_ms, w.step_ms > 0 ? 100.0 * w.wait_ms / w.step_ms : 0.0,
                   static_cast<long long>(w.last_arrivals), static_cast<long long>(w.steps), w.others_waited_ms);
