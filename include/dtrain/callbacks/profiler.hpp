@@ -13,15 +13,12 @@
 /// plugin looks (`log_dir/plugins/profile/<run>/`). On a device backend the scopes time the host's side
 /// of each step (its kernels run on ahead; the waits show where the host waited for them).
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,18 +76,11 @@ inline std::string chrome_trace_json(const trace::recording& r, int pid, const s
 
 /// `text` gzip-compressed (what TensorBoard's profile plugin and Perfetto read as .json.gz).
 inline std::string gzipped(const std::string& text) {
-  z_stream z{};
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    throw io_error("profiler: zlib cannot start a gzip stream");
-  std::string out(deflateBound(&z, uLong(text.size())), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = uInt(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = uInt(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  if (rc != Z_STREAM_END) throw io_error("profiler: zlib could not compress the trace");
+  std::string out;
+  const auto append = [&](std::span<const char> b) { out.append(b.data(), b.size()); };
+  deflater z(true, "profiler: a trace");
+  z.put(text, append);
+  z.finish(append);
   return out;
 }
 
@@ -170,7 +160,6 @@ inline std::string summary_table(const std::vector<worker_profile>& p, const pro
 class batch_tracer {
  public:
   explicit batch_tracer(profile_batches b = {}) : b_(b) {}
-  const profile_batches& batches() const { return b_; }
   void train_begin() { global_ = 0; }
   void batch_begin() {
     if (b_.on() && ++global_ == b_.first) trace::start(), on_ = true;
@@ -222,16 +211,13 @@ class profiler : public callback {
   }
   /// The workers' profiles of the last trace (empty before one ended).
   const std::vector<worker_profile>& summary() const { return summary_; }
-  /// Where this worker's last trace was written.
-  const std::filesystem::path& trace_path() const { return path_; }
 
  private:
   void finish(const trace::recording& r) {
     const int me = model().worker_index();
-    path_ = o_.log_dir / detail::trace_file_name(me);
-    const std::string text = detail::chrome_trace_json(r, me, "worker " + std::to_string(me));
-    detail::create_folder_of(path_);
-    detail::write_file_atomic(path_, text);
+    const auto path = o_.log_dir / detail::trace_file_name(me);
+    detail::create_folder_of(path);
+    detail::write_file_atomic(path, detail::chrome_trace_json(r, me, "worker " + std::to_string(me)));
     summary_ = detail::summarize(model(), r);
     if (o_.summary && model().is_chief()) std::fputs(detail::summary_table(summary_, o_.profile_batch).c_str(), stdout);
   }
@@ -239,7 +225,6 @@ class profiler : public callback {
   profiler_options o_;
   detail::batch_tracer tracer_;
   std::vector<worker_profile> summary_;
-  std::filesystem::path path_;
 };
 
 }  // namespace dtrain

@@ -2,8 +2,8 @@
 /// \file
 /// What every file dtrain writes goes through: an atomic, durable write (a temporary file in the same
 /// folder, fsync, rename over the target, fsync of the folder: a reader, or a restart after a crash, sees
-/// the old file or the new one, never a part), and the CRC-32 its formats carry (zlib's: the one zip and
-/// gzip use).
+/// the old file or the new one, never a part), deflate for the compressed ones (gzip, zlib), and the
+/// CRC-32 its formats carry (zlib's: the one zip and gzip use).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -102,6 +103,52 @@ class atomic_file {
   }
   std::filesystem::path path_, dir_, tmp_;
   int fd_ = -1;
+};
+
+/// A zlib deflate stream, gzip-framed (`gzip`) or in zlib's own framing, handing its output to
+/// `sink(std::span<const char>)` as it comes: what every compressed file dtrain writes goes through.
+/// `what` names the file in errors.
+class deflater {
+ public:
+  deflater(bool gzip, std::string what) : what_(std::move(what)) {
+    if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, gzip ? 15 + 16 : 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+      throw io_error(what_ + ": zlib failed to start");
+  }
+  deflater(const deflater&) = delete;  // (zlib's state points back at its z_stream)
+  deflater& operator=(const deflater&) = delete;
+  ~deflater() { deflateEnd(&z_); }
+  template <class Sink>
+  void put(std::string_view in, Sink&& sink) {
+    run(in, Z_NO_FLUSH, sink);
+  }
+  /// Ends the stream (its trailer goes to `sink`).
+  template <class Sink>
+  void finish(Sink&& sink) {
+    run({}, Z_FINISH, sink);
+  }
+
+ private:
+  template <class Sink>
+  void run(std::string_view in, int flush, Sink& sink) {
+    char out[1 << 15];
+    do {  // zlib takes uInt lengths: the input in pieces
+      const std::size_t piece = std::min<std::size_t>(in.size(), std::size_t(1) << 30);
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+      z_.avail_in = uInt(piece);
+      const int last = piece == in.size() ? flush : Z_NO_FLUSH;
+      int rc = Z_OK;
+      do {
+        z_.next_out = reinterpret_cast<Bytef*>(out);
+        z_.avail_out = sizeof out;
+        rc = deflate(&z_, last);
+        if (rc == Z_STREAM_ERROR) throw io_error(what_ + ": zlib failed while compressing");
+        sink(std::span<const char>(out, sizeof out - z_.avail_out));
+      } while (z_.avail_out == 0 || (last == Z_FINISH && rc != Z_STREAM_END));
+      in.remove_prefix(piece);
+    } while (!in.empty());
+  }
+  z_stream z_{};
+  std::string what_;
 };
 
 /// Writes `bytes` to `path` atomically and durably, into a folder that exists (see atomic_file).

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -393,14 +394,11 @@ inline parsed_example parse_single_example(std::string_view serialized, const st
 /// as it was): a failed conversion never leaves a truncated file behind.
 class tfrecord_writer {
  public:
-  explicit tfrecord_writer(const std::filesystem::path& path, const std::string& compression_type = "")
-      : file_(path), compressed_(!compression_type.empty()) {
-    if (compressed_) {
+  explicit tfrecord_writer(const std::filesystem::path& path, const std::string& compression_type = "") : file_(path) {
+    if (!compression_type.empty()) {
       if (compression_type != "GZIP" && compression_type != "ZLIB")
         throw value_error("tfrecord_writer: compression_type \"" + compression_type + "\" is not \"\", \"GZIP\" or \"ZLIB\"");
-      const int bits = compression_type == "GZIP" ? 15 + 16 : 15;
-      if (deflateInit2(&z_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        throw io_error("tfrecord_writer: zlib failed to start for " + path.string());
+      z_.emplace(compression_type == "GZIP", "tfrecord_writer: " + path.string());
     }
   }
   tfrecord_writer(const tfrecord_writer&) = delete;
@@ -410,48 +408,43 @@ class tfrecord_writer {
         close();
       } catch (...) {  // a destructor cannot report it; close() explicitly to see the error
       }
-    if (compressed_) deflateEnd(&z_);
   }
 
   void write(std::string_view record) {
     if (!open_) throw usage_error("tfrecord_writer: write after close (" + file_.path().string() + ")");
+    if (record.size() > max_record_bytes)
+      throw value_error("tfrecord_writer: a record of " + std::to_string(record.size()) + " bytes for " +
+                        file_.path().string() + " (readers refuse records over " + std::to_string(max_record_bytes) + ")");
     char head[12];
     const std::uint64_t n = record.size();
     std::memcpy(head, &n, 8);  // (little endian, as every machine dtrain runs on)
     const std::uint32_t length_crc = dtrain::detail::masked_crc32c(head, 8), data_crc = dtrain::detail::masked_crc32c(record.data(), record.size());
     std::memcpy(head + 8, &length_crc, 4);
-    put({head, 12}, Z_NO_FLUSH);
-    put(record, Z_NO_FLUSH);
-    put({reinterpret_cast<const char*>(&data_crc), 4}, Z_NO_FLUSH);
+    put({head, 12});
+    put(record);
+    put({reinterpret_cast<const char*>(&data_crc), 4});
   }
   /// Finishes the file and puts it in place (durably); an `io_error` if it cannot.
   void close() {
     if (!open_) return;
     open_ = false;
-    if (compressed_) put({}, Z_FINISH);
+    if (z_) z_->finish(to_file{file_});
     file_.commit();
   }
 
  private:
-  void put(std::string_view bytes, int flush) {
-    if (!compressed_) return file_.write(bytes);
-    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-    z_.avail_in = uInt(bytes.size());
-    char out[1 << 15];
-    int rc = Z_OK;
-    do {
-      z_.next_out = reinterpret_cast<Bytef*>(out);
-      z_.avail_out = sizeof out;
-      rc = deflate(&z_, flush);
-      if (rc == Z_STREAM_ERROR) throw io_error("tfrecord_writer: zlib failed while writing " + file_.path().string());
-      file_.write({out, sizeof out - z_.avail_out});
-    } while (z_.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+  struct to_file {
+    dtrain::detail::atomic_file& f;
+    void operator()(std::span<const char> b) const { f.write(b); }
+  };
+  void put(std::string_view bytes) {
+    if (z_) z_->put(bytes, to_file{file_});
+    else file_.write(bytes);
   }
   dtrain::detail::atomic_file file_;
-  bool compressed_;
+  std::optional<dtrain::detail::deflater> z_;  // GZIP, ZLIB
   bool open_ = true;
   int unwinding_ = std::uncaught_exceptions();  // exceptions in flight when it was made
-  z_stream z_{};
 };
 
 /// A `tf.train.Feature`'s values: a FloatList, an Int64List or a BytesList.
