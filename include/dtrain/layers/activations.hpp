@@ -9,6 +9,7 @@
 /// `layer_name` / `layer_class` the standalone layer's.
 
 #include <cstddef>
+#include <string_view>
 
 #include "dtrain/layers/concepts.hpp"
 
@@ -26,6 +27,12 @@ struct activation_layer : no_params {
   using cptr = pointer_t<B, const float>;
   static constexpr const char* keras_name = A::layer_name;
   static constexpr const char* class_name = A::layer_class;
+  /// Keras' Activation(name) (a ReLU or Softmax layer has its defaults: nothing to write).
+  template <class C>
+  static void get_config(C& c) {
+    if constexpr (A::layer_class == std::string_view("Activation")) c.set("activation", A::name);
+    if constexpr (A::layer_class == std::string_view("Softmax")) c.set("axis", -1);
+  }
   static constexpr std::size_t features = In::dims[In::rank - 1];
 
   void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
@@ -116,6 +123,10 @@ struct leaky_relu {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "leaky_re_lu";
     static constexpr const char* class_name = "LeakyReLU";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("negative_slope", Slope);
+    }
 
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
       ctx.device.leaky_relu_forward(n * In::size, Slope, x, y);

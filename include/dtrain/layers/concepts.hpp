@@ -41,6 +41,11 @@
 ///
 /// A merge layer (Keras' Add, Multiply, Concatenate: several inputs) is a spec with `merge` whose
 /// `bind_merge<B, In...>` keeps `merge_layer<L, B>` below; functional models (model/graph.hpp) use them.
+///
+/// Optional: `static void get_config(C& c)`, the layer's Keras config (Keras' `layer.get_config()` less
+/// the name, dtype and build shapes: the constructor arguments that decide what the layer computes),
+/// written through a `config_writer` C. Writing and reading Keras' `.keras` files needs it of every
+/// layer (checkpoint/keras_file.hpp); a layer without one makes them a compile error naming it.
 
 #include <array>
 #include <cmath>
@@ -78,6 +83,22 @@ struct layer_context {
   bool training = false;
   pointer_t<B, float> state{};
   replica_sum replicas{};
+};
+
+/// What a layer's `get_config` writes to (checkpoint/keras_file.hpp has the JSON one): `c.set(key, v)` with
+/// v a whole number, a float, a bool, a string, `nullptr` (Keras' None) or a `std::array` of those (nested
+/// too: ZeroPadding2D's ((top, bottom), (left, right))), and
+/// `c.object(key, module, class_name)`, the writer of a nested Keras object (a regularizer:
+/// `{"module": "keras.regularizers", "class_name": "L2", "config": {...}}`) under `key`.
+template <class C>
+concept config_writer = requires(C& c, std::remove_cvref_t<C>& nested) {
+  c.set("key", std::size_t{1});
+  c.set("key", 1.0f);
+  c.set("key", true);
+  c.set("key", "text");
+  c.set("key", nullptr);
+  c.set("key", std::array<std::size_t, 2>{});
+  { c.object("key", "module", "Class") } -> std::same_as<std::remove_cvref_t<C>>;
 };
 
 /// One trainable variable of a layer: its Keras name and shape.

@@ -67,6 +67,16 @@ struct conv2d {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "conv2d";
     static constexpr const char* class_name = "Conv2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("filters", Filters);
+      detail::window_config<Kernel, stride_type, padding_type>(c, "kernel_size");
+      c.set("dilation_rate", std::array<std::size_t, 2>{dilation_type::h, dilation_type::w});
+      c.set("groups", group_count);
+      c.set("activation", Activation::name);
+      c.set("use_bias", bias);
+      detail::regularizers_config<regularizer, bias_regularizer, activity_regularizer>(c);
+    }
     static constexpr window_geometry window = geo::with_outputs(Filters, group_count);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t k = window.group_taps();  // kernel rows (one group's share of an im2col row)

@@ -97,6 +97,19 @@ struct conv2d_transpose {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "conv2d_transpose";
     static constexpr const char* class_name = "Conv2DTranspose";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("filters", Filters);
+      detail::window_config<Kernel, stride_type, padding_type>(c, "kernel_size");
+      if constexpr (padded)
+        c.set("output_padding", std::array<std::size_t, 2>{output_padding_type::h, output_padding_type::w});
+      else
+        c.set("output_padding", nullptr);
+      c.set("dilation_rate", std::array<std::size_t, 2>{dilation_type::h, dilation_type::w});
+      c.set("activation", Activation::name);
+      c.set("use_bias", bias);
+      detail::regularizers_config<regularizer, bias_regularizer, activity_regularizer>(c);
+    }
     static constexpr window_geometry window = geo::with_outputs(c);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t kernel_values = window.kernel_values();

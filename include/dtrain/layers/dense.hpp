@@ -41,6 +41,13 @@ struct dense {
     static constexpr std::size_t in = In::dims[In::rank - 1];
     static constexpr std::size_t rows_per_sample = In::size / in;
     static constexpr activation_kind act = Activation::kind;
+    template <class C>
+    static void get_config(C& c) {
+      c.set("units", Units);
+      c.set("activation", Activation::name);
+      c.set("use_bias", bias);
+      detail::regularizers_config<regularizer, bias_regularizer, activity_regularizer>(c);
+    }
     static constexpr auto params = [] {
       constexpr param_spec kernel{"kernel", 2, {in, Units, 0, 0}};
       if constexpr (bias) return std::array<param_spec, 2>{kernel, {"bias", 1, {Units, 0, 0, 0}}};

@@ -49,6 +49,16 @@ struct depthwise_options {
 
   template <class In, window_layer L>
   using geometry = window2d<In, L, Kernel, stride_type, padding_type>;
+
+  /// The Keras config entries both layers have.
+  template <class C>
+  static void get_config(C& c) {
+    window_config<Kernel, stride_type, padding_type>(c, "kernel_size");
+    c.set("depth_multiplier", multiplier);
+    c.set("dilation_rate", std::array<std::size_t, 2>{1, 1});
+    c.set("activation", Activation::name);
+    c.set("use_bias", bias);
+  }
 };
 }  // namespace detail
 
@@ -68,6 +78,10 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "depthwise_conv2d";
     static constexpr const char* class_name = "DepthwiseConv2D";
+    template <class C>
+    static void get_config(C& c) {
+      base::get_config(c);
+    }
     static constexpr window_geometry window = geo::with_outputs(f);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t taps = Kernel.h * Kernel.w * f;  // kernel values
@@ -122,6 +136,11 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "separable_conv2d";
     static constexpr const char* class_name = "SeparableConv2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("filters", Filters);
+      base::get_config(c);
+    }
     static constexpr window_geometry window = geo::with_outputs(mid);
     static constexpr activation_kind act = Activation::kind;
     static constexpr std::size_t taps = Kernel.h * Kernel.w * mid, pointwise = mid * Filters;

@@ -67,6 +67,10 @@ struct dropout {
   struct bind : detail::dropout_layer<Rate, false, In, B> {
     static constexpr const char* keras_name = "dropout";
     static constexpr const char* class_name = "Dropout";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("rate", Rate);
+    }
   };
 };
 
@@ -77,6 +81,11 @@ struct spatial_dropout2d {
   struct bind : detail::dropout_layer<Rate, true, In, B> {
     static constexpr const char* keras_name = "spatial_dropout2d";
     static constexpr const char* class_name = "SpatialDropout2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("rate", Rate);
+      c.set("data_format", "channels_last");
+    }
   };
 };
 

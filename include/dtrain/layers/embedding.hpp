@@ -45,6 +45,11 @@ struct embedding {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "embedding";
     static constexpr const char* class_name = "Embedding";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("input_dim", InputDim);
+      c.set("output_dim", OutputDim);
+    }
     static constexpr std::array<param_spec, 1> params{{{"embeddings", 2, {InputDim, OutputDim, 0, 0}}}};
 
     void initialize(std::span<float> p, rng& r) {

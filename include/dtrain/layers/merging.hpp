@@ -40,6 +40,8 @@ struct add {
     using output_shape = In;
     static constexpr const char* keras_name = "add";
     static constexpr const char* class_name = "Add";
+    template <class C>
+    static void get_config(C&) {}
 
     void forward(layer_context<B>& ctx, const typename base::inputs& xs, typename base::ptr y, std::size_t n,
                  typename base::cptr) {
@@ -64,6 +66,8 @@ struct multiply {
     using output_shape = In;
     static constexpr const char* keras_name = "multiply";
     static constexpr const char* class_name = "Multiply";
+    template <class C>
+    static void get_config(C&) {}
 
     void forward(layer_context<B>& ctx, const typename base::inputs& xs, typename base::ptr y, std::size_t n,
                  typename base::cptr) {
@@ -102,6 +106,10 @@ struct concatenate {
     static constexpr std::size_t rows_per_sample = In::size / In::dims[rank - 1];
     static constexpr const char* keras_name = "concatenate";
     static constexpr const char* class_name = "Concatenate";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("axis", -1);
+    }
 
     void forward(layer_context<B>& ctx, const typename base::inputs& xs, typename base::ptr y, std::size_t n,
                  typename base::cptr) {

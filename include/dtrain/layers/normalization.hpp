@@ -36,6 +36,13 @@ struct layer_normalization {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "layer_normalization";
     static constexpr const char* class_name = "LayerNormalization";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("axis", std::array<int, 1>{-1});  // Keras keeps a list
+      c.set("epsilon", Epsilon);
+      c.set("center", true);
+      c.set("scale", true);
+    }
     static constexpr std::size_t features = In::dims[In::rank - 1];
     static constexpr std::size_t rows_per_sample = In::size / features;
     static constexpr std::array<param_spec, 2> params{
@@ -93,6 +100,15 @@ struct batch_normalization {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "batch_normalization";
     static constexpr const char* class_name = "BatchNormalization";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("axis", -1);
+      c.set("momentum", O.momentum);
+      c.set("epsilon", O.epsilon);
+      c.set("center", true);
+      c.set("scale", true);
+      c.set("synchronized", O.synchronized);
+    }
     static constexpr std::size_t c = In::dims[In::rank - 1];
     static constexpr std::size_t rows_per_sample = In::size / c;
     static constexpr std::array<param_spec, 2> params{{{"gamma", 1, {c, 0, 0, 0}}, {"beta", 1, {c, 0, 0, 0}}}};

@@ -64,6 +64,10 @@ struct pooling2d {
                               shape<geo<In>::oh, geo<In>::ow, geo<In>::c>, B> {
     static constexpr const char* keras_name = Max ? "max_pooling2d" : "average_pooling2d";
     static constexpr const char* class_name = Max ? "MaxPooling2D" : "AveragePooling2D";
+    template <class C>
+    static void get_config(C& c) {
+      window_config<Pool, stride_type, padding_type>(c, "pool_size");
+    }
   };
 };
 
@@ -82,6 +86,11 @@ struct global_pooling2d {
                               std::conditional_t<KeepDims, shape<1, 1, In::dims[2]>, shape<In::dims[2]>>, B> {
     static constexpr const char* keras_name = Max ? "global_max_pooling2d" : "global_average_pooling2d";
     static constexpr const char* class_name = Max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("data_format", "channels_last");
+      c.set("keepdims", KeepDims);
+    }
   };
 };
 

@@ -34,6 +34,11 @@ struct l2 {
   static constexpr bool is_regularizer = true;
   static constexpr bool active = true;
   static constexpr float factor = Factor;
+  static constexpr const char* class_name = "L2";
+  template <class C>
+  static void get_config(C& c) {
+    c.set("l2", Factor);
+  }
   template <class B, class C, class P>
   static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
     static_assert(regularization_kernels<B>, "l2: the backend lacks the regularization kernels (regularization_kernels)");
@@ -48,6 +53,11 @@ struct l1 {
   static constexpr bool is_regularizer = true;
   static constexpr bool active = true;
   static constexpr float factor = Factor;
+  static constexpr const char* class_name = "L1";
+  template <class C>
+  static void get_config(C& c) {
+    c.set("l1", Factor);
+  }
   template <class B, class C, class P>
   static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
     static_assert(regularization_kernels<B>, "l1: the backend lacks the regularization kernels (regularization_kernels)");
@@ -61,6 +71,12 @@ struct l1_l2 {
   static_assert(L1 >= 0.0f && L2 >= 0.0f, "l1_l2: the factors must not be negative");
   static constexpr bool is_regularizer = true;
   static constexpr bool active = L1 > 0.0f || L2 > 0.0f;
+  static constexpr const char* class_name = "L1L2";
+  template <class C>
+  static void get_config(C& c) {
+    c.set("l1", L1);
+    c.set("l2", L2);
+  }
   template <class B, class C, class P>
   static void apply(const B& device, std::size_t n, C w, P g, float scale, P penalty) {
     if constexpr (L1 > 0.0f) l1<L1>::apply(device, n, w, g, scale, penalty);
@@ -120,6 +136,24 @@ template <class L>
 struct activity_of<L, std::void_t<typename L::activity_regularizer>> {
   using type = typename L::activity_regularizer;
 };
+
+/// Writes regularizer R under `key` of a layer's Keras config (None when R is inactive).
+template <class R, class C>
+void regularizer_config(C& c, const char* key) {
+  if constexpr (R::active) {
+    auto o = c.object(key, "keras.regularizers", R::class_name);
+    R::get_config(o);
+  } else {
+    c.set(key, nullptr);
+  }
+}
+/// The regularizer entries of a layer with a kernel (Keras' kernel_, bias_ and activity_regularizer).
+template <class Kernel, class Bias, class Activity, class C>
+void regularizers_config(C& c) {
+  regularizer_config<Kernel>(c, "kernel_regularizer");
+  regularizer_config<Bias>(c, "bias_regularizer");
+  regularizer_config<Activity>(c, "activity_regularizer");
+}
 }  // namespace detail
 
 }  // namespace dtrain

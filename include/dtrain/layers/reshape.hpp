@@ -18,6 +18,10 @@ struct relabel_layer : no_params {
   static constexpr const char* keras_name = Name;
   static constexpr const char* class_name = Class;
   static constexpr bool relabels = true;
+  template <class C>
+  static void get_config(C& c) {  // Flatten's (Reshape has its own)
+    c.set("data_format", "channels_last");
+  }
   void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) { ctx.device.copy(n * In::size, x, y); }
   void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr, ptr) {
     if (dx) ctx.device.copy(n * In::size, dy, dx);
@@ -36,6 +40,10 @@ struct reshape {
   struct bind : detail::relabel_layer<In, shape<D...>, B, detail::reshape_name, detail::reshape_class> {
     static_assert(shape<D...>::size == In::size,
                   "reshape: the target shape must hold exactly as many values as the layer's input");
+    template <class C>
+    static void get_config(C& c) {
+      c.set("target_shape", std::array<std::size_t, sizeof...(D)>{D...});
+    }
   };
 };
 

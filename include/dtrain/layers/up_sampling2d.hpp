@@ -33,6 +33,12 @@ struct up_sampling2d {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "up_sampling2d";
     static constexpr const char* class_name = "UpSampling2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("size", size);
+      c.set("data_format", "channels_last");
+      c.set("interpolation", "nearest");
+    }
     /// The factors as the window (kh x kw, stride the same): each input value's block of the output.
     static constexpr window_geometry window{h, w, c, size[0], size[1], size[0], size[1], 0, 0, h * size[0], w * size[1], c};
 

@@ -6,6 +6,7 @@
 /// padding and the `window_geometry` the backend's kernels take). Used by layers/conv2d.hpp,
 /// layers/conv2d_transpose.hpp, layers/depthwise_conv2d.hpp and layers/pooling.hpp.
 
+#include <array>
 #include <cstddef>
 #include <type_traits>
 
@@ -76,6 +77,16 @@ constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s, bool 
   const std::size_t out = (in + s - 1) / s;
   const std::size_t need = (out - 1) * s + k;
   return {out, need > in ? (need - in) / 2 : 0};
+}
+
+/// The window entries of a 2-D window layer's Keras config: its size under `size_key` (kernel_size or
+/// pool_size), strides, padding and the channels-last data format.
+template <kernel_size K, class Strides, class Padding, class C>
+void window_config(C& c, const char* size_key) {
+  c.set(size_key, std::array<std::size_t, 2>{K.h, K.w});
+  c.set("strides", std::array<std::size_t, 2>{Strides::h, Strides::w});
+  c.set("padding", Padding::is_same ? "same" : "valid");
+  c.set("data_format", "channels_last");
 }
 
 /// The layers built on a 2-D window, so that a misplaced one is named in its compile error.

@@ -35,6 +35,11 @@ struct zero_padding2d {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "zero_padding2d";
     static constexpr const char* class_name = "ZeroPadding2D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("padding", std::array<std::array<std::size_t, 2>, 2>{{{pads[0], pads[1]}, {pads[2], pads[3]}}});
+      c.set("data_format", "channels_last");
+    }
     static constexpr window_geometry window{h, w, c, 1, 1, 1, 1, pads[0], pads[2], oh, ow, c};
 
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
