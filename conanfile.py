@@ -26,10 +26,11 @@ class DtrainConan(ConanFile):
     # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
     # with_image: PNG and JPEG decoding (dtrain::image: libpng, libjpeg-turbo).
+    # with_keras: Keras' .keras files (dtrain::keras: HDF5, libzip).
     options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
-               "with_nccl": [True, False], "with_image": [True, False]}
+               "with_nccl": [True, False], "with_image": [True, False], "with_keras": [True, False]}
     default_options = {"with_ring_tcp": True, "with_blas": False, "with_cuda": False, "with_nccl": False,
-                       "with_image": False}
+                       "with_image": False, "with_keras": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -50,6 +51,9 @@ class DtrainConan(ConanFile):
         if self.options.with_image:
             self.requires("libpng/[>=1.6.39 <2]")
             self.requires("libjpeg-turbo/[>=2.1.5 <4]")
+        if self.options.with_keras:
+            self.requires("hdf5/[>=1.10.8 <2]")
+            self.requires("libzip/[>=1.7.3 <2]")
 
     def package_id(self):
         self.info.clear()
@@ -118,6 +122,16 @@ class DtrainConan(ConanFile):
             image.bindirs = []
             image.libdirs = []
             self._link(image, {"libpng::libpng": "png", "libjpeg-turbo::libjpeg-turbo": "jpeg"})
+
+        if self.options.with_keras:
+            keras = self.cpp_info.components["keras"]
+            keras.set_property("cmake_target_name", "dtrain::keras")
+            keras.requires = ["dtrain"]
+            keras.bindirs = []
+            keras.libdirs = []
+            self._link(keras, {"hdf5::hdf5_c": "hdf5_serial", "libzip::zip": "zip"})
+            if "hdf5::hdf5_c" not in keras.requires and os.path.isdir("/usr/include/hdf5/serial"):
+                keras.includedirs = ["/usr/include/hdf5/serial"]  # Debian's HDF5 from the system
 
         if self.options.with_cuda:
             root = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")

@@ -1,6 +1,7 @@
 #pragma once
 // Small helpers shared by the tests: a scratch folder, the message of an expected dtrain error or of a
-// thread's exception, the difference of two results at their scale, whether Debian's numpy is there.
+// thread's exception, the difference of two results at their scale, whether Debian's numpy is there,
+// weights drawn at random.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include <dtrain/core/error.hpp>
+#include <dtrain/core/random.hpp>
 
 namespace dtrain_test {
 
@@ -71,5 +73,19 @@ double scaled_difference(const A& a, const B& b) {
 
 /// Whether Debian's python3-numpy is installed (interop checks skip cleanly without it).
 inline bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
+
+/// Sets every weight of `m` to a normal draw times 0.5 (moving variances to 0.5 + |draw|, positive), so
+/// that no value is an initialiser's: what a saved file is checked with.
+template <class Model>
+void randomize_weights(Model& m, std::uint64_t seed) {
+  dtrain::rng r(seed);
+  std::vector<float> w = m.get_weights();
+  for (auto& v : w) v = r.normal() * 0.5f;
+  for (const auto& l : m.layers())
+    for (const auto& v : l.variables)
+      if (v.name == "moving_variance")
+        for (std::size_t i = 0; i < v.size; ++i) w[v.offset + i] = 0.5f + std::abs(w[v.offset + i]);
+  m.set_weights(w);
+}
 
 }  // namespace dtrain_test

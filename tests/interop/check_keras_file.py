@@ -1,0 +1,114 @@
+"""Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for three
+models (tests/interop/keras_file.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
+what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
+predicts, also when Keras built the model on its own with names of its own; and a file of another
+architecture is refused, naming the layer that differs.
+usage: check_keras_file.py <keras_file program>"""
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ["KERAS_BACKEND"] = "jax"
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+program = sys.argv[1]
+tolerance = 1e-5
+failures, report = [], []
+
+
+def arrays(d, prefix):
+    out, k = [], 0
+    while os.path.exists(os.path.join(d, f"{prefix}{k}.npy")):
+        out.append(np.load(os.path.join(d, f"{prefix}{k}.npy")))
+        k += 1
+    return out
+
+
+def predict(model, xs):
+    ys = model.predict(xs if len(xs) > 1 else xs[0], verbose=0)
+    return list(ys) if isinstance(ys, (list, tuple)) else [ys]
+
+
+def worst(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b)) if len(a) == len(b) else float("inf")
+
+
+def randomize(model, seed):  # new weights in Keras, moving variances positive
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        new = [0.5 * rng.standard_normal(w.shape).astype("float32") for w in layer.get_weights()]
+        if isinstance(layer, keras.layers.BatchNormalization):
+            new[3] = 0.5 + np.abs(new[3])
+        layer.set_weights(new)
+
+
+def dtrain_load(name, file, d):
+    return subprocess.run([program, name, "load", file, d], capture_output=True, text=True)
+
+
+for name in ("convnet", "decoder", "two_inputs"):
+    d = tempfile.mkdtemp(prefix=f"dtrain-keras-file-{name}-")
+    subprocess.run([program, name, "save", d], check=True)
+    xs, ys = arrays(d, "x"), arrays(d, "y")
+    # dtrain -> Keras
+    model = keras.saving.load_model(os.path.join(d, "dtrain.keras"))
+    out = worst(predict(model, xs), ys)
+    if not out <= tolerance:
+        failures.append(f"{name}: dtrain's file in Keras: |prediction difference| up to {out:.3g}")
+    # Keras -> dtrain: new weights, saved by Keras
+    randomize(model, 5)
+    model.save(os.path.join(d, "keras.keras"))
+    r = dtrain_load(name, os.path.join(d, "keras.keras"), d)
+    if r.returncode != 0:
+        failures.append(f"{name}: dtrain refused Keras' file: {r.stderr.strip()}")
+        continue
+    back = worst(arrays(d, "loaded_y"), predict(model, xs))
+    if not back <= tolerance:
+        failures.append(f"{name}: Keras' file in dtrain: |prediction difference| up to {back:.3g}")
+    report.append(f"{name} {out:.2g} / {back:.2g}")
+
+
+def convnet(filters, prefix):  # keras_file.cpp's convnet, built in Keras with names of its own
+    L = keras.layers
+    return keras.Sequential([keras.Input((12, 12), name=f"{prefix}in"), L.Reshape((12, 12, 1), name=f"{prefix}reshape"),
+                             L.ZeroPadding2D((1, 2), name=f"{prefix}pad"),
+                             L.Conv2D(filters, 3, strides=2, activation="relu", name=f"{prefix}conv"),
+                             L.BatchNormalization(name=f"{prefix}bn"), L.LeakyReLU(0.2, name=f"{prefix}leaky"),
+                             L.SeparableConv2D(6, 3, padding="same", name=f"{prefix}separable"),
+                             L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="relu",
+                                               name=f"{prefix}depthwise"),
+                             L.LayerNormalization(name=f"{prefix}ln"), L.MaxPooling2D(2, name=f"{prefix}pool"),
+                             L.Flatten(name=f"{prefix}flatten"), L.Dropout(0.25, name=f"{prefix}dropout"),
+                             L.Dense(8, activation="gelu", kernel_regularizer=keras.regularizers.L2(0.01),
+                                     name=f"{prefix}hidden"),
+                             L.Dense(3, name=f"{prefix}logits"), L.Softmax(name=f"{prefix}softmax")])
+
+
+d = tempfile.mkdtemp(prefix="dtrain-keras-file-own-")
+subprocess.run([program, "convnet", "save", d], check=True)  # for the inputs
+xs = arrays(d, "x")
+own = convnet(4, "my_")
+randomize(own, 9)
+own.save(os.path.join(d, "own.keras"))
+r = dtrain_load("convnet", os.path.join(d, "own.keras"), d)
+if r.returncode != 0:
+    failures.append(f"a model Keras built with its own names: dtrain refused it: {r.stderr.strip()}")
+else:
+    diff = worst(arrays(d, "loaded_y"), predict(own, xs))
+    report.append(f"Keras' own convnet {diff:.2g}")
+    if not diff <= tolerance:
+        failures.append(f"a model Keras built with its own names: |prediction difference| up to {diff:.3g}")
+other = convnet(5, "")
+other.save(os.path.join(d, "other.keras"))
+r = dtrain_load("convnet", os.path.join(d, "other.keras"), d)
+expected = "layer 2 (conv2d in the model, conv in the file), a Conv2D, has filters = 5 in the file but 4 in the model"
+if r.returncode != 1 or expected not in r.stderr:
+    failures.append(f"another architecture: expected an error with '{expected}', got rc {r.returncode}: {r.stderr.strip()}")
+
+if failures:
+    print("FAIL:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print(f"PASS: Keras {keras.__version__} and dtrain exchange .keras files both ways: max |prediction difference| "
+      f"(dtrain's file in Keras / Keras' file in dtrain): {', '.join(report)}; another architecture refused: {expected}")

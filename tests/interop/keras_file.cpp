@@ -1,0 +1,95 @@
+// The dtrain side of tests/interop/check_keras_file.py: .keras files between dtrain and Keras 3, for a
+// convolutional model (`convnet`), one of the layers that make images (`decoder`: embedding, transposed
+// convolution, up-sampling) and a functional model of two inputs and two outputs (`two_inputs`).
+//   keras_file <model> save <dir>: weights drawn at random, saved as dir/dtrain.keras, with inputs
+//     (dir/x0.npy, x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
+//   keras_file <model> load <file.keras> <dir>: load_keras into the model, predictions on dir/x*.npy as
+//     dir/loaded_y*.npy; a refused file prints load_keras' error and exits 1
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include <dtrain/checkpoint/keras_file.hpp>
+#include <dtrain/dtrain.hpp>
+
+#include "support/helpers.hpp"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+
+using convnet = sequential<input<12, 12>, reshape<12, 12, 1>, zero_padding2d<1, 2>, conv2d<4, 3, relu, strides<2>>,
+                           batch_normalization<>, leaky_relu<0.2f>, separable_conv2d<6, 3, linear, padding::same>,
+                           depthwise_conv2d<3, relu, padding::same, depth_multiplier<2>>, layer_normalization<>,
+                           max_pooling2d<2>, flatten, dropout<0.25f>, dense<8, gelu, l2<0.01f>>, dense<3>, softmax>;
+using decoder = sequential<input<4>, embedding<10, 4>, flatten, dense<16, sigmoid>, reshape<4, 4, 1>, up_sampling2d<2>,
+                           conv2d_transpose<3, 3, dtrain::tanh, strides<2>, padding::same>, spatial_dropout2d<0.1f>,
+                           average_pooling2d<2>, conv2d<4, kernel_size{3, 1}, linear, dilation_rate<2, 1>>,
+                           global_max_pooling2d<>, relu, dense<2>>;
+struct a;
+struct b;
+struct h1;
+struct h2;
+struct sum;
+struct both;
+struct prod;
+struct out;
+using two_inputs =
+    functional<inputs<node<a, input<6>>, node<b, input<3>>>, node<h1, dense<6, dtrain::tanh>, a>,
+               node<h2, dense<6, sigmoid>, h1>, node<sum, add, a, h2>, node<both, concatenate, sum, b>,
+               node<prod, multiply, h2, h1>, node<out, dense<2>, both>, outputs<prod, out>>;
+
+template <class Model>
+std::vector<tensor> draw_inputs() {
+  rng r(3);
+  std::vector<tensor> xs;
+  for (const auto& shape : Model::input_shapes()) {
+    std::vector<std::size_t> e{5};
+    e.insert(e.end(), shape.begin(), shape.end());
+    tensor x = zeros(extents(e.begin(), e.end()));
+    for (auto& v : x) v = std::is_same_v<Model, decoder> ? float(r.below(10)) : r.normal();  // embedding: indices
+    xs.push_back(std::move(x));
+  }
+  return xs;
+}
+
+template <class Model>
+void write_predictions(Model& m, const std::vector<tensor>& xs, const fs::path& dir, const std::string& prefix) {
+  std::vector<tensor> ys;
+  if constexpr (Model::num_inputs == 1 && Model::num_outputs == 1) ys.push_back(m.predict(xs[0]));
+  else ys = m.predict(xs);
+  for (std::size_t o = 0; o < ys.size(); ++o) data::write_npy(dir / (prefix + std::to_string(o) + ".npy"), ys[o]);
+}
+
+template <class Model>
+int run(std::string_view mode, char** argv, const fs::path& dir) {
+  if (mode == "save") {
+    Model m(1);
+    dtrain_test::randomize_weights(m, 7);
+    checkpoint::save_keras(m, dir / "dtrain.keras");
+    const auto xs = draw_inputs<Model>();
+    for (std::size_t k = 0; k < xs.size(); ++k) data::write_npy(dir / ("x" + std::to_string(k) + ".npy"), xs[k]);
+    write_predictions(m, xs, dir, "y");
+    return 0;
+  }
+  std::vector<tensor> xs;
+  for (std::size_t k = 0; k < Model::num_inputs; ++k) xs.push_back(data::read_npy(dir / ("x" + std::to_string(k) + ".npy")));
+  try {
+    auto m = checkpoint::load_keras<Model>(argv[3]);
+    write_predictions(m, xs, dir, "loaded_y");
+  } catch (const dtrain::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const bool save = argc == 4 && std::string_view(argv[2]) == "save";
+  const bool load = argc == 5 && std::string_view(argv[2]) == "load";
+  if (!save && !load) return 2;
+  const std::string_view which = argv[1];
+  if (which == "convnet") return run<convnet>(argv[2], argv, argv[argc - 1]);
+  if (which == "decoder") return run<decoder>(argv[2], argv, argv[argc - 1]);
+  if (which == "two_inputs") return run<two_inputs>(argv[2], argv, argv[argc - 1]);
+  return 2;
+}
