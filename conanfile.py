@@ -27,10 +27,12 @@ class DtrainConan(ConanFile):
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
     # with_image: PNG and JPEG decoding (dtrain::image: libpng, libjpeg-turbo).
     # with_keras: Keras' .keras files (dtrain::keras: HDF5, libzip).
+    # with_onnx: the ONNX export (dtrain::onnx: ONNX's protobuf classes).
     options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
-               "with_nccl": [True, False], "with_image": [True, False], "with_keras": [True, False]}
+               "with_nccl": [True, False], "with_image": [True, False], "with_keras": [True, False],
+               "with_onnx": [True, False]}
     default_options = {"with_ring_tcp": True, "with_blas": False, "with_cuda": False, "with_nccl": False,
-                       "with_image": False, "with_keras": False}
+                       "with_image": False, "with_keras": False, "with_onnx": False}
     exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
@@ -54,6 +56,8 @@ class DtrainConan(ConanFile):
         if self.options.with_keras:
             self.requires("hdf5/[>=1.10.8 <2]")
             self.requires("libzip/[>=1.7.3 <2]")
+        if self.options.with_onnx:
+            self.requires("onnx/[>=1.12.0 <2]", transitive_headers=True)
 
     def package_id(self):
         self.info.clear()
@@ -132,6 +136,17 @@ class DtrainConan(ConanFile):
             self._link(keras, {"hdf5::hdf5_c": "hdf5_serial", "libzip::zip": "zip"})
             if "hdf5::hdf5_c" not in keras.requires and os.path.isdir("/usr/include/hdf5/serial"):
                 keras.includedirs = ["/usr/include/hdf5/serial"]  # Debian's HDF5 from the system
+
+        if self.options.with_onnx:
+            onnx = self.cpp_info.components["onnx"]
+            onnx.set_property("cmake_target_name", "dtrain::onnx")
+            onnx.requires = ["dtrain"]
+            onnx.bindirs = []
+            onnx.libdirs = []
+            self._link(onnx, {"onnx::onnx_proto": "onnx_proto"})
+            if "onnx::onnx_proto" not in onnx.requires:  # the system's: its definitions and protobuf too
+                onnx.defines = ["ONNX_NAMESPACE=onnx", "ONNX_ML=1"]
+                onnx.system_libs.append("protobuf")
 
         if self.options.with_cuda:
             root = self.conf.get("user.dtrain:cuda_root", default="/usr/local/cuda")

@@ -1,9 +1,9 @@
 """Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for three
-models (tests/interop/keras_file.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
+models (tests/interop/model_files.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
 what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
 predicts, also when Keras built the model on its own with names of its own; and a file of another
 architecture is refused, naming the layer that differs.
-usage: check_keras_file.py <keras_file program>"""
+usage: check_keras_file.py <model_files program>"""
 import os
 import subprocess
 import sys
@@ -12,18 +12,11 @@ import tempfile
 os.environ["KERAS_BACKEND"] = "jax"
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from saved_arrays import arrays  # noqa: E402
 
 program = sys.argv[1]
 tolerance = 1e-5
 failures, report = [], []
-
-
-def arrays(d, prefix):
-    out, k = [], 0
-    while os.path.exists(os.path.join(d, f"{prefix}{k}.npy")):
-        out.append(np.load(os.path.join(d, f"{prefix}{k}.npy")))
-        k += 1
-    return out
 
 
 def predict(model, xs):
@@ -70,7 +63,7 @@ for name in ("convnet", "decoder", "two_inputs"):
     report.append(f"{name} {out:.2g} / {back:.2g}")
 
 
-def convnet(filters, prefix):  # keras_file.cpp's convnet, built in Keras with names of its own
+def convnet(filters, prefix):  # model_files.cpp's convnet, built in Keras with names of its own
     L = keras.layers
     return keras.Sequential([keras.Input((12, 12), name=f"{prefix}in"), L.Reshape((12, 12, 1), name=f"{prefix}reshape"),
                              L.ZeroPadding2D((1, 2), name=f"{prefix}pad"),

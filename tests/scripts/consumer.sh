@@ -82,6 +82,10 @@ grep -q "has_blas: 1" "$tmp/log" || fail "dtrain::blas does not define DTRAIN_BL
 if grep -q "dtrain::keras" "$tmp/prefix/share/cmake/dtrain/dtrainTargets.cmake" 2> /dev/null; then
   component_program keras dtrain/checkpoint/keras_file.hpp '"libzip %s, HDF5 open: %d\n", zip_libzip_version(), int(H5open() >= 0)'
 fi
+# COMPONENTS onnx: where dtrain was installed with it, ONNX's protobuf classes found and linked
+if grep -q "dtrain::onnx" "$tmp/prefix/share/cmake/dtrain/dtrainTargets.cmake" 2> /dev/null; then
+  component_program onnx dtrain/checkpoint/onnx_export.hpp '"onnx opset domain: \"%s\"\n", onnx::OperatorSetIdProto().domain().c_str()'
+fi
 # COMPONENTS cuda: where the CUDA Toolkit is, the cuda backend (no nvcc; 0 devices is an answer, not an
 # error); COMPONENTS nccl: where NCCL is too, comm::nccl
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then

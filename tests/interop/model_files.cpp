@@ -1,15 +1,22 @@
-// The dtrain side of tests/interop/check_keras_file.py: .keras files between dtrain and Keras 3, for a
-// convolutional model (`convnet`), one of the layers that make images (`decoder`: embedding, transposed
-// convolution, up-sampling) and a functional model of two inputs and two outputs (`two_inputs`).
-//   keras_file <model> save <dir>: weights drawn at random, saved as dir/dtrain.keras, with inputs
-//     (dir/x0.npy, x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
-//   keras_file <model> load <file.keras> <dir>: load_keras into the model, predictions on dir/x*.npy as
+// The dtrain side of tests/interop/check_keras_file.py (.keras files between dtrain and Keras 3) and
+// check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
+// that make images (`decoder`: embedding, transposed convolution, up-sampling) and a functional model of
+// two inputs and two outputs (`two_inputs`).
+//   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
+//     dtrain::keras) and exported as dir/dtrain.onnx (with dtrain::onnx), with inputs (dir/x0.npy,
+//     x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
+//   model_files <model> load <file.keras> <dir>: load_keras into the model, predictions on dir/x*.npy as
 //     dir/loaded_y*.npy; a refused file prints load_keras' error and exits 1
 #include <cstdio>
 #include <string>
 #include <string_view>
 
+#ifdef DTRAIN_INTEROP_KERAS_FILE
 #include <dtrain/checkpoint/keras_file.hpp>
+#endif
+#ifdef DTRAIN_INTEROP_ONNX
+#include <dtrain/checkpoint/onnx_export.hpp>
+#endif
 #include <dtrain/dtrain.hpp>
 
 #include "support/helpers.hpp"
@@ -65,7 +72,12 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
   if (mode == "save") {
     Model m(1);
     dtrain_test::randomize_weights(m, 7);
+#ifdef DTRAIN_INTEROP_KERAS_FILE
     checkpoint::save_keras(m, dir / "dtrain.keras");
+#endif
+#ifdef DTRAIN_INTEROP_ONNX
+    checkpoint::export_onnx(m, dir / "dtrain.onnx");
+#endif
     const auto xs = draw_inputs<Model>();
     for (std::size_t k = 0; k < xs.size(); ++k) data::write_npy(dir / ("x" + std::to_string(k) + ".npy"), xs[k]);
     write_predictions(m, xs, dir, "y");
@@ -73,6 +85,7 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
   }
   std::vector<tensor> xs;
   for (std::size_t k = 0; k < Model::num_inputs; ++k) xs.push_back(data::read_npy(dir / ("x" + std::to_string(k) + ".npy")));
+#ifdef DTRAIN_INTEROP_KERAS_FILE
   try {
     auto m = checkpoint::load_keras<Model>(argv[3]);
     write_predictions(m, xs, dir, "loaded_y");
@@ -81,6 +94,10 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
     return 1;
   }
   return 0;
+#else
+  (void)argv;
+  return 2;
+#endif
 }
 
 int main(int argc, char** argv) {
