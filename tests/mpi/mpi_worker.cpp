@@ -2,7 +2,8 @@
 // rank prints what failed and the program exits 1 on any failure, so mpirun's exit status is the verdict.
 // Results are compared across ranks with raw MPI, not with the communicator under test.
 //   collectives  all_reduce (sum, mean, max, min; sizes 0 to 100003; async in flight together), broadcast
-//                from the last rank, all_gather, barrier: equal to the arithmetic, bitwise equal on all ranks
+//                from the last rank, all_gather, barrier: equal to the arithmetic, bitwise equal on all ranks,
+//                each a slice of a trace with its bytes
 //   train        multi_worker_mirrored_strategy<comm::mpi> trains like one worker with the global batch
 //   mismatch     rank 0 all-reduces another size than the others: a comm_error on every rank, latched;
 //                the ranks then exit 138 as after any collective failure (without MPI_Finalize)
@@ -75,6 +76,7 @@ void collectives() {
                                       " floats differs between ranks");
     }
   }
+  trace::start();  // the collectives below, each a slice of this rank's trace with its bytes
   // three all-reduces in flight at once, waited for in order
   std::vector<std::vector<float>> bufs{std::vector<float>(1000, float(c.rank())), std::vector<float>(3, 1.0f),
                                        std::vector<float>(50000, float(c.rank() + 1))};
@@ -98,6 +100,13 @@ void collectives() {
   for (int r = 0; r < p; ++r) gathered = gathered && all[2 * std::size_t(r)] == float(r) && all[2 * std::size_t(r) + 1] == float(r) + 0.25f;
   check(gathered, "all_gather is not every rank's input in rank order");
   c.barrier();
+  std::vector<std::string> traced;
+  for (const auto& e : trace::stop().events)
+    if (std::string_view(e.category) == "comm") traced.push_back(e.name + ":" + std::to_string(e.bytes));
+  const std::vector<std::string> want{"all_reduce (wait):4000", "all_reduce (wait):12", "all_reduce (wait):200000",
+                                      "broadcast:1001", "broadcast:40", "all_gather:" + std::to_string(8 * p),
+                                      "barrier:-1"};
+  check(traced == want, "the trace's collectives are not the ones run, with their bytes");
   try {
     std::vector<float> small(3);
     c.all_gather(mine, small);

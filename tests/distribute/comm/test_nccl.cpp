@@ -5,6 +5,7 @@
 // timeout, different collectives fail every rank, the first error latches. The local group
 // (mirrored_strategy's): 1..4 devices, grouped calls, a missing replica, an abort.
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "support/gradcheck.hpp"
@@ -182,6 +183,32 @@ BOOST_AUTO_TEST_CASE(different_collectives_fail_every_rank) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_traced_rank_records_each_device_collective_with_its_bytes) {
+  for (int p : {2, 3}) {
+    std::vector<trace::recording> traces(static_cast<std::size_t>(p));
+    const auto errors = on_ranks(p, [&](int r, nccl_emulated& c) {
+      trace::start();
+      on_device v(c.device(), rank_input(r, 300));
+      c.all_reduce_async(v.span(), reduce_op::sum).wait();
+      c.broadcast(v.span(), 0);
+      traces[std::size_t(r)] = trace::stop();
+    });
+    BOOST_TEST_CONTEXT("p = " << p) {
+      for (int r = 0; r < p; ++r) {
+        BOOST_TEST(!errors[std::size_t(r)], message(errors[std::size_t(r)]));
+        std::map<std::string, std::int64_t> seen;  // name -> bytes
+        for (const auto& e : traces[std::size_t(r)].events)
+          if (std::string_view(e.category) == "comm") seen[e.name] = e.bytes;
+        BOOST_TEST(seen.count("all_reduce") == 1u);
+        BOOST_TEST(seen["all_reduce"] == 1200);  // 300 floats
+        BOOST_TEST(seen.count("all_reduce (wait)") == 1u);
+        BOOST_TEST(seen.count("broadcast") == 1u);
+        BOOST_TEST(seen.count("broadcast (wait)") == 1u);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(the_local_group_sums_every_device_in_one_group) {
   const int saved = emulated_runtime::devices;
   emulated_runtime::devices = 4;
@@ -191,9 +218,13 @@ BOOST_AUTO_TEST_CASE(the_local_group_sums_every_device_in_one_group) {
     auto group = nccl_emulated::make_local_group(devices, 20s);
     BOOST_REQUIRE_EQUAL(group.size(), std::size_t(n));
     std::vector<std::vector<float>> sums(static_cast<std::size_t>(n)), roots(static_cast<std::size_t>(n));
+    std::vector<std::size_t> traced(static_cast<std::size_t>(n));
     const auto errors = dtrain_test::run_threads(n, [&](int r) {
       on_device v(devices[std::size_t(r)], rank_input(r, 777));
+      trace::start();  // each replica's collective is a slice of its trace, with its bytes
       group[std::size_t(r)].all_reduce(v.span(), reduce_op::sum);
+      for (const auto& e : trace::stop().events)
+        traced[std::size_t(r)] += std::string_view(e.category) == "comm" && e.name == "all_reduce" && e.bytes == 777 * 4;
       sums[std::size_t(r)] = v.host();
       on_device b(devices[std::size_t(r)], std::vector<float>(3, float(r)));
       group[std::size_t(r)].broadcast(b.span(), n - 1);
@@ -204,6 +235,7 @@ BOOST_AUTO_TEST_CASE(the_local_group_sums_every_device_in_one_group) {
         BOOST_TEST(!errors[std::size_t(r)], message(errors[std::size_t(r)]));
         BOOST_TEST(sums[std::size_t(r)] == reduce_sequentially(n, 777, reduce_op::sum), boost::test_tools::per_element());
         BOOST_TEST(roots[std::size_t(r)] == std::vector<float>(3, float(n - 1)), boost::test_tools::per_element());
+        BOOST_TEST(traced[std::size_t(r)] == 1u);
       }
     }
   }

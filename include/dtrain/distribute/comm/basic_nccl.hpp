@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/core/trace.hpp"
 #include "dtrain/distribute/comm/ring_tcp.hpp"
 #include "dtrain/distribute/comm/threads.hpp"
 
@@ -164,12 +165,12 @@ class basic_nccl {
   };
 
   handle all_reduce_async(span_type data, reduce_op op) {
-    return start("all_reduce", [&] { Api::all_reduce(comm_, data.data().get(), data.data().get(), data.size(), op, device_); });
+    return start("all_reduce", data.size() * sizeof(float), [&] { Api::all_reduce(comm_, data.data().get(), data.data().get(), data.size(), op, device_); });
   }
   void all_reduce(span_type data, reduce_op op) { all_reduce_async(data, op).wait(); }
   void broadcast(span_type data, int root) {
     check_root(root);
-    start("broadcast", [&] {
+    start("broadcast", data.size() * sizeof(float), [&] {
       Api::broadcast(comm_, reinterpret_cast<std::byte*>(data.data().get()), data.size() * sizeof(float), root, device_);
     }).wait();
   }
@@ -177,7 +178,7 @@ class basic_nccl {
     if (out.size() != in.size() * std::size_t(size()))
       throw value_error("all_gather: output holds " + std::to_string(out.size()) + " floats, need size() * " +
                         std::to_string(in.size()));
-    start("all_gather", [&] { Api::all_gather(comm_, in.data().get(), out.data().get(), in.size(), device_); }).wait();
+    start("all_gather", out.size() * sizeof(float), [&] { Api::all_gather(comm_, in.data().get(), out.data().get(), in.size(), device_); }).wait();
   }
 
   // ---- the replicas of one process (mirrored_strategy) ------------------------------------------------------
@@ -213,9 +214,11 @@ class basic_nccl {
   }
   std::string who() const { return "comm::nccl (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")"; }
 
-  /// Puts a device collective on the stream and returns its handle.
+  /// Puts a device collective (of `bytes`) on the stream and returns its handle; the trace shows the
+  /// issue here and the wait for it in `await`.
   template <class Issue>
-  handle start(const char* what, Issue&& issue) {
+  handle start(const char* what, std::size_t bytes, Issue&& issue) {
+    const trace::scope traced("comm", what, std::int64_t(bytes));
     rethrow();
     if (!nccl_)
       throw usage_error(who() + ": " + what + " of device memory, but this communicator's implementation is ring "
@@ -234,6 +237,7 @@ class basic_nccl {
     if (std::string e = settled(comm_, dtrain::detail::deadline_after(limit), limit); !e.empty()) fail(what, e);
   }
   void await(typename Api::event& e, std::uint64_t seq, const char* what) {
+    const trace::scope traced("comm", trace::active() ? std::string(what) + " (wait)" : std::string());
     rethrow();
     std::string why;
     nccl_state s = nccl_state::ready;
@@ -322,6 +326,7 @@ class basic_nccl<Api>::local_rank {
 
   template <class Issue>
   void collective(const char* what, float* data, std::size_t count, int arg, Issue&& issue) {
+    const trace::scope traced("comm", what, std::int64_t(count * sizeof(float)));
     group& g = *g_;
     const auto me = std::size_t(rank());
     g.devices[me].enqueue([](auto&) {});  // this replica's recorded work goes on its stream first

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "dtrain/core/trace.hpp"
 #include "dtrain/distribute/cluster.hpp"
 #include "dtrain/distribute/comm/communicator.hpp"
 
@@ -134,6 +135,7 @@ class mpi {
     handle() = default;
     void wait() {
       if (!owner_) return;
+      const trace::scope traced("comm", "all_reduce (wait)", std::int64_t(data_.size_bytes()));
       mpi* o = std::exchange(owner_, nullptr);
       o->complete(request_, "all_reduce");
       if (op_ == reduce_op::mean)
@@ -161,6 +163,7 @@ class mpi {
     return handle(this, r, data, op);
   }
   void all_reduce(std::span<float> data, reduce_op op) {
+    const trace::scope traced("comm", "all_reduce", std::int64_t(data.size_bytes()));
     agree(kind::all_reduce, data.size(), int(op));
     for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX)) {
       const auto piece = data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX)));
@@ -173,6 +176,7 @@ class mpi {
   }
   void broadcast(std::span<std::byte> data, int root) {
     check_root(root);
+    const trace::scope traced("comm", "broadcast", std::int64_t(data.size()));
     agree(kind::broadcast, data.size(), root);
     for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX)) {
       const auto piece = data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX)));
@@ -188,6 +192,7 @@ class mpi {
                         std::to_string(in.size()));
     if (in.size() > std::size_t(INT_MAX) / std::size_t(size()))
       throw value_error("all_gather: " + std::to_string(in.size()) + " floats per rank is more than one MPI call moves");
+    const trace::scope traced("comm", "all_gather", std::int64_t(out.size_bytes()));
     agree(kind::all_gather, in.size(), 0);
     MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Iallgather(in.data(), int(in.size()), MPI_FLOAT, out.data(), int(in.size()), MPI_FLOAT, comm_, &r),
@@ -195,6 +200,7 @@ class mpi {
     complete(r, "all_gather");
   }
   void barrier() {
+    const trace::scope traced("comm", "barrier");
     agree(kind::barrier, 0, 0);
     MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm_, &r), "barrier");
