@@ -1,7 +1,8 @@
 // TFRecord files (plain, GZIP, ZLIB; records framed and checksummed here as TensorFlow's writer frames
 // them) read back record by record and resumed by skipping; damaged files named with the record's
-// offset; tf.train.Example records (encoded here field by field) parsed into fixed-length features, with
-// defaults, and every mismatch an error.
+// offset; tf.train.Example records (encoded here field by field) parsed into fixed- and variable-length
+// features, with defaults, SequenceExamples into their context and feature lists, and every mismatch an
+// error.
 #include "support/gradcheck.hpp"
 
 #include <zlib.h>
@@ -155,6 +156,80 @@ BOOST_AUTO_TEST_CASE(examples_parse_into_fixed_length_features) {
   BOOST_TEST(contains(error({{"missing", {.shape = {2}, .default_value = std::vector<float>{1, 2, 3}}}}), "default_value of 3 values"));
   BOOST_TEST(contains(error_of([&] { data::parse_single_example(record.substr(0, record.size() - 3), spec); }), "not a tf.train.Example"));
   BOOST_TEST(contains(error_of([&] { data::parse_single_example(std::string("\x0a\xff\xff\xff\xff\x0f", 6), spec); }), "runs past the end"));
+}
+
+BOOST_AUTO_TEST_CASE(var_len_features_take_however_many_values_the_record_has) {
+  const std::string record = example({{"ids", int64s({-3, 1, 300000, 4})}, {"tags", strings({"a", "bc"})},
+                                      {"label", int64s({7})}});
+  using data::feature_dtype;
+  const std::map<std::string, data::feature_spec> spec{
+      {"ids", data::var_len_feature{feature_dtype::int64}},
+      {"tags", data::var_len_feature{feature_dtype::string}},
+      {"absent", data::var_len_feature{}},
+      {"label", data::fixed_len_feature{.dtype = feature_dtype::int64}}};
+  const auto e = data::parse_single_example(record, spec);
+  const tensor& ids = e.tensors.at("ids");
+  BOOST_TEST((ids.shape() == tensor::shape_type{4}));
+  BOOST_TEST(std::vector<float>(ids.begin(), ids.end()) == (std::vector<float>{-3, 1, 300000, 4}), boost::test_tools::per_element());
+  BOOST_TEST(e.strings.at("tags") == (std::vector<std::string>{"a", "bc"}));
+  BOOST_TEST((e.tensors.at("absent").shape() == tensor::shape_type{0}));  // missing: no values, not an error
+  BOOST_TEST(e.tensors.at("label").data()[0] == 7.0f);
+  BOOST_TEST(contains(error_of([&] { data::parse_single_example(record, {{"ids", data::var_len_feature{}}}); }),
+                      "feature 'ids' is an int64_list, not a float_list"));
+}
+
+BOOST_AUTO_TEST_CASE(sequence_examples_parse_their_context_and_feature_lists) {
+  using data::feature_dtype;
+  using ints = std::vector<std::int64_t>;
+  using fs_ = std::vector<float>;
+  const std::string record = data::serialize_sequence_example(
+      {{"length", ints{3}}, {"title", std::vector<std::string>{"abc"}}},
+      {{"tokens", {ints{1}, ints{5}, ints{9}}},
+       {"frames", {fs_{0.5f, 1.0f}, fs_{-1.0f, 2.0f}, fs_{3.0f, 4.5f}}},
+       {"words", {std::vector<std::string>{"a"}, std::vector<std::string>{"b"}, std::vector<std::string>{"c"}}},
+       {"ragged", {fs_{1.0f}, fs_{1.0f, 2.0f}}}});
+  // SequenceExample { context = 1 { Features }, feature_lists = 2 { feature_list = 1 { key, FeatureList } } },
+  // map entries in key order, each FeatureList its repeated feature = 1: the wire format field by field
+  auto list = [](const std::vector<std::string>& steps) {
+    std::string out;
+    for (const auto& f : steps) out += field(1, f);
+    return out;
+  };
+  const std::string wire =
+      field(1, field(1, field(1, "length") + field(2, int64s({3}))) + field(1, field(1, "title") + field(2, strings({"abc"})))) +
+      field(2, field(1, field(1, "frames") + field(2, list({floats({0.5f, 1.0f}), floats({-1.0f, 2.0f}), floats({3.0f, 4.5f})}))) +
+                   field(1, field(1, "ragged") + field(2, list({floats({1.0f}), floats({1.0f, 2.0f})}))) +
+                   field(1, field(1, "tokens") + field(2, list({int64s({1}), int64s({5}), int64s({9})}))) +
+                   field(1, field(1, "words") + field(2, list({strings({"a"}), strings({"b"}), strings({"c"})}))));
+  BOOST_TEST(record == wire);
+
+  const std::map<std::string, data::feature_spec> context{{"length", data::fixed_len_feature{.dtype = feature_dtype::int64}},
+                                                           {"title", data::var_len_feature{feature_dtype::string}}};
+  const std::map<std::string, data::fixed_len_sequence_feature> sequence{
+      {"tokens", {.dtype = feature_dtype::int64}},
+      {"frames", {.shape = {2}}},
+      {"words", {.dtype = feature_dtype::string}},
+      {"absent", {.shape = {4}, .allow_missing = true}}};
+  const auto e = data::parse_single_sequence_example(record, context, sequence);
+  BOOST_TEST(e.context.tensors.at("length").data()[0] == 3.0f);
+  BOOST_TEST(e.context.strings.at("title") == std::vector<std::string>{"abc"});
+  const tensor& tokens = e.feature_lists.tensors.at("tokens");
+  BOOST_TEST((tokens.shape() == tensor::shape_type{3}));
+  BOOST_TEST(std::vector<float>(tokens.begin(), tokens.end()) == (std::vector<float>{1, 5, 9}), boost::test_tools::per_element());
+  const tensor& frames = e.feature_lists.tensors.at("frames");
+  BOOST_TEST((frames.shape() == tensor::shape_type{3, 2}));
+  BOOST_TEST(std::vector<float>(frames.begin(), frames.end()) == (std::vector<float>{0.5f, 1.0f, -1.0f, 2.0f, 3.0f, 4.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(e.feature_lists.strings.at("words") == (std::vector<std::string>{"a", "b", "c"}));
+  BOOST_TEST((e.feature_lists.tensors.at("absent").shape() == tensor::shape_type{0, 4}));
+  auto error = [&](const std::map<std::string, data::fixed_len_sequence_feature>& s) {
+    return error_of([&] { data::parse_single_sequence_example(record, {}, s); });
+  };
+  BOOST_TEST(contains(error({{"ragged", {}}}), "feature 'ragged' step '1' has 2 values, shape () needs 1"));
+  BOOST_TEST(contains(error({{"gone", {}}}), "feature list 'gone' is missing (allow_missing is off)"));
+  BOOST_TEST(contains(error({{"tokens", {}}}), "is an int64_list, not a float_list"));
+  BOOST_TEST(contains(error_of([&] { data::parse_single_sequence_example(record.substr(0, 20), {}, {}); }),
+                      "not a tf.train.SequenceExample"));
 }
 
 BOOST_AUTO_TEST_CASE(the_writer_frames_records_as_tensorflow_and_puts_the_file_in_place_whole) {

@@ -183,6 +183,12 @@ put("example", "full", ex)
 put("example", "default_y", example([(b"x", field(2, field(1, struct.pack("<4f", 0, -1, 0.5, 9)))), (b"s", field(1, field(1, b"")))]))
 put("example", "unpacked", example([(b"x", field(2, b"".join(varint(1 << 3 | 5) + struct.pack("<f", v) for v in (1, 2, 3, 4)))),
                                     (b"y", field(3, varint(1 << 3) + varint(2**40))), (b"s", field(1, field(1, b"dog")))]))
+# a SequenceExample: context {v: int64s}, feature lists f (two steps of 2 floats) and t (int64s)
+steps = lambda feats: b"".join(field(1, f) for f in feats)
+put("example", "sequence", field(1, field(1, field(1, b"v") + field(2, field(3, field(1, varint(3) + varint(4)))))) +
+    field(2, field(1, field(1, b"f") + field(2, steps([field(2, field(1, struct.pack("<2f", 1, 2))),
+                                                         field(2, field(1, struct.pack("<2f", 3, 4)))]))) +
+             field(1, field(1, b"t") + field(2, steps([field(3, field(1, varint(5)))])))))
 put("tfrecord", "two", framed([ex, b"plain bytes"]))
 put("tfrecord", "empty_record", framed([b""]))
 put("tfrecord", "gzip", gzip.compress(framed([ex]), mtime=0))

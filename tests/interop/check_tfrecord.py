@@ -1,8 +1,10 @@
 """TFRecord files written by TensorFlow itself (tf.io.TFRecordWriter, plain, GZIP and ZLIB, of
 tf.train.Example protos) read by dtrain's tfrecord_dataset and parse_single_example: every record in
 order, every feature's values equal (floats bit for bit, int64s, bytes, a default where a record lacks the
-feature); a file with a flipped byte is refused by both; and files dtrain writes (tfrecord_writer,
-serialize_example) read by TensorFlow with the values dtrain was given.
+feature); SequenceExamples with variable-length context features and feature lists (some missing) parsed
+as TensorFlow parses them; a file with a flipped byte is refused by both; and files dtrain writes
+(tfrecord_writer, serialize_example, serialize_sequence_example) read by TensorFlow with the values dtrain
+was given.
 usage: check_tfrecord.py <interop_tfrecord program>"""
 import json
 import os
@@ -77,6 +79,67 @@ for compression in ("none", "GZIP", "ZLIB"):
         if not same:
             failures.append(f"dtrain-written {compression} record {i}: TensorFlow parses {b}, dtrain was given {g}")
     print(f"dtrain-written {compression}: {len(given)} records read by TensorFlow with the values given")
+
+# SequenceExamples: TensorFlow's read by dtrain (context of fixed and variable length, feature lists)
+def sequence(i):
+    steps = 2 + i % 3
+    context = {"length": feature(int64_list=tf.train.Int64List(value=[steps])),
+               "tags": feature(bytes_list=tf.train.BytesList(value=[f"t{k}".encode() for k in range(i % 3)])),
+               "weights": feature(float_list=tf.train.FloatList(value=rng.normal(0, 1, i % 4).astype(np.float32)))}
+    lists = {"tokens": tf.train.FeatureList(feature=[feature(int64_list=tf.train.Int64List(
+                 value=[int(rng.integers(0, 1000))])) for _ in range(steps)]),
+             "frames": tf.train.FeatureList(feature=[feature(float_list=tf.train.FloatList(
+                 value=rng.normal(0, 5, 2).astype(np.float32))) for _ in range(steps)])}
+    if i % 2:  # the others lack the list (allow_missing)
+        lists["words"] = tf.train.FeatureList(feature=[feature(bytes_list=tf.train.BytesList(value=[f"w{k}".encode()]))
+                                                       for k in range(steps)])
+    return tf.train.SequenceExample(context=tf.train.Features(feature=context),
+                                    feature_lists=tf.train.FeatureLists(feature_list=lists)).SerializeToString()
+
+
+context_spec = {"length": tf.io.FixedLenFeature([], tf.int64), "tags": tf.io.VarLenFeature(tf.string),
+                "weights": tf.io.VarLenFeature(tf.float32)}
+list_spec = {"tokens": tf.io.FixedLenSequenceFeature([], tf.int64), "frames": tf.io.FixedLenSequenceFeature([2], tf.float32),
+             "words": tf.io.FixedLenSequenceFeature([], tf.string, allow_missing=True)}
+path = os.path.join(d, "sequences.tfrecord")
+with tf.io.TFRecordWriter(path) as w:
+    for i in range(6):
+        w.write(sequence(i))
+out = os.path.join(d, "sequences.json")
+subprocess.run([program, "read-sequences", out, path], check=True)
+ours = json.load(open(out))
+theirs = [tf.io.parse_single_sequence_example(r, context_spec, list_spec) for r in tf.data.TFRecordDataset([path])]
+for i, (a, (ctx, lists)) in enumerate(zip(ours, theirs)):
+    want = {"length": ctx["length"].numpy(), "tags": ctx["tags"].values.numpy(), "weights": ctx["weights"].values.numpy(),
+            "tokens": lists["tokens"].numpy(), "frames": lists["frames"].numpy(), "words": lists["words"].numpy()}
+    for name, w_ in want.items():
+        if w_.dtype == object:
+            same = a[name] == [b.decode() for b in w_.ravel()]
+        else:
+            same = (np.array_equal(np.asarray(a[name], dtype=np.float32), w_.astype(np.float32).ravel()) and
+                    list(a[name + "_shape"]) == list(w_.shape))
+        if not same:
+            failures.append(f"SequenceExample {i} {name}: dtrain {a.get(name)} where TensorFlow parses {w_.tolist()}")
+if len(ours) != len(theirs):
+    failures.append(f"SequenceExamples: dtrain read {len(ours)}, TensorFlow {len(theirs)}")
+print(f"{len(ours)} SequenceExamples (VarLenFeature, FixedLenSequenceFeature) as TensorFlow parses them")
+# and the other way: SequenceExamples dtrain serializes, parsed by TensorFlow
+given = [{"length": 3 + i, "tags": [f"g{k}" for k in range(i)], "tokens": [int(v) for v in rng.integers(0, 99, 3 + i)],
+          "frames": rng.normal(0, 1, (3 + i, 2)).astype(np.float32).tolist()} for i in range(3)]
+src, path = os.path.join(d, "given-sequences.json"), os.path.join(d, "dtrain-sequences.tfrecord")
+json.dump(given, open(src, "w"))
+subprocess.run([program, "write-sequences", src, path], check=True)
+theirs = [tf.io.parse_single_sequence_example(r, context_spec, list_spec) for r in tf.data.TFRecordDataset([path])]
+for i, (g, (ctx, lists)) in enumerate(zip(given, theirs)):
+    same = (int(ctx["length"].numpy()) == g["length"] and [b.decode() for b in ctx["tags"].values.numpy()] == g["tags"]
+            and lists["tokens"].numpy().tolist() == g["tokens"]
+            and np.array_equal(lists["frames"].numpy(), np.asarray(g["frames"], dtype=np.float32))
+            and lists["words"].numpy().shape == (0,))
+    if not same:
+        failures.append(f"dtrain-written SequenceExample {i}: TensorFlow parses {ctx}, {lists}; dtrain was given {g}")
+if len(theirs) != len(given):
+    failures.append(f"dtrain-written SequenceExamples: TensorFlow reads {len(theirs)} of {len(given)}")
+print(f"{len(given)} SequenceExamples dtrain wrote, parsed by TensorFlow with the values given")
 
 # a flipped byte inside the second record's data: TensorFlow reports data loss, dtrain an error naming it
 path = os.path.join(d, "none-0.tfrecord")

@@ -7,16 +7,22 @@
 ///   the record's offset. "GZIP" and "ZLIB" files are read through zlib.
 /// - `parse_single_example(record, features)`: `tf.io.parse_single_example` with `fixed_len_feature`s
 ///   (`tf.io.FixedLenFeature(shape, dtype, default_value)`): each feature's values as a tensor of its
-///   shape (float32 and int64 lists, int64 as floats, exact to 2^24), bytes lists as strings.
+///   shape (float32 and int64 lists, int64 as floats, exact to 2^24), bytes lists as strings, and
+///   `var_len_feature`s (`tf.io.VarLenFeature(dtype)`: however many values there are, 1-D).
+/// - `parse_single_sequence_example(record, context_features, sequence_features)`:
+///   `tf.io.parse_single_sequence_example` of a `tf.train.SequenceExample`, its feature lists with
+///   `fixed_len_sequence_feature`s (`tf.io.FixedLenSequenceFeature`) as (steps, shape...) tensors.
 /// - `tfrecord_writer(path, compression_type)`: `tf.io.TFRecordWriter`, records framed as TensorFlow
 ///   frames them, the file put in place whole by `close()`; `serialize_example(features)`:
-///   `tf.train.Example(...).SerializeToString()` of float, int64 and bytes lists.
+///   `tf.train.Example(...).SerializeToString()` of float, int64 and bytes lists;
+///   `serialize_sequence_example(context, feature_lists)`: `tf.train.SequenceExample`'s.
 ///
-/// The Example protobuf is read by a decoder of the wire format for its three messages here rather than
+/// The Example protobuf is read by a decoder of the wire format for its few messages here rather than
 /// through libprotobuf's generated code: a header-only library cannot ship that, and the schema
 /// (Example { Features features = 1 }, Features { map<string, Feature> feature = 1 }, Feature { oneof:
-/// BytesList bytes_list = 1, FloatList float_list = 2, Int64List int64_list = 3 }) has been fixed since
-/// TensorFlow 1.0. Unknown fields are skipped, as protobuf does.
+/// BytesList bytes_list = 1, FloatList float_list = 2, Int64List int64_list = 3 }; SequenceExample's
+/// FeatureLists of FeatureList) has been fixed since TensorFlow 1.0. Unknown fields are skipped, as
+/// protobuf does.
 
 #include <zlib.h>
 
@@ -210,6 +216,25 @@ struct fixed_len_feature {
   std::optional<std::vector<float>> default_value{};  ///< float32 and int64 features
 };
 
+/// `tf.io.VarLenFeature(dtype)`: however many values the record holds (none when it lacks the feature),
+/// as a 1-D tensor (or strings): the values of TF's SparseTensor, whose indices for one example are
+/// 0..n-1.
+struct var_len_feature {
+  feature_dtype dtype = feature_dtype::float32;
+};
+
+/// A feature of an Example (or of a SequenceExample's context) to parse: fixed or variable length.
+using feature_spec = std::variant<fixed_len_feature, var_len_feature>;
+
+/// `tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing)`: a SequenceExample's feature list, each
+/// step exactly `shape`'s values; parsed as a tensor (steps, shape...). A missing list is an error, or
+/// with `allow_missing` zero steps.
+struct fixed_len_sequence_feature {
+  extents shape{};
+  feature_dtype dtype = feature_dtype::float32;
+  bool allow_missing = false;
+};
+
 /// What `parse_single_example` returns: the numeric features as tensors, the string ones as bytes.
 struct parsed_example {
   std::map<std::string, tensor> tensors;
@@ -220,11 +245,12 @@ namespace detail {
 /// A reader of protobuf's wire format over one message's bytes; every read is bounds-checked.
 struct proto_reader {
   std::string_view data;
+  const char* message = "parse_single_example: not a tf.train.Example";  // what a damaged message is
   std::size_t at = 0;
   bool done() const { return at >= data.size(); }
-  [[noreturn]] static void fail(const std::string& what) {
-    throw io_error("parse_single_example: not a tf.train.Example (" + what + ")");
-  }
+  /// A reader of a field of this message (the same error message).
+  proto_reader inner() { return {bytes(), message}; }
+  [[noreturn]] void fail(const std::string& what) const { throw io_error(std::string(message) + " (" + what + ")"); }
   std::uint64_t varint() {
     std::uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -262,9 +288,8 @@ struct feature_values {
   std::vector<float> numbers;
   std::vector<std::string> strings;
 };
-inline feature_values parse_feature(std::string_view bytes) {
+inline feature_values parse_feature(proto_reader r) {
   feature_values f;
-  proto_reader r{bytes};
   while (!r.done()) {
     const std::uint64_t key = r.varint(), field = key >> 3, wire = key & 7;
     if ((field < 1 || field > 3) || wire != 2) {
@@ -273,7 +298,7 @@ inline feature_values parse_feature(std::string_view bytes) {
     }
     f.kind = int(field);  // the last of a oneof wins, as protobuf has it
     f.numbers.clear(), f.strings.clear();
-    proto_reader list{r.bytes()};
+    proto_reader list = r.inner();
     while (!list.done()) {
       const std::uint64_t k = list.varint(), wt = k & 7;
       if ((k >> 3) != 1) {
@@ -281,7 +306,7 @@ inline feature_values parse_feature(std::string_view bytes) {
         continue;
       }
       if (field == 1) {
-        if (wt != 2) proto_reader::fail("a bytes value of wire type " + std::to_string(wt));
+        if (wt != 2) list.fail("a bytes value of wire type " + std::to_string(wt));
         f.strings.emplace_back(list.bytes());
       } else if (field == 2) {
         if (wt == 5) {  // one float
@@ -291,98 +316,195 @@ inline feature_values parse_feature(std::string_view bytes) {
           f.numbers.push_back(v);
         } else if (wt == 2) {  // packed
           const std::string_view p = list.bytes();
-          if (p.size() % 4) proto_reader::fail("a packed float list of " + std::to_string(p.size()) + " bytes");
+          if (p.size() % 4) list.fail("a packed float list of " + std::to_string(p.size()) + " bytes");
           for (std::size_t i = 0; i < p.size(); i += 4) {
             float v;
             std::memcpy(&v, p.data() + i, 4);
             f.numbers.push_back(v);
           }
         } else {
-          proto_reader::fail("a float value of wire type " + std::to_string(wt));
+          list.fail("a float value of wire type " + std::to_string(wt));
         }
       } else {
         if (wt == 0) {
           f.numbers.push_back(float(std::int64_t(list.varint())));
         } else if (wt == 2) {
-          proto_reader packed{list.bytes()};
+          proto_reader packed = list.inner();
           while (!packed.done()) f.numbers.push_back(float(std::int64_t(packed.varint())));
         } else {
-          proto_reader::fail("an int64 value of wire type " + std::to_string(wt));
+          list.fail("an int64 value of wire type " + std::to_string(wt));
         }
       }
     }
   }
   return f;
 }
-/// Example -> Features -> map entries (key, Feature), the last entry of a key winning.
+/// The entries (key = 1, value = 2) of the map field 1 of message `r`, each value read by `value`; the
+/// last entry of a key wins (protobuf's rule). Features and FeatureLists are such messages.
+template <class Value, class Read>
+std::map<std::string, Value> parse_map(proto_reader r, Read value) {
+  std::map<std::string, Value> out;
+  while (!r.done()) {
+    const std::uint64_t k = r.varint();
+    if (k != ((1u << 3) | 2)) {
+      r.skip(k & 7);
+      continue;
+    }
+    proto_reader entry = r.inner();
+    std::string name;
+    Value v{};
+    while (!entry.done()) {
+      const std::uint64_t e = entry.varint();
+      if (e == ((1u << 3) | 2)) name = std::string(entry.bytes());
+      else if (e == ((2u << 3) | 2)) v = value(entry.inner());
+      else entry.skip(e & 7);
+    }
+    out[name] = std::move(v);
+  }
+  return out;
+}
+inline std::map<std::string, feature_values> parse_feature_map(proto_reader features) {
+  return parse_map<feature_values>(features, parse_feature);
+}
+/// Example { Features features = 1 }: its features.
 inline std::map<std::string, feature_values> parse_features(std::string_view record) {
   std::map<std::string, feature_values> out;
   proto_reader example{record};
   while (!example.done()) {
     const std::uint64_t key = example.varint();
-    if (key != ((1u << 3) | 2)) {
-      example.skip(key & 7);
-      continue;
-    }
-    proto_reader features{example.bytes()};
-    while (!features.done()) {
-      const std::uint64_t k = features.varint();
-      if (k != ((1u << 3) | 2)) {
-        features.skip(k & 7);
-        continue;
-      }
-      proto_reader entry{features.bytes()};
-      std::string name;
-      feature_values value;
-      while (!entry.done()) {
-        const std::uint64_t e = entry.varint();
-        if (e == ((1u << 3) | 2)) name = std::string(entry.bytes());
-        else if (e == ((2u << 3) | 2)) value = parse_feature(entry.bytes());
-        else entry.skip(e & 7);
-      }
-      out[name] = std::move(value);
-    }
+    if (key != ((1u << 3) | 2)) example.skip(key & 7);
+    else for (auto& [k, v] : parse_feature_map(example.inner())) out[k] = std::move(v);  // a repeated field merges
   }
   return out;
 }
 }  // namespace detail
 
-/// `tf.io.parse_single_example(serialized, features)` with fixed-length features: each named feature's
-/// values, checked against its dtype and shape (a missing one takes its default, else it is an error).
-inline parsed_example parse_single_example(std::string_view serialized, const std::map<std::string, fixed_len_feature>& features) {
-  const auto found = detail::parse_features(serialized);
+namespace detail {
+inline constexpr const char* feature_kinds[] = {"no values", "a bytes_list", "a float_list", "an int64_list"};
+inline int kind_of(feature_dtype d) { return d == feature_dtype::string ? 1 : d == feature_dtype::float32 ? 2 : 3; }
+inline std::size_t count_of(const extents& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+/// The values of `v`, found for feature `name`, into `out` as a tensor of `shape` (or strings), after
+/// checking their kind; `count` values were expected (any number when `count` is nullopt).
+inline void take_values(parsed_example& out, const std::string& name, const feature_values& v, feature_dtype dtype,
+                        extents shape, std::optional<std::size_t> count, const char* what) {
+  const int want = kind_of(dtype);
+  if (v.kind != want && v.kind != 0)
+    throw value_error(std::string(what) + ": feature '" + name + "' is " + feature_kinds[v.kind] + ", not " + feature_kinds[want]);
+  const std::size_t have = want == 1 ? v.strings.size() : v.numbers.size();
+  if (count && have != *count)
+    throw value_error(std::string(what) + ": feature '" + name + "' has " + std::to_string(have) + " values, shape " +
+                      shape_str(shape) + " needs " + std::to_string(*count));
+  if (want == 1) {
+    out.strings[name] = v.strings;
+  } else {
+    if (!count) shape = {have};
+    tensor t = zeros(shape);
+    std::copy(v.numbers.begin(), v.numbers.end(), t.data());
+    out.tensors.insert_or_assign(name, std::move(t));
+  }
+}
+/// The features `specs` names, from the parsed `found`.
+inline parsed_example take_features(const std::map<std::string, feature_values>& found,
+                                    const std::map<std::string, feature_spec>& specs, const char* what) {
   parsed_example out;
-  for (const auto& [name, spec] : features) {
-    std::size_t n = 1;
-    for (auto d : spec.shape) n *= d;
+  for (const auto& [name, spec] : specs) {
     const auto it = found.find(name);
-    const int want = spec.dtype == feature_dtype::string ? 1 : spec.dtype == feature_dtype::float32 ? 2 : 3;
-    static constexpr const char* kinds[] = {"no values", "a bytes_list", "a float_list", "an int64_list"};
-    if (it == found.end() || it->second.kind == 0) {
-      if (spec.dtype == feature_dtype::string || !spec.default_value)
-        throw value_error("parse_single_example: feature '" + name + "' is missing and has no default_value");
-      if (spec.default_value->size() != n && spec.default_value->size() != 1)
-        throw value_error("parse_single_example: feature '" + name + "' has a default_value of " +
-                          std::to_string(spec.default_value->size()) + " values for shape " + shape_str(spec.shape));
-      tensor t = zeros(spec.shape);
-      for (std::size_t i = 0; i < n; ++i) t.data()[i] = (*spec.default_value)[spec.default_value->size() == 1 ? 0 : i];
+    const bool missing = it == found.end() || it->second.kind == 0;
+    if (const auto* var = std::get_if<var_len_feature>(&spec)) {
+      take_values(out, name, missing ? feature_values{} : it->second, var->dtype, {}, std::nullopt, what);
+      continue;
+    }
+    const auto& fixed = std::get<fixed_len_feature>(spec);
+    const std::size_t n = count_of(fixed.shape);
+    if (missing) {
+      if (fixed.dtype == feature_dtype::string || !fixed.default_value)
+        throw value_error(std::string(what) + ": feature '" + name + "' is missing and has no default_value");
+      if (fixed.default_value->size() != n && fixed.default_value->size() != 1)
+        throw value_error(std::string(what) + ": feature '" + name + "' has a default_value of " +
+                          std::to_string(fixed.default_value->size()) + " values for shape " + shape_str(fixed.shape));
+      tensor t = zeros(fixed.shape);
+      for (std::size_t i = 0; i < n; ++i) t.data()[i] = (*fixed.default_value)[fixed.default_value->size() == 1 ? 0 : i];
       out.tensors.emplace(name, std::move(t));
       continue;
     }
-    const detail::feature_values& v = it->second;
-    if (v.kind != want)
-      throw value_error("parse_single_example: feature '" + name + "' is " + kinds[v.kind] + ", not " + kinds[want]);
-    const std::size_t have = want == 1 ? v.strings.size() : v.numbers.size();
-    if (have != n)
-      throw value_error("parse_single_example: feature '" + name + "' has " + std::to_string(have) + " values, shape " +
-                        shape_str(spec.shape) + " needs " + std::to_string(n));
-    if (want == 1) {
-      out.strings.emplace(name, v.strings);
+    take_values(out, name, it->second, fixed.dtype, fixed.shape, n, what);
+  }
+  return out;
+}
+}  // namespace detail
+
+/// `tf.io.parse_single_example(serialized, features)`: each named feature's values, a fixed-length one
+/// checked against its dtype and shape (a missing one takes its default, else it is an error), a
+/// variable-length one as a 1-D tensor (strings) of however many values the record has.
+inline parsed_example parse_single_example(std::string_view serialized, const std::map<std::string, feature_spec>& features) {
+  return detail::take_features(detail::parse_features(serialized), features, "parse_single_example");
+}
+inline parsed_example parse_single_example(std::string_view serialized, const std::map<std::string, fixed_len_feature>& features) {
+  return parse_single_example(serialized, std::map<std::string, feature_spec>(features.begin(), features.end()));
+}
+
+/// What `parse_single_sequence_example` returns: the context's features and the feature lists, each list
+/// a tensor (steps, shape...) or its steps' strings one after another.
+struct parsed_sequence_example {
+  parsed_example context;
+  parsed_example feature_lists;
+};
+
+/// `tf.io.parse_single_sequence_example(serialized, context_features, sequence_features)` on a
+/// `tf.train.SequenceExample` { Features context = 1; FeatureLists feature_lists = 2 } with
+/// FeatureLists { map<string, FeatureList> feature_list = 1 }, FeatureList { repeated Feature feature = 1 }.
+inline parsed_sequence_example parse_single_sequence_example(
+    std::string_view serialized, const std::map<std::string, feature_spec>& context_features,
+    const std::map<std::string, fixed_len_sequence_feature>& sequence_features) {
+  constexpr const char* what = "parse_single_sequence_example";
+  using lists = std::map<std::string, std::vector<detail::feature_values>>;
+  std::map<std::string, detail::feature_values> context;
+  lists found;
+  detail::proto_reader r{serialized, "parse_single_sequence_example: not a tf.train.SequenceExample"};
+  while (!r.done()) {
+    const std::uint64_t key = r.varint();
+    if (key == ((1u << 3) | 2)) {
+      for (auto& [k, v] : detail::parse_feature_map(r.inner())) context[k] = std::move(v);
+    } else if (key == ((2u << 3) | 2)) {
+      auto steps = [](detail::proto_reader list) {  // FeatureList: its repeated Feature
+        std::vector<detail::feature_values> out;
+        while (!list.done()) {
+          const std::uint64_t k = list.varint();
+          if (k == ((1u << 3) | 2)) out.push_back(detail::parse_feature(list.inner()));
+          else list.skip(k & 7);
+        }
+        return out;
+      };
+      for (auto& [k, v] : detail::parse_map<std::vector<detail::feature_values>>(r.inner(), steps)) found[k] = std::move(v);
     } else {
-      tensor t = zeros(spec.shape);
-      std::copy(v.numbers.begin(), v.numbers.end(), t.data());
-      out.tensors.emplace(name, std::move(t));
+      r.skip(key & 7);
     }
+  }
+  parsed_sequence_example out{detail::take_features(context, context_features, what), {}};
+  for (const auto& [name, spec] : sequence_features) {
+    const auto it = found.find(name);
+    if (it == found.end() && !spec.allow_missing)
+      throw value_error(std::string(what) + ": feature list '" + name + "' is missing (allow_missing is off)");
+    const std::size_t steps = it == found.end() ? 0 : it->second.size(), n = detail::count_of(spec.shape);
+    detail::feature_values all{detail::kind_of(spec.dtype), {}, {}};
+    for (std::size_t t = 0; t < steps; ++t) {
+      parsed_example one;  // each step checked alone, so the error names it
+      detail::take_values(one, name + "' step '" + std::to_string(t), it->second[t], spec.dtype, spec.shape, n, what);
+      if (spec.dtype == feature_dtype::string) {
+        auto& v = one.strings.begin()->second;
+        all.strings.insert(all.strings.end(), v.begin(), v.end());
+      } else {
+        const tensor& v = one.tensors.begin()->second;
+        all.numbers.insert(all.numbers.end(), v.data(), v.data() + v.size());
+      }
+    }
+    extents shape{steps};
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    detail::take_values(out.feature_lists, name, all, spec.dtype, shape, steps * n, what);
   }
   return out;
 }
@@ -463,29 +585,57 @@ inline void put_bytes(std::string& out, int field, std::string_view bytes) {
 }
 }  // namespace detail
 
+namespace detail {
+/// A Feature message: float and int64 lists packed, as TensorFlow writes them.
+inline std::string feature_message(const feature& values) {
+  std::string list, packed;
+  if (const auto* f = std::get_if<std::vector<float>>(&values)) {
+    packed.append(reinterpret_cast<const char*>(f->data()), f->size() * sizeof(float));
+  } else if (const auto* i = std::get_if<std::vector<std::int64_t>>(&values)) {
+    for (std::int64_t v : *i) put_varint(packed, std::uint64_t(v));
+  } else {
+    for (const std::string& b : std::get<std::vector<std::string>>(values)) put_bytes(list, 1, b);
+  }
+  if (!packed.empty()) put_bytes(list, 1, packed);  // (an empty list has no field, as protobuf writes it)
+  std::string out;
+  put_bytes(out, int(values.index()) == 0 ? 2 : int(values.index()) == 1 ? 3 : 1, list);
+  return out;
+}
+/// A map<string, V> field 1 of entries (key 1, value 2), each value's message by `message`, in key order.
+template <class V, class Message>
+std::string map_message(const std::map<std::string, V>& m, Message message) {
+  std::string out;
+  for (const auto& [name, v] : m) {
+    std::string entry;
+    put_bytes(entry, 1, name);
+    put_bytes(entry, 2, message(v));
+    put_bytes(out, 1, entry);
+  }
+  return out;
+}
+}  // namespace detail
+
 /// `tf.train.Example(features=tf.train.Features(feature={name: feature, ...})).SerializeToString()`:
 /// float and int64 lists packed, as TensorFlow writes them; the features in name order.
 inline std::string serialize_example(const std::map<std::string, feature>& features) {
-  std::string list_of_features;
-  for (const auto& [name, values] : features) {
-    std::string list, packed;
-    if (const auto* f = std::get_if<std::vector<float>>(&values)) {
-      packed.append(reinterpret_cast<const char*>(f->data()), f->size() * sizeof(float));
-    } else if (const auto* i = std::get_if<std::vector<std::int64_t>>(&values)) {
-      for (std::int64_t v : *i) detail::put_varint(packed, std::uint64_t(v));
-    } else {
-      for (const std::string& b : std::get<std::vector<std::string>>(values)) detail::put_bytes(list, 1, b);
-    }
-    if (!packed.empty()) detail::put_bytes(list, 1, packed);  // (an empty list has no field, as protobuf writes it)
-    std::string feature, entry;
-    detail::put_bytes(feature, int(values.index()) == 0 ? 2 : int(values.index()) == 1 ? 3 : 1, list);
-    detail::put_bytes(entry, 1, name);
-    detail::put_bytes(entry, 2, feature);
-    detail::put_bytes(list_of_features, 1, entry);
-  }
   std::string example;
-  detail::put_bytes(example, 1, list_of_features);
+  detail::put_bytes(example, 1, detail::map_message(features, detail::feature_message));
   return example;
+}
+
+/// `tf.train.SequenceExample(context=..., feature_lists=...).SerializeToString()`: the context's features
+/// and, for each feature list, its steps' features in order.
+inline std::string serialize_sequence_example(const std::map<std::string, feature>& context,
+                                              const std::map<std::string, std::vector<feature>>& feature_lists) {
+  std::string out;
+  if (!context.empty()) detail::put_bytes(out, 1, detail::map_message(context, detail::feature_message));
+  if (!feature_lists.empty())
+    detail::put_bytes(out, 2, detail::map_message(feature_lists, [](const std::vector<feature>& steps) {
+                        std::string list;
+                        for (const feature& f : steps) detail::put_bytes(list, 1, detail::feature_message(f));
+                        return list;
+                      }));
+  return out;
 }
 
 }  // namespace dtrain::data
