@@ -312,5 +312,52 @@ BOOST_AUTO_TEST_CASE(image_dataset_from_directory_labels_by_class_folder) {
   BOOST_TEST(contains(error_of([&] { pixels_and_labels(broken); }), "w.png: decode_image"));
 }
 
+BOOST_AUTO_TEST_CASE(image_dataset_from_directory_with_a_list_of_labels_or_none) {
+  // files at three depths: Keras walks a folder's own files by name, then its subfolders' (so z.png
+  // comes before sub/a.png, which a sort of the whole paths would put first)
+  temp_dir t;
+  const fs::path root = t.path;
+  fs::create_directories(root / "sub" / "deeper");
+  const std::vector<std::pair<fs::path, unsigned char>> files{{root / "b.png", 30},
+                                                               {root / "z.png", 70},
+                                                               {root / "sub" / "a.png", 110},
+                                                               {root / "sub" / "deeper" / "c.png", 150}};
+  for (const auto& [p, v] : files) write(p, png_of(bytes(6 * 6 * 3, v), 6, 6, 3));
+  auto near = [](float a, float b) { return std::abs(a - b) <= 2.0f; };
+  const std::vector<int> labels{2, 0, 1, 2};
+  const auto listed = pixels_and_labels(data::image_dataset_from_directory(
+      root.string(), {.labels = labels, .image_size = {4, 4}, .shuffle = false, .verbose = false}));
+  BOOST_REQUIRE(listed.size() == files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    BOOST_TEST(near(listed[i].first, float(files[i].second)), i);
+    BOOST_TEST(listed[i].second == float(labels[i]), i);
+  }
+  // categorical: as many classes as the largest label + 1
+  const auto onehot = data::image_dataset_from_directory(
+      root.string(), {.labels = labels, .label_mode = "categorical", .batch_size = 4, .shuffle = false, .verbose = false});
+  BOOST_TEST((onehot.iterate(0).next()->second.shape() == tensor::shape_type{4, 3}));
+  // labels=None: images alone, every file under the folder, shuffled with the seed as the labelled ones
+  const auto images = data::image_dataset_from_directory(root.string(), data::no_labels,
+                                                         {.batch_size = 3, .image_size = {4, 4}, .seed = 5, .verbose = false});
+  std::vector<float> seen;
+  auto it = images.iterate(0);
+  while (const auto b = it.next()) {
+    static_assert(std::is_same_v<std::decay_t<decltype(*b)>, tensor>, "no_labels: batches of images alone");
+    for (std::size_t i = 0; i < b->shape()[0]; ++i) seen.push_back(b->data()[i * 4 * 4 * 3]);
+  }
+  BOOST_TEST(seen.size() == files.size());
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t i = 0; i < files.size(); ++i) BOOST_TEST(near(seen[i], float(files[i].second)));
+  // a list of the wrong length, a negative label, binary with three classes, class_names with a list
+  auto error = [&](data::image_directory_options o) {
+    o.verbose = false;
+    return error_of([&] { data::image_dataset_from_directory(root.string(), o); });
+  };
+  BOOST_TEST(contains(error({.labels = {0, 1}}), "2 labels for the 4 image files under"));
+  BOOST_TEST(contains(error({.labels = {0, 1, -1, 0}}), "label -1 of"));
+  BOOST_TEST(contains(error({.labels = labels, .label_mode = "binary"}), "needs 2 classes"));
+  BOOST_TEST(contains(error({.labels = labels, .class_names = {"x"}}), "class_names needs labels inferred"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 #endif

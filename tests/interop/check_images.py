@@ -12,6 +12,7 @@ import tempfile
 os.environ["KERAS_BACKEND"] = "jax"
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from keras.src.utils import dataset_utils  # noqa: E402
 from PIL import Image  # noqa: E402
 
 program = sys.argv[1]
@@ -112,8 +113,28 @@ for (name, size, aspect), got in zip(aspects, ours[len(cases):]):
         failures.append(f"{what}: shape {have.shape}, Keras {want.shape}, values differ by {err}")
     else:
         print(f"{what}: within {err:g} of Keras' resize")
+# image_dataset_from_directory, unshuffled: the files in the order Keras walks them, with its labels,
+# inferred from class folders (files at several depths) and from a list
+for labels in ("inferred", [3, 0, 1, 2, 1]):
+    tree = tempfile.mkdtemp(prefix="dtrain-image-dir-")
+    names = ["a/z.png", "a/sub/b.png", "a/sub/deep/c.png", "b/k.png", "b/a/m.png"]
+    for k, name in enumerate(names):
+        os.makedirs(os.path.dirname(os.path.join(tree, name)), exist_ok=True)
+        Image.fromarray(np.full((6, 6, 3), 20 + 40 * k, dtype=np.uint8)).save(os.path.join(tree, name))
+    json.dump(labels, open(os.path.join(d, "labels.json"), "w"))
+    subprocess.run([program, "directory", tree, os.path.join(d, "labels.json"), os.path.join(d, "dir.json")], check=True)
+    ours = json.load(open(os.path.join(d, "dir.json")))
+    # Keras' own listing, what its image_dataset_from_directory reads (whose pipeline needs TensorFlow)
+    paths, their_labels, _ = dataset_utils.index_directory(tree, labels, formats=(".png",), shuffle=False, verbose=False)
+    gray = {os.path.join(tree, name): 20 + 40 * k for k, name in enumerate(names)}
+    theirs = [(float(gray[p]), float(y)) for p, y in zip(paths, their_labels)]
+    got = [(o["mean"], o["label"]) for o in ours]
+    if len(got) != len(theirs) or any(abs(a[0] - b[0]) > 1e-3 or a[1] != b[1] for a, b in zip(got, theirs)):
+        failures.append(f"image_dataset_from_directory labels={labels}: dtrain (mean, label) {got}, Keras {theirs}")
+    else:
+        print(f"image_dataset_from_directory labels={labels}: the files and labels in Keras' order")
 if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
 print(f"PASS: {len(cases)} decodes and resizes and {len(aspects)} resizes keeping the aspect ratio equal Pillow's and "
-      f"Keras {keras.__version__}'s")
+      f"Keras {keras.__version__}'s; image_dataset_from_directory lists files and labels as Keras does")

@@ -4,6 +4,8 @@
 //    "aspect": "stretch" (or absent), "crop" or "pad"}
 //   -> {"shape": the decoded (and resized) image's shape, "values": its values}.
 // usage: interop_images <cases.json> <out.json>
+//        interop_images directory <folder> <labels.json: a list, or "inferred"> <out.json>: the unshuffled
+//        image_dataset_from_directory of the folder (images 4 x 4), each image's mean and label in order
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +16,22 @@ using namespace dtrain;
 using json = nlohmann::json;
 
 int main(int argc, char** argv) try {
+  if (argc == 5 && std::string(argv[1]) == "directory") {
+    const json labels = json::parse(std::ifstream(argv[3]));
+    data::image_directory_options o{.image_size = {4, 4}, .shuffle = false, .verbose = false};
+    if (labels.is_array()) o.labels = labels.get<std::vector<int>>();
+    json out = json::array();
+    auto it = data::image_dataset_from_directory(argv[2], o).iterate(0);
+    while (const auto b = it.next())
+      for (std::size_t i = 0; i < b->first.shape()[0]; ++i) {
+        const float* x = b->first.data() + i * 4 * 4 * 3;
+        double sum = 0;
+        for (std::size_t k = 0; k < 4 * 4 * 3; ++k) sum += x[k];
+        out.push_back({{"mean", sum / 48.0}, {"label", b->second.data()[i]}});
+      }
+    std::ofstream(argv[4]) << out.dump();
+    return 0;
+  }
   if (argc != 3) return 2;
   const json cases = json::parse(std::ifstream(argv[1]));
   json out = json::array();

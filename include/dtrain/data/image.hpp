@@ -358,8 +358,12 @@ inline tensor resize(const tensor& image, std::size_t height, std::size_t width,
   return out;
 }
 
-/// keras.utils.image_dataset_from_directory's arguments (labels "inferred": one class per subfolder).
+/// keras.utils.image_dataset_from_directory's arguments.
 struct image_directory_options {
+  /// Keras' `labels`: empty is "inferred" (one class per subfolder); else a label per image file under the
+  /// folder (subfolders or not), in the order Keras walks them: a folder's files by name, then its
+  /// subfolders' by name, depth first. (`labels=None` is the `no_labels` overload.)
+  std::vector<int> labels{};
   std::string label_mode = "int";         ///< "int", "categorical" (one-hot) or "binary" (two classes, 0 / 1)
   std::vector<std::string> class_names{};  ///< the subfolders to use, in label order (default: all, sorted)
   std::string color_mode = "rgb";          ///< "rgb", "rgba" or "grayscale"
@@ -375,16 +379,22 @@ struct image_directory_options {
   bool verbose = true;  ///< prints "Found N files belonging to C classes." as Keras does
 };
 
-/// The labelled image files of a folder, each decoded and resized when read (the element: an example of
-/// an (h, w, c) image and its label). Made by `image_dataset_from_directory`.
-class image_files {
+/// Keras' `labels=None`: `image_dataset_from_directory(directory, no_labels, options)` yields images only.
+struct no_labels_t {};
+inline constexpr no_labels_t no_labels{};
+
+/// The image files of a folder, each decoded and resized when read: with `Labelled`, the element is an
+/// example of an (h, w, c) image and its label, else the image alone. Made by
+/// `image_dataset_from_directory`.
+template <bool Labelled>
+class basic_image_files {
  public:
-  using element_type = example;
+  using element_type = std::conditional_t<Labelled, example, tensor>;
   struct file {
     std::string path;
     std::size_t label;
   };
-  image_files(std::shared_ptr<const std::vector<file>> files, std::size_t classes, image_directory_options o)
+  basic_image_files(std::shared_ptr<const std::vector<file>> files, std::size_t classes, image_directory_options o)
       : files_(std::move(files)), classes_(classes), o_(std::move(o)) {}
   std::int64_t cardinality() const { return std::int64_t(files_->size()); }
   data::options options() const { return {}; }
@@ -399,10 +409,11 @@ class image_files {
   image_directory_options o_;
 };
 
-class image_files::iterator {
+template <bool Labelled>
+class basic_image_files<Labelled>::iterator {
  public:
-  explicit iterator(const image_files* s) : s_(*s) {}
-  std::optional<example> next() {
+  explicit iterator(const basic_image_files* s) : s_(*s) {}
+  std::optional<element_type> next() {
     if (i_ >= s_.files_->size()) return std::nullopt;
     const file& f = (*s_.files_)[i_++];
     const int channels = s_.o_.color_mode == "grayscale" ? 1 : s_.o_.color_mode == "rgba" ? 4 : 3;
@@ -410,6 +421,7 @@ class image_files::iterator {
                                : s_.o_.pad_to_aspect_ratio ? aspect_ratio::pad
                                                            : aspect_ratio::stretch;
     tensor image = resize(read_image(f.path, channels), s_.o_.image_size[0], s_.o_.image_size[1], s_.o_.method, ratio);
+    if constexpr (!Labelled) return image;
     tensor label;
     if (s_.o_.label_mode == "categorical") {
       label = zeros(extents{s_.classes_});
@@ -418,7 +430,7 @@ class image_files::iterator {
       label = zeros(extents(s_.o_.label_mode == "binary" ? 1 : 0, 1));
       label.data()[0] = float(f.label);
     }
-    return example{std::move(image), std::move(label)};
+    if constexpr (Labelled) return example{std::move(image), std::move(label)};
   }
   std::int64_t skip(std::int64_t n) {
     const auto k = std::min<std::int64_t>(n, std::int64_t(s_.files_->size() - i_));
@@ -427,17 +439,45 @@ class image_files::iterator {
   }
 
  private:
-  image_files s_;
+  basic_image_files s_;
   std::size_t i_ = 0;
 };
-inline image_files::iterator image_files::iterate(std::uint64_t) const { return iterator(this); }
+template <bool Labelled>
+typename basic_image_files<Labelled>::iterator basic_image_files<Labelled>::iterate(std::uint64_t) const {
+  return iterator(this);
+}
+using image_files = basic_image_files<true>;
 
-/// `keras.utils.image_dataset_from_directory(directory, ...)`: the .png, .jpg and .jpeg files under each
-/// class subfolder (searched to any depth, in byte order), labelled by the subfolder's index among the
-/// classes; the file list shuffled once (with the seed) before a validation split takes its last
-/// fraction; then, as Keras, `shuffle(8 * batch_size, seed)` (when shuffle) and `batch(batch_size)`.
-/// Images are decoded with `color_mode`'s channels and resized to `image_size` as they are read.
-inline auto image_dataset_from_directory(const std::string& directory, image_directory_options o = {}) {
+namespace detail {
+/// The image files under `folder` in the order Keras' os.walk gives them: the folder's own files by name,
+/// then each subfolder's, by name, depth first. BMP and GIF files are named errors.
+inline std::vector<std::string> image_files_under(const std::filesystem::path& folder, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::vector<fs::path> folders;
+  for (const auto& e : fs::directory_iterator(folder)) {
+    if (e.is_directory()) {
+      folders.push_back(e.path());
+      continue;
+    }
+    if (!e.is_regular_file()) continue;
+    std::string ext = e.path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") files.push_back(e.path().string());
+    else if (ext == ".bmp" || ext == ".gif")
+      throw io_error(what + ": " + e.path().string() + ": BMP and GIF files are not decoded (convert them to PNG)");
+  }
+  std::sort(files.begin(), files.end());
+  std::sort(folders.begin(), folders.end());
+  for (const auto& f : folders)
+    for (auto& p : image_files_under(f, what)) files.push_back(std::move(p));
+  return files;
+}
+
+/// image_dataset_from_directory's files, labels and class count, checked, shuffled once and split.
+template <bool Labelled>
+std::pair<std::shared_ptr<std::vector<typename basic_image_files<Labelled>::file>>, std::size_t> image_directory(
+    const std::string& directory, const image_directory_options& o) {
   namespace fs = std::filesystem;
   const std::string what = "image_dataset_from_directory";
   if (o.label_mode != "int" && o.label_mode != "categorical" && o.label_mode != "binary")
@@ -455,34 +495,43 @@ inline auto image_dataset_from_directory(const std::string& directory, image_dir
   if (!o.validation_split && !o.subset.empty()) throw value_error(what + ": subset \"" + o.subset + "\" needs validation_split");
   if (o.validation_split && o.shuffle && !o.seed)
     throw value_error(what + ": with validation_split and shuffle, give a seed (so that the two subsets do not overlap)");
+  if (!Labelled && !o.labels.empty()) throw value_error(what + ": labels given with no_labels");
   std::error_code ec;
   if (!fs::is_directory(directory, ec)) throw io_error(what + ": " + directory + " is not a folder");
-  std::vector<std::string> names = o.class_names;
-  if (names.empty()) {
-    for (const auto& e : fs::directory_iterator(directory))
-      if (e.is_directory()) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-  }
-  if (names.empty()) throw io_error(what + ": " + directory + " has no class subfolders");
-  if (o.label_mode == "binary" && names.size() != 2)
-    throw value_error(what + ": label_mode \"binary\" needs 2 classes, " + directory + " has " + std::to_string(names.size()));
-  auto files = std::make_shared<std::vector<image_files::file>>();
-  for (std::size_t c = 0; c < names.size(); ++c) {
-    const fs::path folder = fs::path(directory) / names[c];
-    if (!fs::is_directory(folder, ec)) throw io_error(what + ": class " + names[c] + " has no folder " + folder.string());
-    std::vector<std::string> found;
-    for (const auto& e : fs::recursive_directory_iterator(folder)) {
-      if (!e.is_regular_file()) continue;
-      std::string ext = e.path().extension().string();
-      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-      if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") found.push_back(e.path().string());
-      else if (ext == ".bmp" || ext == ".gif")
-        throw io_error(what + ": " + e.path().string() + ": BMP and GIF files are not decoded (convert them to PNG)");
+  auto files = std::make_shared<std::vector<typename basic_image_files<Labelled>::file>>();
+  std::size_t classes = 0;
+  const bool inferred = Labelled && o.labels.empty();
+  if (inferred) {
+    std::vector<std::string> names = o.class_names;
+    if (names.empty()) {
+      for (const auto& e : fs::directory_iterator(directory))
+        if (e.is_directory()) names.push_back(e.path().filename().string());
+      std::sort(names.begin(), names.end());
     }
-    std::sort(found.begin(), found.end());
-    for (auto& p : found) files->push_back({std::move(p), c});
+    if (names.empty()) throw io_error(what + ": " + directory + " has no class subfolders");
+    for (std::size_t c = 0; c < names.size(); ++c) {
+      const fs::path folder = fs::path(directory) / names[c];
+      if (!fs::is_directory(folder, ec)) throw io_error(what + ": class " + names[c] + " has no folder " + folder.string());
+      for (auto& p : image_files_under(folder, what)) files->push_back({std::move(p), c});
+    }
+    classes = names.size();
+    if (o.verbose) std::printf("Found %zu files belonging to %zu classes.\n", files->size(), classes);
+  } else {  // every image under the folder, labelled by the list (or not at all)
+    if (!o.class_names.empty()) throw value_error(what + ": class_names needs labels inferred from the subfolders");
+    auto found = image_files_under(directory, what);
+    if (Labelled && found.size() != o.labels.size())
+      throw value_error(what + ": " + std::to_string(o.labels.size()) + " labels for the " + std::to_string(found.size()) +
+                        " image files under " + directory + " (one label a file)");
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      const int label = Labelled ? o.labels[i] : 0;
+      if (label < 0) throw value_error(what + ": label " + std::to_string(label) + " of " + found[i] + " is negative");
+      classes = std::max(classes, std::size_t(label) + 1);
+      files->push_back({std::move(found[i]), std::size_t(label)});
+    }
+    if (o.verbose) std::printf("Found %zu files.\n", files->size());
   }
-  if (o.verbose) std::printf("Found %zu files belonging to %zu classes.\n", files->size(), names.size());
+  if (Labelled && o.label_mode == "binary" && classes != 2)
+    throw value_error(what + ": label_mode \"binary\" needs 2 classes, " + directory + " has " + std::to_string(classes));
   if (files->empty()) throw io_error(what + ": no images in " + directory + " (.png, .jpg, .jpeg)");
   if (o.shuffle) {  // once, with the seed: both subsets see the same order
     rng r(o.seed.value_or(default_seed));
@@ -495,9 +544,31 @@ inline auto image_dataset_from_directory(const std::string& directory, image_dir
     if (o.verbose) std::printf("Using %zu files for %s.\n", files->size(), o.subset.c_str());
     if (files->empty()) throw value_error(what + ": the " + o.subset + " subset has no files");
   }
+  return {std::move(files), classes};
+}
+
+template <bool Labelled>
+auto image_dataset(const std::string& directory, image_directory_options o) {
+  auto [files, classes] = image_directory<Labelled>(directory, o);
   const std::size_t batch_size = o.batch_size, buffer = o.shuffle ? 8 * o.batch_size : 1;
   const std::uint64_t seed = o.seed.value_or(default_seed);
-  return image_files(std::move(files), names.size(), std::move(o)) | shuffle(buffer, seed) | batch(batch_size);
+  return basic_image_files<Labelled>(std::move(files), classes, std::move(o)) | shuffle(buffer, seed) | batch(batch_size);
+}
+}  // namespace detail
+
+/// `keras.utils.image_dataset_from_directory(directory, ...)`: the .png, .jpg and .jpeg files under each
+/// class subfolder (searched to any depth, in the order Keras walks them), labelled by the subfolder's
+/// index among the classes, or (`labels`) every image file under the folder labelled by the list; the
+/// file list shuffled once (with the seed) before a validation split takes its last fraction; then, as
+/// Keras, `shuffle(8 * batch_size, seed)` (when shuffle) and `batch(batch_size)`. Images are decoded with
+/// `color_mode`'s channels and resized to `image_size` as they are read.
+inline auto image_dataset_from_directory(const std::string& directory, image_directory_options o = {}) {
+  return detail::image_dataset<true>(directory, std::move(o));
+}
+/// `image_dataset_from_directory(directory, labels=None, ...)`: every image file under the folder, as
+/// images alone (for `predict`).
+inline auto image_dataset_from_directory(const std::string& directory, no_labels_t, image_directory_options o = {}) {
+  return detail::image_dataset<false>(directory, std::move(o));
 }
 
 }  // namespace dtrain::data
