@@ -25,7 +25,7 @@ class DtrainConan(ConanFile):
     # it is taken from the machine, at the conf user.dtrain:cuda_root (default /usr/local/cuda).
     # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
-    # with_image: PNG and JPEG decoding (dtrain::image: libpng, libjpeg-turbo).
+    # with_image: PNG, JPEG, BMP and GIF decoding (dtrain::image: libpng, libjpeg-turbo, giflib).
     # with_keras: Keras' .keras files (dtrain::keras: HDF5, libzip).
     # with_onnx: the ONNX export (dtrain::onnx: ONNX's protobuf classes).
     options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
@@ -53,6 +53,7 @@ class DtrainConan(ConanFile):
         if self.options.with_image:
             self.requires("libpng/[>=1.6.39 <2]")
             self.requires("libjpeg-turbo/[>=2.1.5 <4]")
+            self.requires("giflib/[>=5.2.1 <6]")
         if self.options.with_keras:
             self.requires("hdf5/[>=1.10.8 <2]")
             self.requires("libzip/[>=1.7.3 <2]")
@@ -125,7 +126,7 @@ class DtrainConan(ConanFile):
             image.requires = ["dtrain"]
             image.bindirs = []
             image.libdirs = []
-            self._link(image, {"libpng::libpng": "png", "libjpeg-turbo::libjpeg-turbo": "jpeg"})
+            self._link(image, {"libpng::libpng": "png", "libjpeg-turbo::libjpeg-turbo": "jpeg", "giflib::giflib": "gif"})
 
         if self.options.with_keras:
             keras = self.cpp_info.components["keras"]

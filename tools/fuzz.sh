@@ -8,7 +8,7 @@ set -eu
 cd "$(dirname "$0")/.."
 runs=${1:-1000000}
 [ $# -gt 0 ] && shift
-names=${*:-"handshake frame safetensors npy idx csv cluster training_state tfrecord example png jpeg"}
+names=${*:-"handshake frame safetensors npy idx csv cluster training_state tfrecord example png jpeg bmp gif"}
 cxx=${CXX:-clang++-19}
 command -v "$cxx" > /dev/null || { echo "fuzz.sh: $cxx not found (Debian: apt install clang-19 libfuzzer-19-dev)"; exit 2; }
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_FUZZ=ON \

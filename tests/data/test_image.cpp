@@ -1,12 +1,13 @@
-// Images: PNG and JPEG files written here with libpng and libjpeg decode to their pixels (PNG exactly,
-// JPEG within its loss), in every channel layout; bilinear and nearest resizing against TF's half-pixel
+// Images: PNG, JPEG and GIF files written here with libpng, libjpeg and giflib, and BMP files laid out
+// byte by byte, decode to their pixels (JPEG within its loss, the others exactly), in every channel layout; bilinear and nearest resizing against TF's half-pixel
 // formula worked by hand; image_dataset_from_directory's classes, labels, split and errors; corrupt,
 // truncated and oversized files named in errors.
 #include "support/gradcheck.hpp"
 
-#if __has_include(<png.h>) && __has_include(<jpeglib.h>)
+#if __has_include(<png.h>) && __has_include(<jpeglib.h>) && __has_include(<gif_lib.h>)
 #include <zlib.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,70 @@ std::vector<float> floats(const bytes& b) { return std::vector<float>(b.begin(),
 std::vector<float> values(const tensor& t) { return std::vector<float>(t.begin(), t.end()); }
 void write(const fs::path& p, const bytes& b) { std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size())); }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+void put32(bytes& b, std::size_t at, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + std::size_t(i)] = static_cast<unsigned char>(v >> (8 * i));
+}
+/// A BMP of `w` x `h` pixels, `bpp` bits each, laid out by hand: the file and info headers (`header`
+/// bytes: 40, or 56 with an alpha mask), `extra` after it (bit masks or a palette), then the rows as
+/// `row(y, out)` writes them (y counted in file order), each padded to 4 bytes.
+template <class Row>
+bytes bmp_of(std::size_t w, std::int32_t h, unsigned bpp, std::uint32_t compression, const bytes& extra, Row row,
+             std::uint32_t header = 40) {
+  const std::size_t stride = (w * bpp + 31) / 32 * 4, rows = std::size_t(h < 0 ? -h : h);
+  const std::size_t offset = 14 + header + extra.size();
+  bytes b(offset + stride * rows, 0);
+  b[0] = 'B', b[1] = 'M';
+  put32(b, 2, std::uint32_t(b.size()));
+  put32(b, 10, std::uint32_t(offset));
+  put32(b, 14, header);
+  put32(b, 18, std::uint32_t(w));
+  put32(b, 22, std::uint32_t(h));
+  b[26] = 1, b[28] = static_cast<unsigned char>(bpp);
+  put32(b, 30, compression);
+  std::copy(extra.begin(), extra.end(), b.begin() + 14 + long(header));
+  for (std::size_t y = 0; y < rows; ++y) row(y, b.data() + offset + y * stride);
+  return b;
+}
+/// A GIF written by giflib: a `w` x `h` screen with a 4-colour table, then a first frame of `fw` x `fh`
+/// at (`left`, `top`) holding `index(x, y)`, interlaced or not, with colour `transparent` transparent (or
+/// -1), then a second frame that a first-frame decode must not show.
+template <class Index>
+bytes gif_of(int w, int h, int left, int top, int fw, int fh, bool interlace, int transparent, Index index) {
+  bytes out;
+  int error = 0;
+  GifFileType* g = EGifOpen(&out, [](GifFileType* f, const GifByteType* data, int n) {
+    auto* o = static_cast<bytes*>(f->UserData);
+    o->insert(o->end(), data, data + n);
+    return n;
+  }, &error);
+  BOOST_REQUIRE(g);
+  const GifColorType colours[4] = {{10, 20, 30}, {200, 100, 50}, {0, 255, 0}, {255, 255, 255}};
+  ColorMapObject* map = GifMakeMapObject(4, colours);
+  EGifSetGifVersion(g, true);
+  BOOST_REQUIRE(EGifPutScreenDesc(g, w, h, 8, 0, map) == GIF_OK);
+  GraphicsControlBlock gcb{DISPOSAL_UNSPECIFIED, false, 0, transparent < 0 ? NO_TRANSPARENT_COLOR : transparent};
+  GifByteType ext[4];
+  BOOST_REQUIRE(EGifPutExtension(g, GRAPHICS_EXT_FUNC_CODE, int(EGifGCBToExtension(&gcb, ext)), ext) == GIF_OK);
+  BOOST_REQUIRE(EGifPutImageDesc(g, left, top, fw, fh, interlace, nullptr) == GIF_OK);
+  std::vector<int> order;  // the rows in the order the file stores them
+  if (interlace) {
+    for (auto [start, step] : {std::pair{0, 8}, {4, 8}, {2, 4}, {1, 2}})
+      for (int y = start; y < fh; y += step) order.push_back(y);
+  } else {
+    for (int y = 0; y < fh; ++y) order.push_back(y);
+  }
+  std::vector<GifPixelType> line(static_cast<std::size_t>(fw));
+  for (int y : order) {
+    for (int x = 0; x < fw; ++x) line[std::size_t(x)] = GifPixelType(index(x, y));
+    BOOST_REQUIRE(EGifPutLine(g, line.data(), fw) == GIF_OK);
+  }
+  BOOST_REQUIRE(EGifPutImageDesc(g, 0, 0, w, h, false, nullptr) == GIF_OK);  // a second frame, all colour 3
+  std::vector<GifPixelType> white(std::size_t(w), 3);
+  for (int y = 0; y < h; ++y) BOOST_REQUIRE(EGifPutLine(g, white.data(), w) == GIF_OK);
+  BOOST_REQUIRE(EGifCloseFile(g, &error) == GIF_OK);
+  GifFreeMapObject(map);
+  return out;
+}
 /// Every (first pixel value, label) an image dataset yields in a pass.
 template <class D>
 std::vector<std::pair<float, float>> pixels_and_labels(const D& d) {
@@ -162,6 +227,98 @@ BOOST_AUTO_TEST_CASE(bad_png_files_are_named_errors) {
   data::max_image_bytes = std::size_t(1) << 28;
 }
 
+BOOST_AUTO_TEST_CASE(bmp_decodes_8_24_and_32_bit_files) {
+  // 24 bits, bottom-up, 5 pixels a row (15 bytes, padded to 16): pixel (x, y) is (x, y, x + y) * 10 + 1
+  const std::size_t w = 5, h = 3;
+  auto rgb = [](std::size_t x, std::size_t y) { return std::array<unsigned char, 3>{
+      static_cast<unsigned char>(10 * x + 1), static_cast<unsigned char>(10 * y + 1), static_cast<unsigned char>(10 * (x + y) + 1)}; };
+  const bytes b24 = bmp_of(w, std::int32_t(h), 24, 0, {}, [&](std::size_t fy, unsigned char* out) {
+    for (std::size_t x = 0; x < w; ++x) {  // stored blue, green, red; the last row of the image first
+      const auto c = rgb(x, h - 1 - fy);
+      out[3 * x] = c[2], out[3 * x + 1] = c[1], out[3 * x + 2] = c[0];
+    }
+  });
+  std::vector<float> want;
+  for (std::size_t y = 0; y < h; ++y)
+    for (std::size_t x = 0; x < w; ++x)
+      for (unsigned char v : rgb(x, y)) want.push_back(v);
+  const tensor t = data::decode_bmp(b24);
+  BOOST_TEST((t.shape() == tensor::shape_type{h, w, 3}));
+  BOOST_TEST(values(t) == want, boost::test_tools::per_element());
+  BOOST_TEST(values(data::decode_image(b24)) == want, boost::test_tools::per_element());
+  // channels: 4 adds an opaque alpha, 1 is gray by Pillow's weights
+  const tensor rgba = data::decode_bmp(b24, 4);
+  BOOST_TEST(rgba.data()[3] == 255.0f);
+  const tensor gray = data::decode_bmp(b24, 1);
+  const auto c = rgb(0, 0);
+  BOOST_TEST(gray.data()[0] == float((c[0] * 19595u + c[1] * 38470u + c[2] * 7471u + 0x8000u) >> 16));
+  // 8 bits through a palette of 3 (blue, green, red, 0), top-down (a negative height)
+  const bytes palette{1, 2, 3, 0, 40, 50, 60, 0, 200, 210, 220, 0};
+  bytes p8 = bmp_of(4, -2, 8, 0, palette, [](std::size_t y, unsigned char* out) {
+    for (std::size_t x = 0; x < 4; ++x) out[x] = static_cast<unsigned char>((x + y) % 3);
+  });
+  put32(p8, 46, 3);  // colours used
+  const tensor p = data::decode_bmp(p8);
+  BOOST_TEST((p.shape() == tensor::shape_type{2, 4, 3}));
+  BOOST_TEST((values(p) == std::vector<float>{3, 2, 1, 60, 50, 40, 220, 210, 200, 3, 2, 1,
+                                               60, 50, 40, 220, 210, 200, 3, 2, 1, 60, 50, 40}),
+             boost::test_tools::per_element());
+  // 32 bits: plain (blue, green, red, alpha), and bit fields of another order with an alpha mask
+  const bytes b32 = bmp_of(2, 1, 32, 0, {}, [](std::size_t, unsigned char* out) {
+    const unsigned char px[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    std::copy(px, px + 8, out);
+  });
+  BOOST_TEST((values(data::decode_bmp(b32)) == std::vector<float>{3, 2, 1, 4, 7, 6, 5, 8}), boost::test_tools::per_element());
+  bytes masks(16, 0);  // red in the low byte, green, blue, alpha in the high byte
+  put32(masks, 0, 0x000000ffu), put32(masks, 4, 0x0000ff00u), put32(masks, 8, 0x00ff0000u), put32(masks, 12, 0xff000000u);
+  const bytes fields = bmp_of(1, 1, 32, 3, {}, [](std::size_t, unsigned char* out) {
+    const unsigned char px[4] = {9, 8, 7, 6};
+    std::copy(px, px + 4, out);
+  }, 56);
+  bytes with_masks = fields;
+  std::copy(masks.begin(), masks.end(), with_masks.begin() + 54);
+  BOOST_TEST((values(data::decode_bmp(with_masks)) == std::vector<float>{9, 8, 7, 6}), boost::test_tools::per_element());
+  // errors
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(bytes{'P', 'K', 0, 0}); }), "not a BMP"));
+  BOOST_TEST(contains(error_of([&] { data::decode_image(bytes{'B', 'M', 0, 0, 0}); }), "decode_bmp: the file ends inside its header"));
+  bytes rle = b24;
+  put32(rle, 30, 1);
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(rle); }), "compression 1 is not decoded"));
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(bytes(b24.begin(), b24.end() - 3)); }), "run past the end of the file"));
+  bytes outside = p8;
+  outside.back() = 7;  // an index past the palette's 3 colours
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(outside); }), "colour index 7 is outside the palette of 3"));
+  bytes huge = b24;
+  put32(huge, 18, 100000), put32(huge, 22, 100000);
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(huge); }), "over the cap"));
+}
+
+BOOST_AUTO_TEST_CASE(gif_decodes_its_first_frame_on_the_screen) {
+  // a 6 x 5 screen; the first frame 4 x 3 at (1, 1), interlaced, colour index (x + y) % 4 with index 2
+  // transparent: zeros off the frame and where transparent
+  for (bool interlace : {false, true}) {
+    const bytes gif = gif_of(6, 5, 1, 1, 4, 3, interlace, 2, [](int x, int y) { return (x + y) % 4; });
+    const float colours[4][3] = {{10, 20, 30}, {200, 100, 50}, {0, 255, 0}, {255, 255, 255}};
+    std::vector<float> want(6 * 5 * 3, 0.0f);
+    for (int y = 0; y < 3; ++y)
+      for (int x = 0; x < 4; ++x) {
+        const int i = (x + y) % 4;
+        if (i != 2) std::copy_n(colours[i], 3, want.begin() + ((y + 1) * 6 + (x + 1)) * 3);
+      }
+    const tensor t = data::decode_gif(gif);
+    BOOST_TEST((t.shape() == tensor::shape_type{5, 6, 3}));
+    BOOST_TEST(values(t) == want, boost::test_tools::per_element());
+    BOOST_TEST(values(data::decode_image(gif)) == want, boost::test_tools::per_element());
+    BOOST_TEST((data::decode_gif(gif, 4).shape() == tensor::shape_type{5, 6, 4}));
+  }
+  const bytes gif = gif_of(4, 4, 0, 0, 4, 4, false, -1, [](int x, int) { return x; });
+  BOOST_TEST(contains(error_of([&] { data::decode_gif(bytes(gif.begin(), gif.begin() + long(gif.size() / 2))); }), "decode_gif: "));
+  BOOST_TEST(contains(error_of([&] { data::decode_gif(bytes{'G', 'I', 'F'}); }), "not a GIF"));
+  bytes outside = gif;  // the first frame's descriptor (after 13 + 12 + 8 bytes of header, table and control) moved off the screen
+  outside[13 + 12 + 8 + 1] = 3;
+  BOOST_TEST(contains(error_of([&] { data::decode_gif(outside); }), "lies outside the 4 x 4 screen"));
+}
+
 BOOST_AUTO_TEST_CASE(jpeg_decodes_within_its_loss) {
   const std::size_t w = 16, h = 12;
   bytes smooth(w * h * 3);  // a gradient: what JPEG keeps well
@@ -189,7 +346,7 @@ BOOST_AUTO_TEST_CASE(jpeg_decodes_within_its_loss) {
   BOOST_TEST(contains(error_of([&] { data::decode_jpeg(bytes(file.begin(), file.begin() + long(file.size() * 2 / 3))); }), "decode_jpeg: "));
   BOOST_TEST(contains(error_of([&] { data::decode_jpeg(bytes{1, 2, 3, 4}); }), "not a JPEG"));
   BOOST_TEST(contains(error_of([&] { data::decode_jpeg(file, 4); }), "channels 4 is not one of 0, 1, 3"));
-  BOOST_TEST(contains(error_of([&] { data::decode_image(bytes{'B', 'M', 0, 0, 0, 0, 0, 0, 0}); }), "neither a PNG nor a JPEG"));
+  BOOST_TEST(contains(error_of([&] { data::decode_image(bytes{'P', 'K', 3, 4, 0, 0, 0, 0, 0}); }), "not a PNG, JPEG, BMP or GIF file"));
 }
 
 BOOST_AUTO_TEST_CASE(resize_samples_at_half_pixel_centres_as_tf) {
@@ -304,10 +461,11 @@ BOOST_AUTO_TEST_CASE(image_dataset_from_directory_labels_by_class_folder) {
   fs::create_directories(root / "wasps");
   BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory(root.string(), {.label_mode = "binary", .verbose = false}); }),
                       "needs 2 classes"));
-  write(root / "wasps" / "w.bmp", bytes{'B', 'M'});
-  BOOST_TEST(contains(error_of([&] { data::image_dataset_from_directory(root.string(), {.verbose = false}); }), "w.bmp"));
+  write(root / "wasps" / "w.bmp", bytes{'B', 'M'});  // listed, and named when read
+  const auto broken_bmp = data::image_dataset_from_directory(root.string(), {.shuffle = false, .verbose = false});
+  BOOST_TEST(contains(error_of([&] { pixels_and_labels(broken_bmp); }), "w.bmp: decode_bmp"));
   fs::remove(root / "wasps" / "w.bmp");
-  write(root / "wasps" / "w.png", bytes{1, 2, 3});  // listed, and named when read
+  write(root / "wasps" / "w.png", bytes{1, 2, 3});
   const auto broken = data::image_dataset_from_directory(root.string(), {.shuffle = false, .verbose = false});
   BOOST_TEST(contains(error_of([&] { pixels_and_labels(broken); }), "w.png: decode_image"));
 }

@@ -35,6 +35,19 @@ void expect_only_dtrain_errors(F&& f) {
   }
 }
 
+/// An image decoder, `decode(channels)`, to its own channels and converted: only dtrain errors, and a
+/// decoded image has the shape it claims and its values are bytes.
+template <class Decode>
+void decode_every_way(Decode decode) {
+  for (int channels : {0, 1, 4})
+    expect_only_dtrain_errors([&] {
+      const auto t = decode(channels);
+      if (t.dimension() != 3 || t.size() != t.shape()[0] * t.shape()[1] * t.shape()[2]) __builtin_trap();
+      for (float v : t)
+        if (!(v >= 0.0f && v <= 255.0f)) __builtin_trap();
+    });
+}
+
 /// Splits the input at NUL bytes into at most `n` fields (missing ones empty).
 inline std::vector<std::string> fields(const std::uint8_t* data, std::size_t size, std::size_t n) {
   std::vector<std::string> out(n);

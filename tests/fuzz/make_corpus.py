@@ -189,6 +189,49 @@ put("example", "sequence", field(1, field(1, field(1, b"v") + field(2, field(3, 
     field(2, field(1, field(1, b"f") + field(2, steps([field(2, field(1, struct.pack("<2f", 1, 2))),
                                                          field(2, field(1, struct.pack("<2f", 3, 4)))]))) +
              field(1, field(1, b"t") + field(2, steps([field(3, field(1, varint(5)))])))))
+
+# bmp: 24 bits bottom-up (rows padded to 4 bytes), 8 bits with a palette top-down, 32 bits with bit masks
+def bmp(w, h, bpp, compression, extra, rows, header=40):
+    stride = (w * bpp + 31) // 32 * 4
+    data = b"".join(r.ljust(stride, b"\0") for r in rows)
+    offset = 14 + header + len(extra)
+    info = struct.pack("<IiiHHIIiiII", header, w, h, 1, bpp, compression, len(data), 2835, 2835, 0, 0).ljust(header, b"\0")
+    return b"BM" + struct.pack("<IHHI", offset + len(data), 0, 0, offset) + info + extra + data
+
+
+put("bmp", "rgb24", bmp(3, 2, 24, 0, b"", [bytes(range(9)), bytes(range(9, 18))]))
+put("bmp", "palette8", bmp(4, -2, 8, 0, bytes([1, 2, 3, 0, 40, 50, 60, 0]), [bytes([0, 1, 1, 0]), bytes([1, 0, 0, 1])]))
+put("bmp", "fields32", bmp(2, 1, 32, 3, struct.pack("<4I", 0xff, 0xff00, 0xff0000, 0xff000000), [bytes(range(8))], 40))
+
+
+# gif: written without compression (a clear code before the table would grow), first frame interlaced
+def gif(w, h, pixels, interlace=False, transparent=None):
+    colours = bytes([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255])
+    out = b"GIF89a" + struct.pack("<HHBBB", w, h, 0xf1, 0, 0) + colours
+    if transparent is not None:
+        out += b"\x21\xf9\x04" + bytes([1, 0, 0, transparent, 0])
+    out += b"\x2c" + struct.pack("<HHHHB", 0, 0, w, h, 0x40 if interlace else 0)
+    rows = list(range(h))
+    if interlace:
+        rows = [y for start, step in ((0, 8), (4, 8), (2, 4), (1, 2)) for y in range(start, h, step)]
+    codes, clear, width = [], 4, 3  # 2-bit pixels: code size 2, codes of 3 bits
+    for k, p in enumerate(p for y in rows for p in pixels[y * w:(y + 1) * w]):
+        if k % 2 == 0:
+            codes.append(clear)
+        codes.append(p)
+    codes.append(clear + 1)
+    bits = 0
+    n = 0
+    for c in codes:
+        bits |= c << n
+        n += width
+    data = bits.to_bytes((n + 7) // 8, "little")
+    out += bytes([2]) + b"".join(bytes([len(data[i:i + 255])]) + data[i:i + 255] for i in range(0, len(data), 255)) + b"\0"
+    return out + b";"
+
+
+put("gif", "plain", gif(3, 2, [0, 1, 2, 3, 2, 1]))
+put("gif", "interlaced", gif(2, 5, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1], interlace=True, transparent=2))
 put("tfrecord", "two", framed([ex, b"plain bytes"]))
 put("tfrecord", "empty_record", framed([b""]))
 put("tfrecord", "gzip", gzip.compress(framed([ex]), mtime=0))

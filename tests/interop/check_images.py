@@ -1,7 +1,8 @@
-"""dtrain's PNG and JPEG decoders and bilinear resize against Pillow's decoders and Keras 3's
+"""dtrain's PNG, JPEG, BMP and GIF decoders and bilinear resize against Pillow's decoders and Keras 3's
 keras.ops.image.resize (JAX backend, antialias off: TF's half-pixel bilinear), on images Pillow writes:
 PNG in every mode (gray, gray + alpha, RGB, RGBA, a palette with transparency, 16-bit gray), JPEG
-(baseline 4:2:0, progressive, gray), each decoded to its own channels and converted.
+(baseline 4:2:0, progressive, gray), BMP (24 bits, 8 with a colour or gray palette, 32 with bit masks),
+GIF (a palette, interlaced), each decoded to its own channels and converted.
 usage: check_images.py <interop_images program>"""
 import json
 import os
@@ -42,12 +43,20 @@ files["gray16.png"] = Image.fromarray(rng.integers(0, 65536, (9, 13), dtype=np.u
 files["baseline.jpg"] = Image.fromarray(smooth(24, 31), "RGB")
 files["progressive.jpg"] = Image.fromarray(smooth(17, 20), "RGB")
 files["gray.jpg"] = Image.fromarray(smooth(16, 16)[:, :, 0], "L")
+files["rgb.bmp"] = Image.fromarray(noise(7, 13, 3), "RGB")  # 24 bits, rows padded
+files["palette.bmp"] = Image.fromarray(noise(9, 5, 3), "RGB").quantize(40)  # 8 bits through a palette
+files["gray.bmp"] = Image.fromarray(noise(6, 6, 1)[:, :, 0], "L")  # 8 bits, a gray palette
+files["rgba.bmp"] = Image.fromarray(noise(5, 7, 4), "RGBA")  # 32 bits with bit masks
+files["palette.gif"] = Image.fromarray(noise(11, 9, 3), "RGB").quantize(64)
+files["interlaced.gif"] = Image.fromarray(noise(13, 6, 3), "RGB").quantize(16)
 for name, im in files.items():
     path = os.path.join(d, name)
     if name == "palette.png":
         im.save(path, transparency=3)
     elif name.endswith(".jpg"):
         im.save(path, quality=90, progressive=name.startswith("progressive"))
+    elif name.endswith(".gif"):
+        im.save(path, interlace=name.startswith("interlaced"))
     else:
         im.save(path)
 
@@ -58,7 +67,11 @@ def pillow(name, channels):
     if name == "gray16.png":  # 16 bits scaled to 8, rounded
         a = np.asarray(im, dtype=np.float64)
         return np.floor(a * 255 / 65535 + 0.5)[:, :, None]
-    if channels == 0:
+    if name == "rgba.bmp" and channels in (0, 4):  # 32 bits, the fourth byte alpha: TF keeps it, Pillow drops it
+        return np.asarray(files[name], dtype=np.float64)
+    if channels == 0 and name.endswith((".bmp", ".gif")):  # TF's: RGB
+        mode = "RGB"
+    elif channels == 0:
         mode = {"P": "RGBA" if "transparency" in im.info else "RGB"}.get(im.mode, im.mode)
     else:
         mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[channels]
@@ -67,12 +80,16 @@ def pillow(name, channels):
 
 
 # (file, channels, size, tolerance): PNG exactly; 16-bit by one step; JPEG by one (another libjpeg-turbo
-# build's rounding); conversions where the colour arithmetic is exact (gray to RGB, alpha added or dropped)
+# build's rounding); conversions where the colour arithmetic is exact (gray to RGB, alpha added or dropped);
+# BMP and GIF exactly, gray by Pillow's weights
 cases = [("rgb.png", 0, None, 0), ("rgba.png", 0, None, 0), ("gray.png", 0, None, 0), ("gray_alpha.png", 0, None, 0),
          ("palette.png", 0, None, 0), ("palette.png", 3, None, 0), ("gray16.png", 0, None, 1),
          ("rgb.png", 4, None, 0), ("rgba.png", 3, None, 0), ("gray.png", 3, None, 0), ("gray.png", 4, None, 0),
          ("baseline.jpg", 0, None, 1), ("progressive.jpg", 0, None, 1), ("gray.jpg", 0, None, 1), ("gray.jpg", 3, None, 1),
-         ("rgb.png", 0, [20, 31], 1e-3), ("rgb.png", 0, [5, 6], 1e-3), ("baseline.jpg", 0, [11, 40], 1e-3)]
+         ("rgb.png", 0, [20, 31], 1e-3), ("rgb.png", 0, [5, 6], 1e-3), ("baseline.jpg", 0, [11, 40], 1e-3),
+         ("rgb.bmp", 0, None, 0), ("rgb.bmp", 1, None, 0), ("rgb.bmp", 4, None, 0), ("palette.bmp", 0, None, 0),
+         ("gray.bmp", 0, None, 0), ("rgba.bmp", 0, None, 0), ("rgba.bmp", 3, None, 0), ("palette.gif", 0, None, 0),
+         ("palette.gif", 1, None, 0), ("interlaced.gif", 0, None, 0), ("interlaced.gif", 4, None, 0)]
 # (file, size, aspect): resizes that keep the aspect ratio, cropping or padding first (both axes, odd margins)
 aspects = [("rgb.png", [20, 31], "crop"), ("rgb.png", [31, 9], "crop"), ("baseline.jpg", [11, 40], "crop"),
            ("rgb.png", [20, 31], "pad"), ("rgb.png", [31, 9], "pad"), ("baseline.jpg", [30, 7], "pad"),
@@ -136,5 +153,5 @@ for labels in ("inferred", [3, 0, 1, 2, 1]):
 if failures:
     print("FAIL:\n" + "\n".join(failures))
     sys.exit(1)
-print(f"PASS: {len(cases)} decodes and resizes and {len(aspects)} resizes keeping the aspect ratio equal Pillow's and "
+print(f"PASS: {len(cases)} decodes (PNG, JPEG, BMP, GIF) and resizes and {len(aspects)} resizes keeping the aspect ratio equal Pillow's and "
       f"Keras {keras.__version__}'s; image_dataset_from_directory lists files and labels as Keras does")

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// Images (link `dtrain::image`: libpng and libjpeg-turbo): tf.io's `decode_png`, `decode_jpeg` and
-/// `decode_image`, tf.image's `resize` (bilinear or nearest, half-pixel centres as TF 2 has them) and
-/// keras.utils' `image_dataset_from_directory`.
+/// Images (link `dtrain::image`: libpng, libjpeg-turbo and giflib): tf.io's `decode_png`, `decode_jpeg`,
+/// `decode_bmp`, `decode_gif` and `decode_image`, tf.image's `resize` (bilinear or nearest, half-pixel
+/// centres as TF 2 has them) and keras.utils' `image_dataset_from_directory`.
 ///
 /// A decoded image is an (height, width, channels) tensor of the pixel values 0-255 (TF's uint8, as
 /// floats). Bad input (not an image, truncated, a corrupt chunk or scan, more pixels than
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>  // before jpeglib.h, which needs size_t and FILE
 
+#include <gif_lib.h>
 #include <jerror.h>
 #include <jpeglib.h>
 #include <png.h>
@@ -196,6 +197,64 @@ inline void check_channels(const char* what, int channels, std::initializer_list
   for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
   throw value_error(std::string(what) + ": channels " + std::to_string(channels) + " is not one of " + list);
 }
+
+/// RGB or RGBA pixels (h.channels 3 or 4) as an image of `channels` (0: as they are; 1: gray by Pillow's
+/// weights, 299 / 587 / 114 thousandths; 3: alpha dropped; 4: an opaque alpha added).
+inline tensor rgb_image(const image_header& h, const unsigned char* pixels, int channels) {
+  const std::size_t from = h.channels, to = channels == 0 ? from : std::size_t(channels), n = h.height * h.width;
+  tensor t = zeros({h.height, h.width, to});
+  float* out = t.data();
+  for (std::size_t i = 0; i < n; ++i, out += to) {
+    const unsigned char* p = pixels + i * from;
+    if (to == 1) {
+      out[0] = float((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    } else {
+      for (std::size_t c = 0; c < 3; ++c) out[c] = p[c];
+      if (to == 4) out[3] = from == 4 ? p[3] : 255.0f;
+    }
+  }
+  return t;
+}
+
+// ---- BMP, read here: the header's fields are few and fixed, and no Debian library decodes BMP alone. ----
+inline std::uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | std::uint32_t(p[3]) << 24; }
+inline std::uint16_t le16(const unsigned char* p) { return std::uint16_t(p[0] | p[1] << 8); }
+/// A BMP's channel from a 32-bit pixel by its bit mask, scaled to 8 bits.
+inline unsigned char masked_channel(std::uint32_t pixel, std::uint32_t mask) {
+  if (mask == 0) return 255;
+  int shift = 0, bits = 0;
+  while (!(mask >> shift & 1)) ++shift;
+  while (shift + bits < 32 && (mask >> (shift + bits) & 1)) ++bits;
+  const std::uint32_t v = (pixel & mask) >> shift, top = (std::uint64_t(1) << bits) - 1;
+  return static_cast<unsigned char>((v * 255 + top / 2) / top);
+}
+
+// ---- GIF (giflib): the first frame, as tf.io.decode_image(expand_animations=False) gives it --------------
+struct gif_source {
+  const unsigned char* data;
+  std::size_t size, at;
+};
+inline int gif_read(GifFileType* g, GifByteType* out, int n) {
+  auto* s = static_cast<gif_source*>(g->UserData);
+  const std::size_t k = std::min<std::size_t>(std::size_t(n), s->size - s->at);
+  std::memcpy(out, s->data + s->at, k);
+  s->at += k;
+  return int(k);
+}
+struct gif_file {
+  GifFileType* g = nullptr;
+  gif_file() = default;
+  gif_file(const gif_file&) = delete;
+  gif_file& operator=(const gif_file&) = delete;
+  ~gif_file() {
+    int ignored = 0;
+    if (g) DGifCloseFile(g, &ignored);
+  }
+  [[noreturn]] void fail(const char* doing) const {
+    const char* why = GifErrorString(g->Error);
+    throw io_error(std::string("decode_gif: ") + doing + " (" + (why ? why : "giflib error") + ")");
+  }
+};
 }  // namespace detail
 
 /// `tf.io.decode_png(contents, channels=0)`: channels 0 keeps the file's (1 gray, 2 gray and alpha, 3 RGB,
@@ -237,9 +296,142 @@ inline tensor decode_jpeg(std::span<const unsigned char> bytes, int channels = 0
   return detail::image_tensor(r.h, pixels.get());
 }
 
-/// `tf.io.decode_image(contents, channels=0, expand_animations=False)` for PNG and JPEG: by the file's
-/// signature. (JPEG's channels are 0, 1 or 3.)
+/// `tf.io.decode_bmp(contents, channels=0)`: uncompressed BMPs of 8 bits a pixel (a palette), 24 (RGB)
+/// and 32 (RGBA: the fourth byte, or the alpha of the file's bit masks), bottom-up or top-down, with
+/// any of the Windows headers; channels 0 keeps the file's (3, or 4 for 32 bits), 1, 3 or 4 converts.
+/// Run-length-encoded and 16-bit files are errors that say so.
+inline tensor decode_bmp(std::span<const unsigned char> bytes, int channels = 0) {
+  detail::check_channels("decode_bmp", channels, {0, 1, 3, 4});
+  using detail::le16, detail::le32;
+  const unsigned char* b = bytes.data();
+  if (bytes.size() < 2 || b[0] != 'B' || b[1] != 'M') throw io_error("decode_bmp: not a BMP file (no BM signature)");
+  if (bytes.size() < 26) throw io_error("decode_bmp: the file ends inside its header (truncated)");
+  const std::uint32_t offset = le32(b + 10), header = le32(b + 14);
+  const bool core = header == 12;  // the OS/2 header: 16-bit sizes, 3-byte palette entries
+  if (!core && (header < 40 || header > 124)) throw io_error("decode_bmp: a header of " + std::to_string(header) + " bytes");
+  if (bytes.size() < 14 + std::size_t(header)) throw io_error("decode_bmp: the file ends inside its header (truncated)");
+  const std::int64_t width = core ? le16(b + 18) : std::int32_t(le32(b + 18));
+  const std::int64_t height = core ? le16(b + 20) : std::int32_t(le32(b + 22));
+  const unsigned bpp = core ? le16(b + 24) : le16(b + 28);
+  const std::uint32_t compression = core ? 0 : le32(b + 30);
+  const bool bitfields = compression == 3 && bpp == 32;
+  if (!(compression == 0 && (bpp == 8 || bpp == 24 || bpp == 32)) && !bitfields)
+    throw io_error("decode_bmp: a BMP of " + std::to_string(bpp) + " bits a pixel with compression " +
+                   std::to_string(compression) + " is not decoded (only uncompressed 8, 24 and 32 bits)");
+  detail::image_header h;
+  h.width = width > 0 ? std::size_t(width) : 0;
+  h.height = std::size_t(height < 0 ? -height : height);
+  h.channels = bpp == 32 ? 4 : 3;
+  detail::check_image_size("decode_bmp", h);
+  std::uint32_t masks[4] = {0x00ff0000u, 0x0000ff00u, 0x000000ffu, 0xff000000u};  // R, G, B, A of a plain 32-bit pixel
+  if (bitfields) {  // after a 40-byte header, or inside the larger ones
+    if (bytes.size() < 14 + 40 + 12) throw io_error("decode_bmp: the file ends inside its bit masks (truncated)");
+    for (int c = 0; c < 3; ++c) masks[c] = le32(b + 54 + 4 * c);
+    masks[3] = header >= 56 ? le32(b + 66) : 0;
+  }
+  std::uint32_t palette_size = 0;
+  const unsigned char* palette = b + 14 + header;
+  const std::size_t entry = core ? 3 : 4;
+  if (bpp == 8) {
+    palette_size = core ? 256 : le32(b + 46);
+    if (palette_size == 0 || palette_size > 256) palette_size = 256;
+    if (bytes.size() - (14 + header) < palette_size * entry) palette_size = std::uint32_t((bytes.size() - 14 - header) / entry);
+  }
+  const std::size_t stride = (h.width * bpp + 31) / 32 * 4;
+  if (offset > bytes.size() || (bytes.size() - offset) / stride < h.height)
+    throw io_error("decode_bmp: the pixels of " + std::to_string(h.width) + " x " + std::to_string(h.height) +
+                   " run past the end of the file (truncated)");
+  const auto pixels = detail::image_buffer(h);
+  for (std::size_t y = 0; y < h.height; ++y) {
+    const unsigned char* row = b + offset + stride * (height < 0 ? y : h.height - 1 - y);  // bottom-up unless negative
+    unsigned char* out = pixels.get() + y * h.width * h.channels;
+    for (std::size_t x = 0; x < h.width; ++x, out += h.channels) {
+      if (bpp == 8) {
+        if (row[x] >= palette_size)
+          throw io_error("decode_bmp: colour index " + std::to_string(row[x]) + " is outside the palette of " +
+                         std::to_string(palette_size));
+        const unsigned char* c = palette + entry * row[x];
+        out[0] = c[2], out[1] = c[1], out[2] = c[0];
+      } else if (bpp == 24) {
+        out[0] = row[3 * x + 2], out[1] = row[3 * x + 1], out[2] = row[3 * x];
+      } else {
+        const std::uint32_t v = le32(row + 4 * x);
+        for (int c = 0; c < 4; ++c) out[c] = detail::masked_channel(v, masks[c]);
+      }
+    }
+  }
+  return detail::rgb_image(h, pixels.get(), channels);
+}
+
+/// `tf.io.decode_gif(contents)`'s first frame, as `decode_image(..., expand_animations=False)` gives it:
+/// the logical screen (zeros where the frame does not reach or is transparent) in RGB; channels 0 or 3
+/// keep it, 1 or 4 convert.
+inline tensor decode_gif(std::span<const unsigned char> bytes, int channels = 0) {
+  detail::check_channels("decode_gif", channels, {0, 1, 3, 4});
+  if (bytes.size() < 6 || std::memcmp(bytes.data(), "GIF8", 4) != 0) throw io_error("decode_gif: not a GIF file (no GIF signature)");
+  detail::gif_source source{bytes.data(), bytes.size(), 0};
+  detail::gif_file f;
+  int error = 0;
+  f.g = DGifOpen(&source, detail::gif_read, &error);
+  if (!f.g) {
+    const char* why = GifErrorString(error);
+    throw io_error(std::string("decode_gif: ") + (why ? why : "not a GIF file"));
+  }
+  detail::image_header h;
+  h.width = std::size_t(std::max(0, f.g->SWidth));
+  h.height = std::size_t(std::max(0, f.g->SHeight));
+  h.channels = 3;
+  detail::check_image_size("decode_gif", h);
+  std::vector<unsigned char> canvas(h.height * h.width * 3, 0);
+  int transparent = -1;
+  for (;;) {
+    GifRecordType type;
+    if (DGifGetRecordType(f.g, &type) == GIF_ERROR) f.fail("a damaged record");
+    if (type == TERMINATE_RECORD_TYPE) throw io_error("decode_gif: the file has no image");
+    if (type == EXTENSION_RECORD_TYPE) {
+      int code = 0;
+      GifByteType* ext = nullptr;
+      if (DGifGetExtension(f.g, &code, &ext) == GIF_ERROR) f.fail("a damaged extension");
+      if (code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4 && (ext[1] & 1)) transparent = ext[4];
+      while (ext)
+        if (DGifGetExtensionNext(f.g, &ext) == GIF_ERROR) f.fail("a damaged extension");
+      continue;
+    }
+    if (type != IMAGE_DESC_RECORD_TYPE) continue;
+    if (DGifGetImageDesc(f.g) == GIF_ERROR) f.fail("a damaged image descriptor");
+    const GifImageDesc& d = f.g->Image;
+    const ColorMapObject* colours = d.ColorMap ? d.ColorMap : f.g->SColorMap;
+    if (!colours) throw io_error("decode_gif: the first frame has no colour table");
+    if (d.Left < 0 || d.Top < 0 || d.Width <= 0 || d.Height <= 0 || std::size_t(d.Left) + std::size_t(d.Width) > h.width ||
+        std::size_t(d.Top) + std::size_t(d.Height) > h.height)
+      throw io_error("decode_gif: the first frame (" + std::to_string(d.Width) + " x " + std::to_string(d.Height) + " at " +
+                     std::to_string(d.Left) + ", " + std::to_string(d.Top) + ") lies outside the " +
+                     std::to_string(h.width) + " x " + std::to_string(h.height) + " screen");
+    std::vector<GifPixelType> line(static_cast<std::size_t>(d.Width));
+    // an interlaced frame's rows come in four passes: every 8th from 0, every 8th from 4, every 4th from 2, every 2nd from 1
+    const int starts[4] = {0, 4, 2, 1}, steps[4] = {8, 8, 4, 2};
+    for (int pass = 0; pass < (d.Interlace ? 4 : 1); ++pass)
+      for (int y = d.Interlace ? starts[pass] : 0; y < d.Height; y += d.Interlace ? steps[pass] : 1) {
+        if (DGifGetLine(f.g, line.data(), d.Width) == GIF_ERROR) f.fail("the first frame's pixels are damaged or cut short");
+        unsigned char* out = canvas.data() + ((std::size_t(d.Top) + std::size_t(y)) * h.width + std::size_t(d.Left)) * 3;
+        for (int x = 0; x < d.Width; ++x, out += 3) {
+          const int i = line[std::size_t(x)];
+          if (i == transparent) continue;
+          if (i >= colours->ColorCount)
+            throw io_error("decode_gif: colour index " + std::to_string(i) + " is outside the colour table of " +
+                           std::to_string(colours->ColorCount));
+          out[0] = colours->Colors[i].Red, out[1] = colours->Colors[i].Green, out[2] = colours->Colors[i].Blue;
+        }
+      }
+    return detail::rgb_image(h, canvas.data(), channels);
+  }
+}
+
+/// `tf.io.decode_image(contents, channels=0, expand_animations=False)`: PNG, JPEG, BMP or GIF (its first
+/// frame) by the file's signature. (JPEG's channels are 0, 1, 3 or 4; BMP's and GIF's 0, 1, 3 or 4.)
 inline tensor decode_image(std::span<const unsigned char> bytes, int channels = 0) {
+  if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') return decode_bmp(bytes, channels);
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GIF8", 4) == 0) return decode_gif(bytes, channels);
   if (bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0) return decode_png(bytes, channels);
   if (bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff) {
     if (channels == 4) {  // RGB, then an opaque alpha (as TF adds one)
@@ -254,7 +446,7 @@ inline tensor decode_image(std::span<const unsigned char> bytes, int channels = 
     }
     return decode_jpeg(bytes, channels);
   }
-  throw io_error("decode_image: neither a PNG nor a JPEG file (unknown signature)");
+  throw io_error("decode_image: not a PNG, JPEG, BMP or GIF file (unknown signature)");
 }
 
 /// `tf.io.read_file` + `decode_image`: the file's image; errors name the file.
@@ -449,9 +641,9 @@ typename basic_image_files<Labelled>::iterator basic_image_files<Labelled>::iter
 using image_files = basic_image_files<true>;
 
 namespace detail {
-/// The image files under `folder` in the order Keras' os.walk gives them: the folder's own files by name,
-/// then each subfolder's, by name, depth first. BMP and GIF files are named errors.
-inline std::vector<std::string> image_files_under(const std::filesystem::path& folder, const std::string& what) {
+/// The image files under `folder` (Keras' formats: .png, .jpg, .jpeg, .bmp, .gif) in the order Keras'
+/// os.walk gives them: the folder's own files by name, then each subfolder's, by name, depth first.
+inline std::vector<std::string> image_files_under(const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   std::vector<fs::path> folders;
@@ -463,14 +655,12 @@ inline std::vector<std::string> image_files_under(const std::filesystem::path& f
     if (!e.is_regular_file()) continue;
     std::string ext = e.path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-    if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") files.push_back(e.path().string());
-    else if (ext == ".bmp" || ext == ".gif")
-      throw io_error(what + ": " + e.path().string() + ": BMP and GIF files are not decoded (convert them to PNG)");
+    if (ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".bmp" || ext == ".gif") files.push_back(e.path().string());
   }
   std::sort(files.begin(), files.end());
   std::sort(folders.begin(), folders.end());
   for (const auto& f : folders)
-    for (auto& p : image_files_under(f, what)) files.push_back(std::move(p));
+    for (auto& p : image_files_under(f)) files.push_back(std::move(p));
   return files;
 }
 
@@ -512,13 +702,13 @@ std::pair<std::shared_ptr<std::vector<typename basic_image_files<Labelled>::file
     for (std::size_t c = 0; c < names.size(); ++c) {
       const fs::path folder = fs::path(directory) / names[c];
       if (!fs::is_directory(folder, ec)) throw io_error(what + ": class " + names[c] + " has no folder " + folder.string());
-      for (auto& p : image_files_under(folder, what)) files->push_back({std::move(p), c});
+      for (auto& p : image_files_under(folder)) files->push_back({std::move(p), c});
     }
     classes = names.size();
     if (o.verbose) std::printf("Found %zu files belonging to %zu classes.\n", files->size(), classes);
   } else {  // every image under the folder, labelled by the list (or not at all)
     if (!o.class_names.empty()) throw value_error(what + ": class_names needs labels inferred from the subfolders");
-    auto found = image_files_under(directory, what);
+    auto found = image_files_under(directory);
     if (Labelled && found.size() != o.labels.size())
       throw value_error(what + ": " + std::to_string(o.labels.size()) + " labels for the " + std::to_string(found.size()) +
                         " image files under " + directory + " (one label a file)");
@@ -532,7 +722,7 @@ std::pair<std::shared_ptr<std::vector<typename basic_image_files<Labelled>::file
   }
   if (Labelled && o.label_mode == "binary" && classes != 2)
     throw value_error(what + ": label_mode \"binary\" needs 2 classes, " + directory + " has " + std::to_string(classes));
-  if (files->empty()) throw io_error(what + ": no images in " + directory + " (.png, .jpg, .jpeg)");
+  if (files->empty()) throw io_error(what + ": no images in " + directory + " (.png, .jpg, .jpeg, .bmp, .gif)");
   if (o.shuffle) {  // once, with the seed: both subsets see the same order
     rng r(o.seed.value_or(default_seed));
     for (std::size_t i = files->size(); i > 1; --i) std::swap((*files)[i - 1], (*files)[r.below(i)]);
