@@ -139,6 +139,32 @@ BOOST_AUTO_TEST_CASE(another_architecture_is_refused_naming_the_first_layer_that
   BOOST_CHECK_THROW(checkpoint::load_keras(m, t.path / "short.keras"), shape_error);
 }
 
+BOOST_AUTO_TEST_CASE(keras_activation_layers_load_as_the_relu_and_softmax_layers) {
+  // Keras writes Activation("softmax") where dtrain has its Softmax layer: the same layer
+  temp_dir t;
+  convnet m(1);
+  randomize_weights(m, 8);
+  json config = checkpoint::keras_config(m);
+  auto& last = config["config"]["layers"].back();
+  BOOST_TEST_REQUIRE(last["class_name"] == "Softmax");
+  last["class_name"] = "Activation";
+  last["config"].erase("axis");
+  last["config"]["activation"] = "softmax";
+  const auto w = m.get_weights();
+  const auto weights = checkpoint::detail::h5_image(checkpoint::weight_views(m, w), "weights");
+  const std::string text = config.dump();
+  const auto zip = checkpoint::detail::zip_image({{"config.json", text}, {"model.weights.h5", {weights.data(), weights.size()}}}, "m");
+  std::ofstream(t.path / "activation.keras", std::ios::binary).write(zip.data(), std::streamsize(zip.size()));
+  const auto back = checkpoint::load_keras<convnet>(t.path / "activation.keras");
+  BOOST_TEST(back.get_weights() == w);
+  last["config"]["activation"] = "tanh";  // another activation is another layer
+  const std::string other = config.dump();
+  const auto zip2 = checkpoint::detail::zip_image({{"config.json", other}, {"model.weights.h5", {weights.data(), weights.size()}}}, "m");
+  std::ofstream(t.path / "tanh.keras", std::ios::binary).write(zip2.data(), std::streamsize(zip2.size()));
+  BOOST_TEST(contains(error_of([&] { checkpoint::load_keras<convnet>(t.path / "tanh.keras"); }),
+                      "is Activation in the file but Softmax in the model"));
+}
+
 BOOST_AUTO_TEST_CASE(damaged_or_incomplete_files_are_refused_and_change_nothing) {
   temp_dir t;
   convnet m(1);

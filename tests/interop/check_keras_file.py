@@ -1,7 +1,8 @@
 """Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for three
 models (tests/interop/model_files.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
 what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
-predicts, also when Keras built the model on its own with names of its own; and a file of another
+predicts, also when Keras built the model on its own with names of its own (and an Activation("softmax") for dtrain's
+Softmax layer); and a file of another
 architecture is refused, naming the layer that differs.
 usage: check_keras_file.py <model_files program>"""
 import os
@@ -76,7 +77,8 @@ def convnet(filters, prefix):  # model_files.cpp's convnet, built in Keras with 
                              L.Flatten(name=f"{prefix}flatten"), L.Dropout(0.25, name=f"{prefix}dropout"),
                              L.Dense(8, activation="gelu", kernel_regularizer=keras.regularizers.L2(0.01),
                                      name=f"{prefix}hidden"),
-                             L.Dense(3, name=f"{prefix}logits"), L.Softmax(name=f"{prefix}softmax")])
+                             L.Dense(3, name=f"{prefix}logits"),
+                             L.Activation("softmax", name=f"{prefix}softmax")])  # dtrain's Softmax layer
 
 
 d = tempfile.mkdtemp(prefix="dtrain-keras-file-own-")

@@ -173,6 +173,21 @@ inline bool same_value(const json& mine, const json& theirs) {
   return mine == theirs;
 }
 
+/// The file's layer `theirs` in the form of the model's `mine` where Keras has two for one layer: an
+/// `Activation("relu")` or `Activation("softmax")` where the model has the ReLU or Softmax layer.
+inline json same_layer_as(json theirs, const json& mine) {
+  const json& c = theirs["config"];
+  if (theirs["class_name"] == "Activation" && c.contains("activation") && c["activation"].is_string()) {
+    const std::string a = c["activation"];
+    if ((a == "relu" && mine["class_name"] == "ReLU") || (a == "softmax" && mine["class_name"] == "Softmax")) {
+      theirs["class_name"] = mine["class_name"];
+      theirs["config"].erase("activation");
+      if (a == "softmax") theirs["config"]["axis"] = -1;
+    }
+  }
+  return theirs;
+}
+
 inline std::string brief(const json& v) {
   const std::string s = v.dump();
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
@@ -221,7 +236,8 @@ inline void check_architecture(const json& mine, const json& theirs, const std::
     if (i >= mine_l.size())
       throw shape_error(at + name(theirs_l[i]) + " in the file) is absent from the model, which has " +
                         std::to_string(mine_l.size()) + " layers after its inputs");
-    const json &a = *mine_l[i], &b = *theirs_l[i];
+    const json& a = *mine_l[i];
+    const json b = same_layer_as(*theirs_l[i], a);
     const std::string both = name(&a) == name(&b) ? name(&a) + ")" : name(&a) + " in the model, " + name(&b) + " in the file)";
     if (a["class_name"] != b["class_name"])
       throw shape_error(at + both + " is " + b["class_name"].get<std::string>() + " in the file but " +

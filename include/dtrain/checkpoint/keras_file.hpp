@@ -34,8 +34,7 @@ namespace dtrain::checkpoint {
 
 namespace detail {
 
-/// HDF5 handles, closed once; HDF5's own error printing is off while one is alive (errors come back as
-/// negative ids and become dtrain errors here).
+/// An HDF5 handle, closed once.
 class h5 {
  public:
   h5(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
@@ -51,6 +50,8 @@ class h5 {
   hid_t id_;
   herr_t (*close_)(hid_t);
 };
+/// While it lives, HDF5 prints no error stack: its errors come back as negative ids and become dtrain
+/// errors here.
 class h5_quiet {
  public:
   h5_quiet() {
