@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(bmp_decodes_8_24_and_32_bit_files) {
   BOOST_TEST(contains(error_of([&] { data::decode_bmp(huge); }), "over the cap"));
 }
 
-BOOST_AUTO_TEST_CASE(gif_decodes_its_first_frame_on_the_screen) {
+BOOST_AUTO_TEST_CASE(gif_decodes_its_frames_on_the_screen) {
   // a 6 x 5 screen; the first frame 4 x 3 at (1, 1), interlaced, colour index (x + y) % 4 with index 2
   // transparent: zeros off the frame and where transparent
   for (bool interlace : {false, true}) {
@@ -305,18 +305,26 @@ BOOST_AUTO_TEST_CASE(gif_decodes_its_first_frame_on_the_screen) {
         const int i = (x + y) % 4;
         if (i != 2) std::copy_n(colours[i], 3, want.begin() + ((y + 1) * 6 + (x + 1)) * 3);
       }
-    const tensor t = data::decode_gif(gif);
-    BOOST_TEST((t.shape() == tensor::shape_type{5, 6, 3}));
-    BOOST_TEST(values(t) == want, boost::test_tools::per_element());
-    BOOST_TEST(values(data::decode_image(gif)) == want, boost::test_tools::per_element());
-    BOOST_TEST((data::decode_gif(gif, 4).shape() == tensor::shape_type{5, 6, 4}));
+    const tensor first = data::decode_image(gif);
+    BOOST_TEST((first.shape() == tensor::shape_type{5, 6, 3}));
+    BOOST_TEST(values(first) == want, boost::test_tools::per_element());
+    BOOST_TEST((data::decode_image(gif, 4).shape() == tensor::shape_type{5, 6, 4}));
+    // decode_gif: both frames, the second (all colour 3, over the whole screen) drawn over the first
+    const tensor all = data::decode_gif(gif);
+    BOOST_TEST((all.shape() == tensor::shape_type{2, 5, 6, 3}));
+    BOOST_TEST(std::vector<float>(all.begin(), all.begin() + 90) == want, boost::test_tools::per_element());
+    BOOST_TEST(std::vector<float>(all.begin() + 90, all.end()) == std::vector<float>(90, 255.0f), boost::test_tools::per_element());
   }
   const bytes gif = gif_of(4, 4, 0, 0, 4, 4, false, -1, [](int x, int) { return x; });
   BOOST_TEST(contains(error_of([&] { data::decode_gif(bytes(gif.begin(), gif.begin() + long(gif.size() / 2))); }), "decode_gif: "));
   BOOST_TEST(contains(error_of([&] { data::decode_gif(bytes{'G', 'I', 'F'}); }), "not a GIF"));
   bytes outside = gif;  // the first frame's descriptor (after 13 + 12 + 8 bytes of header, table and control) moved off the screen
   outside[13 + 12 + 8 + 1] = 3;
-  BOOST_TEST(contains(error_of([&] { data::decode_gif(outside); }), "lies outside the 4 x 4 screen"));
+  BOOST_TEST(contains(error_of([&] { data::decode_gif(outside); }), "frame 0 (4 x 4 at 3, 0) lies outside the 4 x 4 screen"));
+  data::max_image_bytes = 4 * 4 * 3;  // room for one frame, not for two
+  BOOST_TEST(data::decode_image(gif).size() == 48u);
+  BOOST_TEST(contains(error_of([&] { data::decode_gif(gif); }), "2 frames of 4 x 4 are over the cap of 48 bytes"));
+  data::max_image_bytes = std::size_t(1) << 28;
 }
 
 BOOST_AUTO_TEST_CASE(jpeg_decodes_within_its_loss) {

@@ -1,9 +1,8 @@
 """Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for three
 models (tests/interop/model_files.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
 what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
-predicts, also when Keras built the model on its own with names of its own (and an Activation("softmax") for dtrain's
-Softmax layer); and a file of another
-architecture is refused, naming the layer that differs.
+predicts, also when Keras built the model on its own with names of its own (and an Activation("softmax")
+for dtrain's Softmax layer); and a file of another architecture is refused, naming the layer that differs.
 usage: check_keras_file.py <model_files program>"""
 import os
 import subprocess

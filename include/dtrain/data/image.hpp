@@ -363,56 +363,60 @@ inline tensor decode_bmp(std::span<const unsigned char> bytes, int channels = 0)
   return detail::rgb_image(h, pixels.get(), channels);
 }
 
-/// `tf.io.decode_gif(contents)`'s first frame, as `decode_image(..., expand_animations=False)` gives it:
-/// the logical screen (zeros where the frame does not reach or is transparent) in RGB; channels 0 or 3
-/// keep it, 1 or 4 convert.
-inline tensor decode_gif(std::span<const unsigned char> bytes, int channels = 0) {
-  detail::check_channels("decode_gif", channels, {0, 1, 3, 4});
+namespace detail {
+/// A GIF's frames on its logical screen in RGB (`h`: the screen), each drawn over the one before (its
+/// transparent pixels keeping what was there; zeros before the first); only the first when `first`.
+inline std::vector<std::vector<unsigned char>> gif_frames(std::span<const unsigned char> bytes, bool first, image_header& h) {
   if (bytes.size() < 6 || std::memcmp(bytes.data(), "GIF8", 4) != 0) throw io_error("decode_gif: not a GIF file (no GIF signature)");
-  detail::gif_source source{bytes.data(), bytes.size(), 0};
-  detail::gif_file f;
+  gif_source source{bytes.data(), bytes.size(), 0};
+  gif_file f;
   int error = 0;
-  f.g = DGifOpen(&source, detail::gif_read, &error);
+  f.g = DGifOpen(&source, gif_read, &error);
   if (!f.g) {
     const char* why = GifErrorString(error);
     throw io_error(std::string("decode_gif: ") + (why ? why : "not a GIF file"));
   }
-  detail::image_header h;
   h.width = std::size_t(std::max(0, f.g->SWidth));
   h.height = std::size_t(std::max(0, f.g->SHeight));
   h.channels = 3;
-  detail::check_image_size("decode_gif", h);
+  check_image_size("decode_gif", h);
+  std::vector<std::vector<unsigned char>> frames;
   std::vector<unsigned char> canvas(h.height * h.width * 3, 0);
   int transparent = -1;
   for (;;) {
     GifRecordType type;
     if (DGifGetRecordType(f.g, &type) == GIF_ERROR) f.fail("a damaged record");
-    if (type == TERMINATE_RECORD_TYPE) throw io_error("decode_gif: the file has no image");
+    if (type == TERMINATE_RECORD_TYPE) break;
     if (type == EXTENSION_RECORD_TYPE) {
       int code = 0;
       GifByteType* ext = nullptr;
       if (DGifGetExtension(f.g, &code, &ext) == GIF_ERROR) f.fail("a damaged extension");
-      if (code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4 && (ext[1] & 1)) transparent = ext[4];
+      if (code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4) transparent = (ext[1] & 1) ? ext[4] : -1;
       while (ext)
         if (DGifGetExtensionNext(f.g, &ext) == GIF_ERROR) f.fail("a damaged extension");
       continue;
     }
     if (type != IMAGE_DESC_RECORD_TYPE) continue;
     if (DGifGetImageDesc(f.g) == GIF_ERROR) f.fail("a damaged image descriptor");
+    const std::size_t k = frames.size();
+    if ((k + 1) * canvas.size() > max_image_bytes.load())
+      throw io_error("decode_gif: " + std::to_string(k + 1) + " frames of " + std::to_string(h.width) + " x " +
+                     std::to_string(h.height) + " are over the cap of " + std::to_string(max_image_bytes.load()) +
+                     " bytes (max_image_bytes)");
     const GifImageDesc& d = f.g->Image;
     const ColorMapObject* colours = d.ColorMap ? d.ColorMap : f.g->SColorMap;
-    if (!colours) throw io_error("decode_gif: the first frame has no colour table");
+    if (!colours) throw io_error("decode_gif: frame " + std::to_string(k) + " has no colour table");
     if (d.Left < 0 || d.Top < 0 || d.Width <= 0 || d.Height <= 0 || std::size_t(d.Left) + std::size_t(d.Width) > h.width ||
         std::size_t(d.Top) + std::size_t(d.Height) > h.height)
-      throw io_error("decode_gif: the first frame (" + std::to_string(d.Width) + " x " + std::to_string(d.Height) + " at " +
-                     std::to_string(d.Left) + ", " + std::to_string(d.Top) + ") lies outside the " +
-                     std::to_string(h.width) + " x " + std::to_string(h.height) + " screen");
+      throw io_error("decode_gif: frame " + std::to_string(k) + " (" + std::to_string(d.Width) + " x " +
+                     std::to_string(d.Height) + " at " + std::to_string(d.Left) + ", " + std::to_string(d.Top) +
+                     ") lies outside the " + std::to_string(h.width) + " x " + std::to_string(h.height) + " screen");
     std::vector<GifPixelType> line(static_cast<std::size_t>(d.Width));
     // an interlaced frame's rows come in four passes: every 8th from 0, every 8th from 4, every 4th from 2, every 2nd from 1
     const int starts[4] = {0, 4, 2, 1}, steps[4] = {8, 8, 4, 2};
     for (int pass = 0; pass < (d.Interlace ? 4 : 1); ++pass)
       for (int y = d.Interlace ? starts[pass] : 0; y < d.Height; y += d.Interlace ? steps[pass] : 1) {
-        if (DGifGetLine(f.g, line.data(), d.Width) == GIF_ERROR) f.fail("the first frame's pixels are damaged or cut short");
+        if (DGifGetLine(f.g, line.data(), d.Width) == GIF_ERROR) f.fail("a frame's pixels are damaged or cut short");
         unsigned char* out = canvas.data() + ((std::size_t(d.Top) + std::size_t(y)) * h.width + std::size_t(d.Left)) * 3;
         for (int x = 0; x < d.Width; ++x, out += 3) {
           const int i = line[std::size_t(x)];
@@ -423,15 +427,36 @@ inline tensor decode_gif(std::span<const unsigned char> bytes, int channels = 0)
           out[0] = colours->Colors[i].Red, out[1] = colours->Colors[i].Green, out[2] = colours->Colors[i].Blue;
         }
       }
-    return detail::rgb_image(h, canvas.data(), channels);
+    frames.push_back(canvas);
+    transparent = -1;  // a graphic control extension holds for the one frame after it
+    if (first) break;
   }
+  if (frames.empty()) throw io_error("decode_gif: the file has no image");
+  return frames;
+}
+}  // namespace detail
+
+/// `tf.io.decode_gif(contents)`: every frame, (frames, height, width, 3), on the logical screen, each
+/// drawn over the one before (its transparent pixels keeping what was there; zeros before the first).
+/// `decode_image` takes the first alone, as TF's `expand_animations=False` does.
+inline tensor decode_gif(std::span<const unsigned char> bytes) {
+  detail::image_header h;
+  const auto frames = detail::gif_frames(bytes, false, h);
+  tensor t = zeros({frames.size(), h.height, h.width, 3});
+  float* out = t.data();
+  for (const auto& f : frames) out = std::copy(f.begin(), f.end(), out);
+  return t;
 }
 
 /// `tf.io.decode_image(contents, channels=0, expand_animations=False)`: PNG, JPEG, BMP or GIF (its first
-/// frame) by the file's signature. (JPEG's channels are 0, 1, 3 or 4; BMP's and GIF's 0, 1, 3 or 4.)
+/// frame, RGB) by the file's signature. (Channels 0, 1, 3 or 4; PNG's also 2.)
 inline tensor decode_image(std::span<const unsigned char> bytes, int channels = 0) {
   if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') return decode_bmp(bytes, channels);
-  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GIF8", 4) == 0) return decode_gif(bytes, channels);
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GIF8", 4) == 0) {
+    detail::check_channels("decode_image", channels, {0, 1, 3, 4});
+    detail::image_header h;
+    return detail::rgb_image(h, detail::gif_frames(bytes, true, h).front().data(), channels);
+  }
   if (bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0) return decode_png(bytes, channels);
   if (bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff) {
     if (channels == 4) {  // RGB, then an opaque alpha (as TF adds one)
