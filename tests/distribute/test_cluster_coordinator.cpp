@@ -3,6 +3,8 @@
 // every scheduled function runs once (counted on the ps tasks and in the strategy's metrics); a worker
 // that fails mid-function has it run elsewhere, and one that starts again rejoins; a function's error is
 // raised by join on every task; fetch and done give every task the coordinator's answer.
+#include <atomic>
+
 #include "support/ps_job.hpp"
 
 #include <dtrain/distribute/cluster_coordinator.hpp>
@@ -164,6 +166,7 @@ BOOST_AUTO_TEST_CASE(a_failed_worker_rejoins) {
 BOOST_AUTO_TEST_CASE(a_functions_error_is_raised_by_join_on_every_task) {
   const job j(2, 1);
   std::vector<std::string> errors(3);
+  std::atomic<int> runs{0}, thrower{-1};  // the second function run, on whichever worker the coordinator sent it to
   j.run(
       [&](parameter_server_strategy& s) {
         try {
@@ -173,18 +176,20 @@ BOOST_AUTO_TEST_CASE(a_functions_error_is_raised_by_join_on_every_task) {
         }
       },
       [&](parameter_server_strategy& s, int i) {
-        int runs = 0;
         try {
           custom_loop(s, 2, 4, [&](auto&, int) {
-            if (i == 0 && ++runs == 2) throw value_error("a bad batch");
+            if (++runs == 2) {
+              thrower = i;
+              throw value_error("a bad batch");
+            }
           });
         } catch (const dtrain::error& e) {
           errors[std::size_t(i + 1)] = e.what();
         }
       });
-  for (const auto& e : errors) {
-    BOOST_TEST(e.find("a scheduled function failed on worker 0: a bad batch") != std::string::npos, e);
-  }
+  BOOST_TEST_REQUIRE(thrower.load() >= 0);
+  const std::string want = "a scheduled function failed on worker " + std::to_string(thrower.load()) + ": a bad batch";
+  for (const auto& e : errors) BOOST_TEST(e.find(want) != std::string::npos, e);
 }
 
 BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
