@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -105,7 +104,6 @@ struct onnx_layer {
   std::vector<std::span<const float>> vars;
   std::vector<std::vector<std::size_t>> var_shapes;
 
-  std::int64_t i(const char* key) const { return config->at(key).get<std::int64_t>(); }
   std::vector<std::int64_t> pair(const char* key) const { return config->at(key).get<std::vector<std::int64_t>>(); }
   float f(const char* key) const { return config->at(key).get<float>(); }
   std::string s(const char* key) const { return config->at(key).get<std::string>(); }
