@@ -26,7 +26,7 @@ class DtrainConan(ConanFile):
     # with_nccl: comm::nccl's component (dtrain::nccl), with NCCL from the same place (or the conf
     # user.dtrain:nccl_root); it needs with_cuda and with_ring_tcp (NCCL's rendezvous is the TCP ring).
     # with_image: PNG, JPEG, BMP and GIF decoding (dtrain::image: libpng, libjpeg-turbo, giflib).
-    # with_keras: Keras' .keras files (dtrain::keras: HDF5, libzip).
+    # with_keras: Keras' .keras files (dtrain::keras: HDF5).
     # with_onnx: the ONNX export (dtrain::onnx: ONNX's protobuf classes).
     options = {"with_ring_tcp": [True, False], "with_blas": [True, False], "with_cuda": [True, False],
                "with_nccl": [True, False], "with_image": [True, False], "with_keras": [True, False],
@@ -56,7 +56,6 @@ class DtrainConan(ConanFile):
             self.requires("giflib/[>=5.2.1 <6]")
         if self.options.with_keras:
             self.requires("hdf5/[>=1.10.8 <2]")
-            self.requires("libzip/[>=1.7.3 <2]")
         if self.options.with_onnx:
             self.requires("onnx/[>=1.12.0 <2]", transitive_headers=True)
 
@@ -134,7 +133,7 @@ class DtrainConan(ConanFile):
             keras.requires = ["dtrain"]
             keras.bindirs = []
             keras.libdirs = []
-            self._link(keras, {"hdf5::hdf5_c": "hdf5_serial", "libzip::zip": "zip"})
+            self._link(keras, {"hdf5::hdf5_c": "hdf5_serial"})
             if "hdf5::hdf5_c" not in keras.requires and os.path.isdir("/usr/include/hdf5/serial"):
                 keras.includedirs = ["/usr/include/hdf5/serial"]  # Debian's HDF5 from the system
 

@@ -78,9 +78,9 @@ component_program() {
 # COMPONENTS blas: a BLAS, and DTRAIN_BLAS defined (the program on dtrain::blas sees has_blas)
 component_program blas dtrain/backend/cpu/blas.hpp '"dtrain::detail::has_blas: %d\n", int(dtrain::detail::has_blas)'
 grep -q "has_blas: 1" "$tmp/log" || fail "dtrain::blas does not define DTRAIN_BLAS"
-# COMPONENTS keras: where dtrain was installed with it, HDF5 and libzip found and linked
+# COMPONENTS keras: where dtrain was installed with it, HDF5 found and linked
 if grep -q "dtrain::keras" "$tmp/prefix/share/cmake/dtrain/dtrainTargets.cmake" 2> /dev/null; then
-  component_program keras dtrain/checkpoint/keras_file.hpp '"libzip %s, HDF5 open: %d\n", zip_libzip_version(), int(H5open() >= 0)'
+  component_program keras dtrain/checkpoint/keras_file.hpp '"HDF5 open: %d\n", int(H5open() >= 0)'
 fi
 # COMPONENTS onnx: where dtrain was installed with it, ONNX's protobuf classes found and linked
 if grep -q "dtrain::onnx" "$tmp/prefix/share/cmake/dtrain/dtrainTargets.cmake" 2> /dev/null; then

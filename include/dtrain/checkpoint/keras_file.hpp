@@ -10,11 +10,10 @@
 ///
 /// The weights only: the optimizer's state and the compile settings stay in dtrain's own model files
 /// (model_io.hpp), which resume training exactly; a `.keras` file is for moving a model between dtrain
-/// and Keras. Needs the `dtrain::keras` target (HDF5 and libzip; Debian: libhdf5-dev libzip-dev). The
+/// and Keras. Needs the `dtrain::keras` target (HDF5; Debian: libhdf5-dev). The
 /// HDF5 library Debian builds is not thread-safe: save and load `.keras` files from one thread at a time.
 
 #include <hdf5.h>
-#include <zip.h>
 
 #include <nlohmann/json.hpp>
 
@@ -22,12 +21,15 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dtrain/checkpoint/keras_config.hpp"
 #include "dtrain/checkpoint/model_io.hpp"
+#include "dtrain/core/zip.hpp"
 #include "dtrain/core/file_io.hpp"
 
 namespace dtrain::checkpoint {
@@ -68,7 +70,7 @@ class h5_quiet {
 };
 
 /// An HDF5 file in memory (the core driver, no file on disk): an empty one to write, or `image` to read.
-inline hid_t h5_memory_file(const std::vector<char>* image) {
+inline hid_t h5_memory_file(std::optional<std::span<const char>> image) {
   h5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0) return -1;
   if (!image) return H5Fcreate("model.weights.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
@@ -80,7 +82,7 @@ inline hid_t h5_memory_file(const std::vector<char>* image) {
 inline std::vector<char> h5_image(const std::vector<tensor_view>& tensors, const std::string& file) {
   h5_quiet quiet;
   auto fail = [&](const std::string& what) { return io_error("save_keras: " + file + ": HDF5 cannot " + what); };
-  h5 f(h5_memory_file(nullptr), H5Fclose);
+  h5 f(h5_memory_file(std::nullopt), H5Fclose);
   h5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   if (!f.ok() || !lcpl.ok() || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0) throw fail("create a file in memory");
   for (const auto& t : tensors) {
@@ -100,11 +102,11 @@ inline std::vector<char> h5_image(const std::vector<tensor_view>& tensors, const
 
 /// Reads the float datasets `want` names out of HDF5 file `image` into `base` (where the views point),
 /// naming the first missing, mis-shaped or non-float one.
-inline void h5_read(const std::vector<char>& image, const std::vector<tensor_view>& want, std::span<float> base,
+inline void h5_read(std::span<const char> image, const std::vector<tensor_view>& want, std::span<float> base,
                     const std::string& file) {
   h5_quiet quiet;
   const std::string where = "load_keras: " + file + ": model.weights.h5";
-  h5 f(h5_memory_file(&image), H5Fclose);
+  h5 f(h5_memory_file(image), H5Fclose);
   if (!f.ok()) throw io_error(where + " is not an HDF5 file HDF5 can open");
   for (const auto& w : want) {
     // walk the path so that a missing group is "no dataset", not an HDF5 error
@@ -134,91 +136,6 @@ inline void h5_read(const std::vector<char>& image, const std::vector<tensor_vie
   }
 }
 
-/// A zip archive in memory of `entries` (name, bytes), stored uncompressed as Keras stores them.
-inline std::vector<char> zip_image(const std::vector<std::pair<std::string, std::string_view>>& entries,
-                                   const std::string& file) {
-  auto fail = [&](const std::string& what) { return io_error("save_keras: " + file + ": libzip cannot " + what); };
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t* src = zip_source_buffer_create(nullptr, 0, 0, &error);
-  if (!src) throw fail("create an archive in memory");
-  zip_t* za = zip_open_from_source(src, ZIP_TRUNCATE, &error);
-  if (!za) {
-    zip_source_free(src);
-    throw fail("open an archive in memory");
-  }
-  zip_source_keep(src);  // the bytes outlive zip_close
-  struct release {
-    zip_source_t* s;
-    ~release() { zip_source_free(s); }
-  } keep{src};
-  for (const auto& [name, bytes] : entries) {
-    zip_source_t* s = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
-    const zip_int64_t i = s ? zip_file_add(za, name.c_str(), s, ZIP_FL_ENC_UTF_8) : -1;
-    if (i < 0 || zip_set_file_compression(za, zip_uint64_t(i), ZIP_CM_STORE, 0) < 0) {
-      if (s && i < 0) zip_source_free(s);
-      zip_discard(za);
-      throw fail("add " + name);
-    }
-  }
-  if (zip_close(za) < 0) {
-    const std::string why = zip_strerror(za);
-    zip_discard(za);
-    throw fail("write the archive (" + why + ")");
-  }
-  zip_stat_t st;
-  std::vector<char> out;
-  if (zip_source_stat(src, &st) < 0 || !(st.valid & ZIP_STAT_SIZE) || zip_source_open(src) < 0)
-    throw fail("read the archive back");
-  out.resize(st.size);
-  const zip_int64_t n = zip_source_read(src, out.data(), out.size());
-  zip_source_close(src);
-  if (n != zip_int64_t(out.size())) throw fail("read the archive back");
-  return out;
-}
-
-/// A zip archive open for reading; `read` returns an entry, checked against its CRC and a size cap.
-class zip_reader {
- public:
-  explicit zip_reader(const std::filesystem::path& path) : file_(path.string()) {
-    int code = 0;
-    za_ = zip_open(file_.c_str(), ZIP_RDONLY, &code);
-    if (!za_) {
-      zip_error_t e;
-      zip_error_init_with_code(&e, code);
-      const std::string why = zip_error_strerror(&e);
-      zip_error_fini(&e);
-      throw io_error("load_keras: " + file_ + " cannot be opened as a zip archive, which a .keras file is (" + why + ")");
-    }
-  }
-  zip_reader(const zip_reader&) = delete;
-  zip_reader& operator=(const zip_reader&) = delete;
-  ~zip_reader() { zip_discard(za_); }
-
-  bool has(const char* name) const { return zip_name_locate(za_, name, 0) >= 0; }
-  std::vector<char> read(const char* name, std::uint64_t cap) const {
-    zip_stat_t st;
-    if (zip_stat(za_, name, 0, &st) < 0) throw io_error("load_keras: " + file_ + " has no " + name);
-    if (!(st.valid & ZIP_STAT_SIZE) || st.size > cap)
-      throw io_error("load_keras: " + file_ + ": " + name + " declares " + std::to_string(st.size) +
-                     " bytes, over the " + std::to_string(cap) + " this model's file can hold");
-    std::vector<char> out(st.size);
-    zip_file_t* f = zip_fopen(za_, name, 0);
-    if (!f) throw io_error("load_keras: " + file_ + ": " + name + " cannot be opened (" + zip_strerror(za_) + ")");
-    const zip_int64_t n = zip_fread(f, out.data(), out.size());
-    char extra;  // reading past the end checks the CRC
-    const zip_int64_t more = n == zip_int64_t(out.size()) ? zip_fread(f, &extra, 1) : -1;
-    const std::string why = more != 0 ? zip_file_strerror(f) : "";
-    zip_fclose(f);
-    if (more != 0) throw io_error("load_keras: " + file_ + ": " + name + " is damaged (" + why + ")");
-    return out;
-  }
-
- private:
-  std::string file_;
-  zip_t* za_ = nullptr;
-};
-
 }  // namespace detail
 
 /// Keras `model.save(path)` for a `.keras` file: the architecture and the weights, written atomically
@@ -236,10 +153,10 @@ void save_keras(const Model& m, const std::filesystem::path& path) {
   std::strftime(date, sizeof date, "%Y-%m-%d@%H:%M:%S", &utc);
   const std::string metadata =
       nlohmann::json{{"keras_version", "3.0.0"}, {"date_saved", date}, {"dtrain_version", version}}.dump();
-  const auto zip = detail::zip_image({{"metadata.json", metadata},
-                                      {"config.json", config},
-                                      {"model.weights.h5", std::string_view(weights.data(), weights.size())}},
-                                     path.string());
+  const auto zip = dtrain::detail::zip_archive({{"metadata.json", metadata},
+                                                 {"config.json", config},
+                                                 {"model.weights.h5", std::string_view(weights.data(), weights.size())}},
+                                                "save_keras: " + path.string());
   dtrain::detail::write_file_atomic(path, zip);
 }
 
@@ -248,9 +165,16 @@ void save_keras(const Model& m, const std::filesystem::path& path) {
 /// how), then reads every weight (a damaged file is an `io_error`). A refused file leaves `m` as it was.
 template <class Model>
 void load_keras(Model& m, const std::filesystem::path& path) {
-  const detail::zip_reader zip(path);
+  const std::string file = "load_keras: " + path.string();
+  const std::vector<char> bytes = dtrain::detail::read_file(path);
+  const dtrain::detail::zip_view zip(bytes, file);
+  auto entry = [&](const char* name) {
+    const auto* e = zip.find(name);
+    if (!e) throw io_error(file + " has no " + name);
+    return *e;
+  };
   const model_layout l = layout_of(m);
-  const auto text = zip.read("config.json", std::uint64_t(64) << 20);
+  const auto text = zip.read(entry("config.json"), std::uint64_t(64) << 20);
   detail::json theirs;
   try {
     theirs = detail::json::parse(text.begin(), text.end());
@@ -258,11 +182,11 @@ void load_keras(Model& m, const std::filesystem::path& path) {
     throw io_error("load_keras: " + path.string() + ": config.json is not JSON (" + e.what() + ")");
   }
   detail::check_architecture(keras_config(m), theirs, path.string());
-  if (!zip.has("model.weights.h5"))
-    throw io_error("load_keras: " + path.string() + " has no model.weights.h5 (dtrain reads a .keras file's weights "
-                   "in Keras' default HDF5 format)");
+  if (!zip.find("model.weights.h5"))
+    throw io_error(file + " has no model.weights.h5 (dtrain reads a .keras file's weights in Keras' default HDF5 "
+                   "format)");
   // the weights, perhaps an optimizer's state (Adam: 2 slots more) and HDF5's overhead
-  const auto image = zip.read("model.weights.h5", std::uint64_t(l.weight_count) * 4 * 8 + (std::uint64_t(64) << 20));
+  const auto image = zip.read(entry("model.weights.h5"), std::uint64_t(l.weight_count) * 4 * 8 + (std::uint64_t(64) << 20));
   std::vector<float> staged(l.weight_count);
   detail::h5_read(image, weight_views(l, staged), staged, path.string());
   m.set_weights(staged);

@@ -15,11 +15,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "dtrain/core/error.hpp"
 
@@ -35,6 +38,26 @@ inline std::uint32_t crc32_of(const void* p, std::size_t n) {
     b += k, n -= k;
   }
   return static_cast<std::uint32_t>(c);
+}
+
+/// The whole file at `p`; an `io_error` naming it when it cannot be read.
+inline std::vector<char> read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw io_error(p.string() + ": cannot open (" + std::strerror(errno) + ")");
+  std::vector<char> b(std::istreambuf_iterator<char>(in), {});
+  if (in.bad()) throw io_error(p.string() + ": read failed");
+  return b;
+}
+
+/// An unsigned little-endian integer of `n` bytes, as file formats store them (byte by byte, so the
+/// host's byte order is irrelevant), read at `p` or appended to `s`.
+inline std::uint64_t le(const char* p, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+inline void put_le(std::string& s, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 /// Creates the folder `path` goes into, with its parents; an `io_error` naming both when it cannot.

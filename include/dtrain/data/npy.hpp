@@ -2,24 +2,16 @@
 /// \file
 /// NumPy files: `.npy` (format versions 1-3, C order, little-endian numbers converted to float) and
 /// `.npz` archives (numpy.savez: stored entries; numpy.savez_compressed: deflated), read and written.
-/// The zip container is parsed here rather than through a zip library: an .npz needs only local headers,
-/// the central directory and raw deflate, which zlib (already a dependency) provides, CRC-32 included.
-/// zip64 is refused with a clear error: numpy needs it only for arrays over 4 GiB, which dtrain does not
-/// hold in memory as one float tensor anyway. Writes are atomic (a temporary file in the same folder,
-/// fsync, rename), because checkpoints export weights as .npz and a crash must not leave half a file.
-
-#include <fcntl.h>
-#include <unistd.h>
-#include <zlib.h>
+/// The zip container is core/zip.hpp's (zip64, which numpy writes only for arrays over 4 GiB, is
+/// refused: dtrain does not hold such an array in memory as one float tensor anyway). Writes are atomic
+/// (a temporary file in the same folder, fsync, rename), because checkpoints export weights as .npz and
+/// a crash must not leave half a file.
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
@@ -28,30 +20,15 @@
 
 #include "dtrain/core/file_io.hpp"
 #include "dtrain/core/tensor.hpp"
+#include "dtrain/core/zip.hpp"
 #include "dtrain/data/sources.hpp"
 
 namespace dtrain::data {
 
 namespace detail {
 
-/// The whole file (npy and npz are read in one go: the zip directory sits at the end).
-inline std::vector<char> slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw io_error(p.string() + ": cannot open (" + std::strerror(errno) + ")");
-  std::vector<char> b(std::istreambuf_iterator<char>(in), {});
-  if (in.bad()) throw io_error(p.string() + ": read failed");
-  return b;
-}
-
-/// An unsigned little-endian integer of `n` bytes (byte by byte, so the host's byte order is irrelevant).
-inline std::uint64_t le(const char* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-inline void put_le(std::string& s, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
-}
+using dtrain::detail::le;
+using dtrain::detail::put_le;
 
 /// What a .npy header says: numpy writes a Python dict literal,
 /// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`, padded with spaces and a newline.
@@ -230,7 +207,7 @@ inline std::string npy_image(const tensor& t) {
 
 /// Reads a .npy file as a float tensor of its shape (`numpy.load(path)` converted to float32).
 inline tensor read_npy(const std::filesystem::path& path) {
-  const auto b = detail::slurp(path);
+  const auto b = dtrain::detail::read_file(path);
   return detail::parse_npy(b.data(), b.size(), path.string());
 }
 
@@ -242,89 +219,15 @@ inline void write_npy(const std::filesystem::path& path, const tensor& t) {
 
 /// Reads every array of a .npz archive; keys are the entry names without ".npy" (as `numpy.load`).
 inline std::map<std::string, tensor> read_npz(const std::filesystem::path& path) {
-  const auto b = detail::slurp(path);
+  const auto b = dtrain::detail::read_file(path);
   const std::string f = path.string();
-  const char* z = b.data();
-  // The end-of-central-directory record: 22 bytes, then a comment of up to 64 KiB.
-  std::size_t eocd = std::string::npos;
-  if (b.size() >= 22)
-    for (std::size_t i = b.size() - 22;; --i) {
-      if (detail::le(z + i, 4) == 0x06054b50 && i + 22 + detail::le(z + i + 20, 2) <= b.size()) {
-        eocd = i;
-        break;
-      }
-      if (i == 0 || b.size() - 22 - i >= 0xffff) break;
-    }
-  if (eocd == std::string::npos)
-    throw io_error(f + ": not a zip archive (no end-of-central-directory record; truncated or not an .npz?)");
-  const std::size_t disk = detail::le(z + eocd + 4, 2), cd_disk = detail::le(z + eocd + 6, 2),
-                    here = detail::le(z + eocd + 8, 2), entries = detail::le(z + eocd + 10, 2),
-                    cd_size = detail::le(z + eocd + 12, 4), cd = detail::le(z + eocd + 16, 4);
-  if (entries == 0xffff || cd_size == 0xffffffff || cd == 0xffffffff ||
-      (eocd >= 20 && detail::le(z + eocd - 20, 4) == 0x07064b50))
-    throw io_error(f + ": zip64 archives are not supported (numpy writes them for arrays over 4 GiB)");
-  if (disk != 0 || cd_disk != 0 || here != entries) throw io_error(f + ": multi-volume zip archives are not supported");
-  if (cd > eocd || cd_size > eocd - cd)
-    throw io_error(f + ": corrupt zip: the central directory lies outside the file (truncated?)");
+  const dtrain::detail::zip_view zip(b, f);
   std::map<std::string, tensor> out;
-  std::size_t at = cd;
-  for (std::size_t k = 0; k < entries; ++k) {
-    if (at + 46 > cd + cd_size || detail::le(z + at, 4) != 0x02014b50)
-      throw io_error(f + ": corrupt zip central directory (entry " + std::to_string(k) + ")");
-    const char* c = z + at;
-    const std::size_t flags = detail::le(c + 8, 2), method = detail::le(c + 10, 2), csize = detail::le(c + 20, 4),
-                      usize = detail::le(c + 24, 4), nlen = detail::le(c + 28, 2), xlen = detail::le(c + 30, 2),
-                      clen = detail::le(c + 32, 2), local = detail::le(c + 42, 4);
-    const auto crc = static_cast<std::uint32_t>(detail::le(c + 16, 4));
-    if (at + 46 + nlen + xlen + clen > cd + cd_size)
-      throw io_error(f + ": corrupt zip central directory (entry " + std::to_string(k) + ")");
-    std::string name(c + 46, nlen);
-    at += 46 + nlen + xlen + clen;
-    if (name.empty()) throw io_error(f + ": corrupt zip: entry " + std::to_string(k) + " has an empty name");
-    if (name.back() == '/') continue;  // a folder
-    if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff)
-      throw io_error(f + ": entry '" + name + "' is zip64, which is not supported (arrays over 4 GiB)");
-    if (flags & 1) throw io_error(f + ": entry '" + name + "' is encrypted");
-    if (local > cd || cd - local < 30 || detail::le(z + local, 4) != 0x04034b50)
-      throw io_error(f + ": corrupt zip: no local header for entry '" + name + "'");
-    const std::size_t data = local + 30 + detail::le(z + local + 26, 2) + detail::le(z + local + 28, 2);
-    if (data > cd || csize > cd - data)
-      throw io_error(f + ": truncated: entry '" + name + "' (" + std::to_string(csize) +
-                     " bytes) runs past the end of its data");
-    // the sizes are claims of the file: they are checked against what its bytes can hold before
-    // anything is allocated (deflate expands at most 1032:1)
-    std::string raw;
-    if (method == 0) {
-      if (csize != usize)
-        throw io_error(f + ": corrupt stored entry '" + name + "' (sizes " + std::to_string(csize) + " and " +
-                       std::to_string(usize) + " differ)");
-      raw.assign(z + data, usize);
-    } else if (method == 8) {
-      if (usize > csize * 1032 + 64)
-        throw io_error(f + ": corrupt compressed entry '" + name + "': " + std::to_string(csize) +
-                       " bytes cannot inflate to the " + std::to_string(usize) + " bytes the archive records");
-      raw.assign(usize, '\0');
-      z_stream s{};
-      if (inflateInit2(&s, -MAX_WBITS) != Z_OK) throw io_error(f + ": zlib cannot start inflating '" + name + "'");
-      s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(z + data));
-      s.avail_in = static_cast<uInt>(csize);
-      s.next_out = reinterpret_cast<Bytef*>(raw.data());
-      s.avail_out = static_cast<uInt>(usize);
-      const int r = inflate(&s, Z_FINISH);
-      const std::string why = s.msg ? s.msg : "the data does not inflate to the recorded size";
-      const auto produced = s.total_out;
-      inflateEnd(&s);
-      if (r != Z_STREAM_END || produced != usize)
-        throw io_error(f + ": corrupt compressed entry '" + name + "' (" + why + ")");
-    } else {
-      throw io_error(f + ": entry '" + name + "' uses zip compression method " + std::to_string(method) +
-                     " (only stored and deflate are read)");
-    }
-    if (dtrain::detail::crc32_of(raw.data(), raw.size()) != crc)
-      throw io_error(f + ": CRC mismatch in entry '" + name + "' (the archive is damaged)");
-    std::string key = name.ends_with(".npy") ? name.substr(0, name.size() - 4) : name;
-    if (out.count(key)) throw io_error(f + ": the archive holds '" + name + "' twice");
-    out.emplace(std::move(key), detail::parse_npy(raw.data(), raw.size(), f + ":" + name));
+  for (const auto& e : zip.entries()) {
+    const std::string raw = zip.read(e);
+    std::string key = e.name.ends_with(".npy") ? e.name.substr(0, e.name.size() - 4) : e.name;
+    if (out.count(key)) throw io_error(f + ": the archive holds '" + key + "' twice");
+    out.emplace(std::move(key), detail::parse_npy(raw.data(), raw.size(), f + ":" + e.name));
   }
   return out;
 }
@@ -332,40 +235,14 @@ inline std::map<std::string, tensor> read_npz(const std::filesystem::path& path)
 /// Writes arrays as an uncompressed .npz archive (what numpy.savez writes: entries "<key>.npy" holding
 /// '<f4' arrays), atomically. `numpy.load(path)[key]` reads them back.
 inline void write_npz(const std::filesystem::path& path, const std::map<std::string, tensor>& arrays) {
-  const std::string f = path.string();
-  if (arrays.size() >= 0xffff) throw io_error(f + ": " + std::to_string(arrays.size()) + " arrays need zip64");
-  constexpr std::uint64_t dos_date = (0u << 9) | (1u << 5) | 1u;  // 1980-01-01, the earliest zip date
-  std::string out, cd;
+  std::vector<std::string> names, images;
   for (const auto& [key, t] : arrays) {
-    if (key.empty()) throw value_error(f + ": an array needs a non-empty name");
-    const std::string name = key + ".npy", img = detail::npy_image(t);
-    if (name.size() > 0xffff) throw value_error(f + ": array name '" + key.substr(0, 40) + "...' is too long");
-    if (img.size() >= 0xffffffffu || out.size() >= 0xffffffffu)
-      throw io_error(f + ": array '" + key + "' would need zip64 (over 4 GiB)");
-    const bool utf8 = std::any_of(name.begin(), name.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; });
-    const std::uint64_t flags = utf8 ? 1u << 11 : 0u, crc = dtrain::detail::crc32_of(img.data(), img.size());
-    const std::size_t local = out.size();
-    detail::put_le(out, 0x04034b50, 4), detail::put_le(out, 20, 2), detail::put_le(out, flags, 2);
-    detail::put_le(out, 0, 2), detail::put_le(out, 0, 2), detail::put_le(out, dos_date, 2);
-    detail::put_le(out, crc, 4), detail::put_le(out, img.size(), 4), detail::put_le(out, img.size(), 4);
-    detail::put_le(out, name.size(), 2), detail::put_le(out, 0, 2);
-    out += name;
-    out += img;
-    detail::put_le(cd, 0x02014b50, 4), detail::put_le(cd, (3 << 8) | 20, 2), detail::put_le(cd, 20, 2);
-    detail::put_le(cd, flags, 2), detail::put_le(cd, 0, 2), detail::put_le(cd, 0, 2), detail::put_le(cd, dos_date, 2);
-    detail::put_le(cd, crc, 4), detail::put_le(cd, img.size(), 4), detail::put_le(cd, img.size(), 4);
-    detail::put_le(cd, name.size(), 2), detail::put_le(cd, 0, 2), detail::put_le(cd, 0, 2);
-    detail::put_le(cd, 0, 2), detail::put_le(cd, 0, 2), detail::put_le(cd, std::uint64_t(0100644) << 16, 4);
-    detail::put_le(cd, local, 4);
-    cd += name;
+    if (key.empty()) throw value_error(path.string() + ": an array needs a non-empty name");
+    names.push_back(key + ".npy"), images.push_back(detail::npy_image(t));
   }
-  if (out.size() + cd.size() >= 0xffffffffu) throw io_error(f + ": the archive would need zip64 (over 4 GiB)");
-  const std::size_t cd_at = out.size();
-  out += cd;
-  detail::put_le(out, 0x06054b50, 4), detail::put_le(out, 0, 2), detail::put_le(out, 0, 2);
-  detail::put_le(out, arrays.size(), 2), detail::put_le(out, arrays.size(), 2);
-  detail::put_le(out, cd.size(), 4), detail::put_le(out, cd_at, 4), detail::put_le(out, 0, 2);
-  dtrain::detail::write_file_atomic(path, out);
+  std::vector<std::pair<std::string, std::string_view>> entries;
+  for (std::size_t i = 0; i < names.size(); ++i) entries.emplace_back(names[i], images[i]);
+  dtrain::detail::write_file_atomic(path, dtrain::detail::zip_archive(entries, path.string()));
 }
 
 /// `from_tensor_slices((x, y))` over features and labels stored in two .npy files.
