@@ -1,7 +1,8 @@
 // The profiler: the traced batches' steps on every worker, each layer's forward and backward inside its
 // step, collectives with their bytes on the communicator's thread, written as Chrome trace events (read
-// back here as JSON), the TensorBoard profile gzipped where its plugin looks, and the workers' summary,
-// which names a worker made slow (by a sleep in its callbacks) as the one the others waited for.
+// back here as JSON), the TensorBoard profile gzipped and as an XSpace (the same intervals) where its
+// plugin looks, and the workers' summary, which names a worker made slow (by a sleep in its callbacks) as
+// the one the others waited for.
 #include <zlib.h>
 
 #include <chrono>
@@ -9,6 +10,9 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
+
+#include <dtrain/data/tfrecord.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +45,79 @@ std::vector<json> events_of(const json& trace, const std::string& category, cons
   for (const json& e : trace.at("traceEvents"))
     if (e.value("ph", "") == "X" && e.value("cat", "") == category && (name.empty() || e.value("name", "") == name))
       out.push_back(e);
+  return out;
+}
+/// The events of an XSpace's planes as Chrome trace "X" events (name, cat, tid, ts and dur in
+/// microseconds from the plane's line times), read with the TFRecord reader's protobuf wire reader.
+json xspace_events(std::string_view bytes, std::string& host) {
+  using reader = data::detail::proto_reader;
+  json out = json::array();
+  reader space{bytes, "not an XSpace"};
+  while (!space.done()) {
+    const std::uint64_t key = space.varint();
+    if (key == (4 << 3 | 2)) host = std::string(space.bytes());
+    if (key != (1 << 3 | 2)) {
+      if (key != (4 << 3 | 2)) space.skip(key & 7);
+      continue;
+    }
+    reader plane = space.inner();
+    std::map<std::uint64_t, std::string> names, stats;
+    std::vector<std::string_view> lines;
+    while (!plane.done()) {
+      const std::uint64_t k = plane.varint();
+      if (k == (3 << 3 | 2)) lines.push_back(plane.bytes());
+      else if (k == (4 << 3 | 2) || k == (5 << 3 | 2)) {  // map entries: key (1), value (2: id 1, name 2)
+        reader entry = plane.inner();
+        std::uint64_t id = 0;
+        std::string name;
+        while (!entry.done()) {
+          const std::uint64_t e = entry.varint();
+          if (e == (1 << 3)) id = entry.varint();
+          else if (e == (2 << 3 | 2)) {
+            reader value = entry.inner();
+            while (!value.done()) {
+              const std::uint64_t v = value.varint();
+              if (v == (2 << 3 | 2)) name = std::string(value.bytes());
+              else value.skip(v & 7);
+            }
+          } else entry.skip(e & 7);
+        }
+        (k == (4 << 3 | 2) ? names : stats)[id] = name;
+      } else plane.skip(k & 7);
+    }
+    for (std::string_view l : lines) {
+      reader line{l, "not an XLine"};
+      std::uint64_t tid = 0;
+      std::vector<json> events;
+      while (!line.done()) {
+        const std::uint64_t k = line.varint();
+        if (k == (1 << 3)) tid = line.varint();
+        else if (k == (4 << 3 | 2)) {
+          reader event = line.inner();
+          json e = {{"ph", "X"}};
+          while (!event.done()) {
+            const std::uint64_t f = event.varint();
+            if (f == (1 << 3)) e["name"] = names.at(event.varint());
+            else if (f == (2 << 3)) e["ts"] = double(event.varint()) / 1e6;
+            else if (f == (3 << 3)) e["dur"] = double(event.varint()) / 1e6;
+            else if (f == (4 << 3 | 2)) {
+              reader stat = event.inner();
+              std::string name;
+              while (!stat.done()) {
+                const std::uint64_t g = stat.varint();
+                if (g == (1 << 3)) name = stats.at(stat.varint());
+                else if (g == (5 << 3 | 2)) e[name == "category" ? "cat" : name] = std::string(stat.bytes());
+                else if (g == (4 << 3)) e["args"][name] = stat.varint();
+                else stat.skip(g & 7);
+              }
+            } else event.skip(f & 7);
+          }
+          events.push_back(std::move(e));
+        } else line.skip(k & 7);
+      }
+      for (json& e : events) e["tid"] = tid, out.push_back(std::move(e));
+    }
+  }
   return out;
 }
 bool inside(const json& e, const json& outer) {
@@ -97,7 +174,7 @@ BOOST_AUTO_TEST_CASE(a_short_fit_ends_the_trace_and_nothing_is_recorded_outside_
   BOOST_TEST(trace::stop().events.empty());
 }
 
-BOOST_AUTO_TEST_CASE(tensorboard_writes_the_profile_gzipped_where_its_plugin_looks) {
+BOOST_AUTO_TEST_CASE(tensorboard_writes_the_profile_gzipped_and_as_an_xspace_where_its_plugin_looks) {
   dtrain_test::temp_dir dir;
   net m(3);
   compile(m);
@@ -112,7 +189,33 @@ BOOST_AUTO_TEST_CASE(tensorboard_writes_the_profile_gzipped_where_its_plugin_loo
   char buf[4096];
   for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, std::size_t(n));
   gzclose(f);
-  BOOST_TEST(events_of(json::parse(text), "step", "train_step").size() == 1u);
+  const json trace = json::parse(text);
+  BOOST_TEST(events_of(trace, "step", "train_step").size() == 1u);
+  // the XSpace beside it holds the same intervals, to the nanosecond, on the same threads
+  std::ifstream in(found[0].parent_path() / "worker_0.xplane.pb", std::ios::binary);
+  BOOST_REQUIRE(in);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  std::string host;
+  const json x = xspace_events(bytes, host);
+  BOOST_TEST(host == "worker_0");
+  std::vector<json> chrome;
+  for (const json& e : trace.at("traceEvents"))
+    if (e.value("ph", "") == "X") chrome.push_back(e);
+  BOOST_REQUIRE_EQUAL(x.size(), chrome.size());
+  const auto key = [](const json& e) { return std::tuple(e.at("tid").get<int>(), e.at("ts").get<double>(), -e.at("dur").get<double>()); };
+  std::sort(chrome.begin(), chrome.end(), [&](const json& a, const json& b) { return key(a) < key(b); });
+  for (std::size_t i = 0; i < chrome.size(); ++i) {
+    const json& c = chrome[i];
+    const json& e = x[i];
+    BOOST_TEST_CONTEXT(c.dump() << " and " << e.dump()) {
+      BOOST_TEST(e.at("name") == c.at("name"));
+      BOOST_TEST(e.at("cat") == c.at("cat"));
+      BOOST_TEST(e.at("tid") == c.at("tid"));
+      BOOST_TEST(std::abs(e.at("ts").get<double>() - c.at("ts").get<double>()) < 1e-3);
+      BOOST_TEST(std::abs(e.at("dur").get<double>() - c.at("dur").get<double>()) < 1e-3);
+      BOOST_TEST(e.value("args", json::object()).value("bytes", -1) == c.value("args", json::object()).value("bytes", -1));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_ranges_and_a_second_trace_are_errors) {

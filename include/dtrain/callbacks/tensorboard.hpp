@@ -10,7 +10,9 @@
 ///   optimizer's iterations;
 /// - every `histogram_freq` epochs, a histogram of each variable, `<layer>/<kernel|bias>/histogram`;
 /// - with `profile_batch`, a trace of those batches on every worker (callbacks/profiler.hpp), written
-///   gzipped where TensorBoard's profile plugin looks: `log_dir/plugins/profile/<date_time>/worker_<i>.trace.json.gz`.
+///   where TensorBoard's profile plugin looks, `log_dir/plugins/profile/<date_time>/`: in the Chrome trace
+///   event format, gzipped (`worker_<i>.trace.json.gz`, for Perfetto and chrome://tracing), and as the
+///   XSpace the plugin reads (`worker_<i>.xplane.pb`, its trace viewer's host threads).
 /// Under a strategy only the chief writes: epoch and evaluation logs are the same on every worker, while
 /// `batch_<name>` are the chief's own running values (per-batch logs are not aggregated).
 ///
@@ -32,9 +34,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -101,6 +105,44 @@ inline proto histogram(std::span<const float> v) {
   proto h;
   h.f64(1, lo).f64(2, hi).f64(3, double(v.size())).f64(4, sum).f64(5, squares);
   return h.packed_f64(6, limits).packed_f64(7, counts);
+}
+
+/// A recording as TensorFlow's profiler saves one (an `XSpace`, tsl/profiler/protobuf/xplane.proto), the
+/// `<host>.xplane.pb` TensorBoard's profile plugin (xprof) reads: one plane, "/host:CPU", with a line per
+/// thread (its name; the trace's start as the line's time) and an event per interval (offset and
+/// duration in picoseconds), each distinct name an event metadata, the category and a collective's bytes
+/// as stats. Events go in order of their start on each line, an enclosing one before what it encloses.
+inline std::string xspace(const trace::recording& r, const std::string& host) {
+  enum : std::uint64_t { category_stat = 1, bytes_stat = 2 };
+  std::map<std::string, std::uint64_t> names;  // event metadata ids, from 1
+  std::vector<const trace::event*> order;
+  for (const trace::event& e : r.events) order.push_back(&e), names.emplace(e.name, names.size() + 1);
+  std::sort(order.begin(), order.end(), [](const trace::event* a, const trace::event* b) {
+    return std::tuple(a->thread, a->begin_ns, -a->duration_ns, a) < std::tuple(b->thread, b->begin_ns, -b->duration_ns, b);
+  });
+  proto plane;
+  plane.varint(1, 0).bytes(2, "/host:CPU");
+  auto it = order.begin();
+  for (std::uint32_t t = 0; t < r.threads.size(); ++t) {
+    proto line;
+    line.varint(1, t).varint(10, t).bytes(2, r.threads[t]).bytes(11, r.threads[t]);
+    line.varint(3, std::uint64_t(r.start_unix_ns));
+    for (; it != order.end() && (*it)->thread == t; ++it) {
+      const trace::event& e = **it;
+      proto event, category;
+      category.varint(1, category_stat).bytes(5, e.category);
+      event.varint(1, names.at(e.name)).varint(2, std::uint64_t(e.begin_ns) * 1000).varint(3, std::uint64_t(e.duration_ns) * 1000);
+      event.message(4, category);
+      if (e.bytes >= 0) event.message(4, proto().varint(1, bytes_stat).varint(4, std::uint64_t(e.bytes)));
+      line.message(4, event);
+    }
+    plane.message(3, line);
+  }
+  for (const auto& [name, id] : names)  // map<int64, XEventMetadata>: entries of key (1) and value (2)
+    plane.message(4, proto().varint(1, id).message(2, proto().varint(1, id).bytes(2, name)));
+  for (const auto& [id, name] : {std::pair<std::uint64_t, const char*>{category_stat, "category"}, {bytes_stat, "bytes"}})
+    plane.message(5, proto().varint(1, id).message(2, proto().varint(1, id).bytes(2, name)));
+  return proto().message(1, plane).bytes(4, host).str();
 }
 
 /// One event file: `events.out.tfevents.<time>.<host>.<pid>.v2` in `dir`, records flushed as written.
@@ -241,6 +283,8 @@ class tensorboard : public callback {
     const auto path = o_.log_dir / "plugins" / "profile" / run.text / (detail::trace_file_name(me) + ".gz");
     detail::create_folder_of(path);
     detail::write_file_atomic(path, detail::gzipped(detail::chrome_trace_json(r, me, "worker " + std::to_string(me))));
+    const std::string host = "worker_" + std::to_string(me);
+    detail::write_file_atomic(path.parent_path() / (host + ".xplane.pb"), tensorboard_events::xspace(r, host));
   }
   tensorboard_events::event_file& writer(std::shared_ptr<tensorboard_events::event_file>& w, const char* run) {
     if (!w) w = std::make_shared<tensorboard_events::event_file>(o_.log_dir / run);

@@ -32,10 +32,12 @@ struct event {
   std::int64_t bytes = -1;    // what a collective moved, or -1
 };
 
-/// A finished trace: its events in the order they ended, and each thread's name (index: `event::thread`).
+/// A finished trace: its events in the order they ended, each thread's name (index: `event::thread`),
+/// and when it started (nanoseconds since the Unix epoch, the system clock's).
 struct recording {
   std::vector<event> events;
   std::vector<std::string> threads;
+  std::int64_t start_unix_ns = 0;
 };
 
 namespace detail {
@@ -43,6 +45,8 @@ struct session {
   std::atomic<bool> on{true};
   std::mutex m;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::int64_t start_unix_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<event> events;
   std::vector<std::pair<std::thread::id, std::string>> threads;
 };
@@ -81,7 +85,7 @@ inline recording stop() {
   if (!s) return {};
   std::lock_guard lk(s->m);
   s->on.store(false);
-  recording r{std::exchange(s->events, {}), {}};
+  recording r{std::exchange(s->events, {}), {}, s->start_unix_ns};
   for (auto& [id, name] : std::exchange(s->threads, {})) r.threads.push_back(std::move(name));
   return r;
 }
