@@ -438,6 +438,7 @@ inline std::vector<std::vector<unsigned char>> gif_frames(std::span<const unsign
 
 /// `tf.io.decode_gif(contents)`: every frame, (frames, height, width, 3), on the logical screen, each
 /// drawn over the one before (its transparent pixels keeping what was there; zeros before the first).
+/// As in TF, a frame's disposal method is not applied: the next frame is drawn over it as it is.
 /// `decode_image` takes the first alone, as TF's `expand_animations=False` does.
 inline tensor decode_gif(std::span<const unsigned char> bytes) {
   detail::image_header h;
