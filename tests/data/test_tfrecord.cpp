@@ -222,6 +222,24 @@ BOOST_AUTO_TEST_CASE(sequence_examples_parse_their_context_and_feature_lists) {
              boost::test_tools::per_element());
   BOOST_TEST(e.feature_lists.strings.at("words") == (std::vector<std::string>{"a", "b", "c"}));
   BOOST_TEST((e.feature_lists.tensors.at("absent").shape() == tensor::shape_type{0, 4}));
+  // variable-length lists: each step's values one after another, and how many each step has
+  const std::map<std::string, data::sequence_feature_spec> ragged{
+      {"ragged", data::var_len_feature{}}, {"words", data::var_len_feature{feature_dtype::string}},
+      {"frames", data::fixed_len_sequence_feature{.shape = {2}}}, {"none", data::var_len_feature{}}};
+  const auto v = data::parse_single_sequence_example(record, {}, ragged);
+  const tensor& r = v.feature_lists.tensors.at("ragged");
+  BOOST_TEST(std::vector<float>(r.begin(), r.end()) == (std::vector<float>{1, 1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(v.lengths.at("ragged") == (std::vector<std::size_t>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(v.feature_lists.strings.at("words") == (std::vector<std::string>{"a", "b", "c"}));
+  BOOST_TEST(v.lengths.at("words") == (std::vector<std::size_t>{1, 1, 1}), boost::test_tools::per_element());
+  BOOST_TEST((v.feature_lists.tensors.at("frames").shape() == tensor::shape_type{3, 2}));
+  BOOST_TEST(!v.lengths.contains("frames"));
+  BOOST_TEST(v.feature_lists.tensors.at("none").size() == 0u);  // a missing list: no steps, as in TF
+  BOOST_TEST(v.lengths.at("none").empty());
+  BOOST_TEST(contains(error_of([&] {
+                        data::parse_single_sequence_example(record, {}, {{"tokens", data::var_len_feature{}}});
+                      }),
+                      "feature 'tokens' step '0' is an int64_list, not a float_list"));
   auto error = [&](const std::map<std::string, data::fixed_len_sequence_feature>& s) {
     return error_of([&] { data::parse_single_sequence_example(record, {}, s); });
   };

@@ -14,8 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       {"y", fixed_len_feature{.dtype = feature_dtype::int64, .default_value = std::vector<float>{0.0f}}},
       {"s", fixed_len_feature{.shape = {1}, .dtype = feature_dtype::string}},
       {"v", var_len_feature{feature_dtype::int64}}};
-  static const std::map<std::string, dtrain::data::fixed_len_sequence_feature> lists{
-      {"f", {.shape = {2}}}, {"t", {.dtype = feature_dtype::int64, .allow_missing = true}}};
+  static const std::map<std::string, dtrain::data::sequence_feature_spec> lists{
+      {"f", dtrain::data::fixed_len_sequence_feature{.shape = {2}}},
+      {"t", dtrain::data::fixed_len_sequence_feature{.dtype = feature_dtype::int64, .allow_missing = true}},
+      {"r", var_len_feature{}}};
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   dtrain_fuzz::expect_only_dtrain_errors([&] {
     const auto e = dtrain::data::parse_single_example(bytes, spec);
@@ -27,6 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto e = dtrain::data::parse_single_sequence_example(bytes, {{"v", var_len_feature{}}}, lists);
     const auto& f = e.feature_lists.tensors.at("f");
     if (f.dimension() != 2 || f.shape()[1] != 2 || e.feature_lists.tensors.at("t").dimension() != 1) __builtin_trap();
+    std::size_t values = 0;
+    for (std::size_t n : e.lengths.at("r")) values += n;
+    if (values != e.feature_lists.tensors.at("r").size()) __builtin_trap();
   });
   return 0;
 }

@@ -90,6 +90,9 @@ def sequence(i):
                  value=[int(rng.integers(0, 1000))])) for _ in range(steps)]),
              "frames": tf.train.FeatureList(feature=[feature(float_list=tf.train.FloatList(
                  value=rng.normal(0, 5, 2).astype(np.float32))) for _ in range(steps)])}
+    if i % 3:  # variable-length steps (some empty); the others lack the list
+        lists["ragged"] = tf.train.FeatureList(feature=[feature(int64_list=tf.train.Int64List(
+            value=rng.integers(-50, 50, (i + k) % 4))) for k in range(steps)])
     if i % 2:  # the others lack the list (allow_missing)
         lists["words"] = tf.train.FeatureList(feature=[feature(bytes_list=tf.train.BytesList(value=[f"w{k}".encode()]))
                                                        for k in range(steps)])
@@ -100,7 +103,7 @@ def sequence(i):
 context_spec = {"length": tf.io.FixedLenFeature([], tf.int64), "tags": tf.io.VarLenFeature(tf.string),
                 "weights": tf.io.VarLenFeature(tf.float32)}
 list_spec = {"tokens": tf.io.FixedLenSequenceFeature([], tf.int64), "frames": tf.io.FixedLenSequenceFeature([2], tf.float32),
-             "words": tf.io.FixedLenSequenceFeature([], tf.string, allow_missing=True)}
+             "words": tf.io.FixedLenSequenceFeature([], tf.string, allow_missing=True), "ragged": tf.io.VarLenFeature(tf.int64)}
 path = os.path.join(d, "sequences.tfrecord")
 with tf.io.TFRecordWriter(path) as w:
     for i in range(6):
@@ -120,12 +123,22 @@ for i, (a, (ctx, lists)) in enumerate(zip(ours, theirs)):
                     list(a[name + "_shape"]) == list(w_.shape))
         if not same:
             failures.append(f"SequenceExample {i} {name}: dtrain {a.get(name)} where TensorFlow parses {w_.tolist()}")
+    # a variable-length list: TF's SparseTensor, from the values and each step's length dtrain gives
+    lengths, sparse = a["ragged_lengths"], lists["ragged"]
+    indices = [[s, j] for s, n in enumerate(lengths) for j in range(n)]
+    shape = [len(lengths), max(lengths, default=0)]
+    if (a["ragged"] != sparse.values.numpy().astype(np.float32).tolist() or indices != sparse.indices.numpy().tolist()
+            or shape != sparse.dense_shape.numpy().tolist()):
+        failures.append(f"SequenceExample {i} ragged: dtrain {a['ragged']} in steps of {lengths} where TensorFlow "
+                        f"parses {sparse}")
 if len(ours) != len(theirs):
     failures.append(f"SequenceExamples: dtrain read {len(ours)}, TensorFlow {len(theirs)}")
-print(f"{len(ours)} SequenceExamples (VarLenFeature, FixedLenSequenceFeature) as TensorFlow parses them")
+print(f"{len(ours)} SequenceExamples (VarLenFeature in the context and the lists, FixedLenSequenceFeature) as "
+      "TensorFlow parses them")
 # and the other way: SequenceExamples dtrain serializes, parsed by TensorFlow
 given = [{"length": 3 + i, "tags": [f"g{k}" for k in range(i)], "tokens": [int(v) for v in rng.integers(0, 99, 3 + i)],
-          "frames": rng.normal(0, 1, (3 + i, 2)).astype(np.float32).tolist()} for i in range(3)]
+          "frames": rng.normal(0, 1, (3 + i, 2)).astype(np.float32).tolist(),
+          "ragged": [[int(v) for v in rng.integers(0, 9, k % 3)] for k in range(i + 1)]} for i in range(3)]
 src, path = os.path.join(d, "given-sequences.json"), os.path.join(d, "dtrain-sequences.tfrecord")
 json.dump(given, open(src, "w"))
 subprocess.run([program, "write-sequences", src, path], check=True)
@@ -134,7 +147,9 @@ for i, (g, (ctx, lists)) in enumerate(zip(given, theirs)):
     same = (int(ctx["length"].numpy()) == g["length"] and [b.decode() for b in ctx["tags"].values.numpy()] == g["tags"]
             and lists["tokens"].numpy().tolist() == g["tokens"]
             and np.array_equal(lists["frames"].numpy(), np.asarray(g["frames"], dtype=np.float32))
-            and lists["words"].numpy().shape == (0,))
+            and lists["words"].numpy().shape == (0,)
+            and tf.sparse.to_dense(lists["ragged"]).numpy().tolist()
+            == [r + [0] * (max(map(len, g["ragged"])) - len(r)) for r in g["ragged"]])
     if not same:
         failures.append(f"dtrain-written SequenceExample {i}: TensorFlow parses {ctx}, {lists}; dtrain was given {g}")
 if len(theirs) != len(given):

@@ -39,10 +39,11 @@ int main(int argc, char** argv) try {
         {"length", data::fixed_len_feature{.dtype = feature_dtype::int64}},
         {"tags", data::var_len_feature{feature_dtype::string}},
         {"weights", data::var_len_feature{feature_dtype::float32}}};
-    const std::map<std::string, data::fixed_len_sequence_feature> lists{
-        {"tokens", {.dtype = feature_dtype::int64}},
-        {"frames", {.shape = {2}}},
-        {"words", {.dtype = feature_dtype::string, .allow_missing = true}}};
+    const std::map<std::string, data::sequence_feature_spec> lists{
+        {"tokens", data::fixed_len_sequence_feature{.dtype = feature_dtype::int64}},
+        {"frames", data::fixed_len_sequence_feature{.shape = {2}}},
+        {"words", data::fixed_len_sequence_feature{.dtype = feature_dtype::string, .allow_missing = true}},
+        {"ragged", data::var_len_feature{feature_dtype::int64}}};
     json out = json::array();
     auto it = data::tfrecord_dataset({argv[3]}).iterate(0);
     while (const auto record = it.next()) {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) try {
         }
         for (const auto& [name, v] : part->strings) r[name] = v;
       }
+      for (const auto& [name, n] : e.lengths) r[name + "_lengths"] = n;
       out.push_back(r);
     }
     std::ofstream(argv[2]) << out.dump();
@@ -66,6 +68,7 @@ int main(int argc, char** argv) try {
       std::map<std::string, std::vector<data::feature>> lists;
       for (auto v : e.at("tokens").get<std::vector<std::int64_t>>()) lists["tokens"].push_back(std::vector<std::int64_t>{v});
       for (const auto& f : e.at("frames")) lists["frames"].push_back(f.get<std::vector<float>>());
+      for (const auto& f : e.at("ragged")) lists["ragged"].push_back(f.get<std::vector<std::int64_t>>());
       w.write(data::serialize_sequence_example(
           {{"length", std::vector<std::int64_t>{e.at("length").get<std::int64_t>()}},
            {"tags", e.at("tags").get<std::vector<std::string>>()}},

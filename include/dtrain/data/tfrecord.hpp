@@ -11,7 +11,8 @@
 ///   `var_len_feature`s (`tf.io.VarLenFeature(dtype)`: however many values there are, 1-D).
 /// - `parse_single_sequence_example(record, context_features, sequence_features)`:
 ///   `tf.io.parse_single_sequence_example` of a `tf.train.SequenceExample`, its feature lists with
-///   `fixed_len_sequence_feature`s (`tf.io.FixedLenSequenceFeature`) as (steps, shape...) tensors.
+///   `fixed_len_sequence_feature`s (`tf.io.FixedLenSequenceFeature`) as (steps, shape...) tensors and
+///   `var_len_feature`s as their steps' values with each step's length (TF's SparseTensor).
 /// - `tfrecord_writer(path, compression_type)`: `tf.io.TFRecordWriter`, records framed as TensorFlow
 ///   frames them, the file put in place whole by `close()`; `serialize_example(features)`:
 ///   `tf.train.Example(...).SerializeToString()` of float, int64 and bytes lists;
@@ -26,6 +27,7 @@
 
 #include <zlib.h>
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -234,6 +236,10 @@ struct fixed_len_sequence_feature {
   feature_dtype dtype = feature_dtype::float32;
   bool allow_missing = false;
 };
+
+/// A feature list of a SequenceExample to parse: each step of fixed length, or of however many values it
+/// has (`tf.io.VarLenFeature` among TF's sequence_features).
+using sequence_feature_spec = std::variant<fixed_len_sequence_feature, var_len_feature>;
 
 /// What `parse_single_example` returns: the numeric features as tensors, the string ones as bytes.
 struct parsed_example {
@@ -448,10 +454,13 @@ inline parsed_example parse_single_example(std::string_view serialized, const st
 }
 
 /// What `parse_single_sequence_example` returns: the context's features and the feature lists, each list
-/// a tensor (steps, shape...) or its steps' strings one after another.
+/// a tensor (steps, shape...) or its steps' strings one after another. A variable-length list is its
+/// steps' values one after another (1-D), and `lengths` says how many each step has: TF's SparseTensor,
+/// whose values of step s sit at indices (s, 0..lengths[s]-1), dense_shape (steps, the longest).
 struct parsed_sequence_example {
   parsed_example context;
   parsed_example feature_lists;
+  std::map<std::string, std::vector<std::size_t>> lengths;
 };
 
 /// `tf.io.parse_single_sequence_example(serialized, context_features, sequence_features)` on a
@@ -459,7 +468,7 @@ struct parsed_sequence_example {
 /// FeatureLists { map<string, FeatureList> feature_list = 1 }, FeatureList { repeated Feature feature = 1 }.
 inline parsed_sequence_example parse_single_sequence_example(
     std::string_view serialized, const std::map<std::string, feature_spec>& context_features,
-    const std::map<std::string, fixed_len_sequence_feature>& sequence_features) {
+    const std::map<std::string, sequence_feature_spec>& sequence_features) {
   constexpr const char* what = "parse_single_sequence_example";
   using lists = std::map<std::string, std::vector<detail::feature_values>>;
   std::map<std::string, detail::feature_values> context;
@@ -484,29 +493,51 @@ inline parsed_sequence_example parse_single_sequence_example(
       r.skip(key & 7);
     }
   }
-  parsed_sequence_example out{detail::take_features(context, context_features, what), {}};
-  for (const auto& [name, spec] : sequence_features) {
+  parsed_sequence_example out{detail::take_features(context, context_features, what), {}, {}};
+  for (const auto& [name, any] : sequence_features) {
     const auto it = found.find(name);
-    if (it == found.end() && !spec.allow_missing)
-      throw value_error(std::string(what) + ": feature list '" + name + "' is missing (allow_missing is off)");
-    const std::size_t steps = it == found.end() ? 0 : it->second.size(), n = detail::count_of(spec.shape);
-    detail::feature_values all{detail::kind_of(spec.dtype), {}, {}};
-    for (std::size_t t = 0; t < steps; ++t) {
-      parsed_example one;  // each step checked alone, so the error names it
-      detail::take_values(one, name + "' step '" + std::to_string(t), it->second[t], spec.dtype, spec.shape, n, what);
-      if (spec.dtype == feature_dtype::string) {
+    const std::size_t steps = it == found.end() ? 0 : it->second.size();
+    const auto* var = std::get_if<var_len_feature>(&any);
+    const feature_dtype dtype = var ? var->dtype : std::get<fixed_len_sequence_feature>(any).dtype;
+    detail::feature_values all{detail::kind_of(dtype), {}, {}};
+    // each step checked alone, so that an error names it; returns how many values it has
+    auto append = [&](std::size_t t, const extents& shape, std::optional<std::size_t> n) {
+      parsed_example one;
+      detail::take_values(one, name + "' step '" + std::to_string(t), it->second[t], dtype, shape, n, what);
+      if (dtype == feature_dtype::string) {
         auto& v = one.strings.begin()->second;
         all.strings.insert(all.strings.end(), v.begin(), v.end());
-      } else {
-        const tensor& v = one.tensors.begin()->second;
-        all.numbers.insert(all.numbers.end(), v.data(), v.data() + v.size());
+        return v.size();
       }
+      const tensor& v = one.tensors.begin()->second;
+      all.numbers.insert(all.numbers.end(), v.data(), v.data() + v.size());
+      return v.size();
+    };
+    if (var) {  // (a missing list is no steps, as in TF)
+      auto& lengths = out.lengths[name];
+      for (std::size_t t = 0; t < steps; ++t) lengths.push_back(append(t, {}, std::nullopt));
+      detail::take_values(out.feature_lists, name, all, dtype, {}, std::nullopt, what);
+      continue;
     }
+    const auto& spec = std::get<fixed_len_sequence_feature>(any);
+    if (it == found.end() && !spec.allow_missing)
+      throw value_error(std::string(what) + ": feature list '" + name + "' is missing (allow_missing is off)");
+    const std::size_t n = detail::count_of(spec.shape);
+    for (std::size_t t = 0; t < steps; ++t) append(t, spec.shape, n);
     extents shape{steps};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
     detail::take_values(out.feature_lists, name, all, spec.dtype, shape, steps * n, what);
   }
   return out;
+}
+/// (every list of fixed length; a template so that `{}` picks the overload above)
+template <std::same_as<fixed_len_sequence_feature> Fixed>
+parsed_sequence_example parse_single_sequence_example(std::string_view serialized,
+                                                      const std::map<std::string, feature_spec>& context_features,
+                                                      const std::map<std::string, Fixed>& sequence_features) {
+  return parse_single_sequence_example(
+      serialized, context_features,
+      std::map<std::string, sequence_feature_spec>(sequence_features.begin(), sequence_features.end()));
 }
 
 /// `tf.io.TFRecordWriter(path, options)` with compression_type "", "GZIP" or "ZLIB": each record is its
