@@ -293,6 +293,53 @@ BOOST_AUTO_TEST_CASE(bmp_decodes_8_24_and_32_bit_files) {
   BOOST_TEST(contains(error_of([&] { data::decode_bmp(huge); }), "over the cap"));
 }
 
+BOOST_AUTO_TEST_CASE(bmp_decodes_1_4_and_16_bit_and_run_length_encoded_files) {
+  // the palette of 3 (blue, green, red, 0): index 0 is RGB (3, 2, 1), 1 is (60, 50, 40), 2 is (220, 210, 200)
+  const bytes palette{1, 2, 3, 0, 40, 50, 60, 0, 200, 210, 220, 0};
+  auto colours = [](std::initializer_list<int> indices) {
+    const float rgb[3][3] = {{3, 2, 1}, {60, 50, 40}, {220, 210, 200}};
+    std::vector<float> out;
+    for (int i : indices) out.insert(out.end(), rgb[i], rgb[i] + 3);
+    return out;
+  };
+  // a file whose pixels are `stream` (run-length encoded) rather than rows
+  auto encoded = [&](std::size_t w, std::int32_t h, unsigned bpp, std::uint32_t compression, const bytes& stream) {
+    bytes b = bmp_of(w, h, bpp, compression, palette, [](std::size_t, unsigned char*) {});
+    b.resize(14 + 40 + palette.size());
+    b.insert(b.end(), stream.begin(), stream.end());
+    return b;
+  };
+  // RLE8, bottom row first: a run of 3 and one of 1, end of line; a delta 1 right, a literal of 3 (padded
+  // to 16 bits), end of line; a run of 2, end of bitmap (the rest index 0)
+  const bytes rle8 = encoded(4, 3, 8, 1, {3, 1, 1, 2, 0, 0, 0, 2, 1, 0, 0, 3, 2, 1, 2, 0, 0, 0, 2, 2, 0, 1});
+  BOOST_TEST(values(data::decode_bmp(rle8)) == colours({2, 2, 0, 0, 0, 2, 1, 2, 1, 1, 1, 2}), boost::test_tools::per_element());
+  // RLE4: a literal of 3 indices (two bytes, the last nibble unused) and a run alternating 1 and 1; a run
+  // alternating 1 and 2 over the row
+  const bytes rle4 = encoded(5, 2, 4, 2, {0, 3, 0x21, 0x00, 2, 0x11, 0, 0, 5, 0x12, 0, 1});
+  BOOST_TEST(values(data::decode_bmp(rle4)) == colours({1, 2, 1, 2, 1, 2, 1, 0, 1, 1}), boost::test_tools::per_element());
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(bytes(rle8.begin(), rle8.end() - 6)); }),
+                      "before an end-of-bitmap mark (truncated)"));
+  BOOST_TEST(contains(error_of([&] { data::decode_bmp(encoded(4, -3, 8, 1, {0, 1})); }), "cannot be top-down"));
+  // 4 and 1 bits a pixel, the first pixel in the high bits
+  const bytes b4 = bmp_of(3, 1, 4, 0, palette, [](std::size_t, unsigned char* out) { out[0] = 0x12, out[1] = 0x00; });
+  BOOST_TEST(values(data::decode_bmp(b4)) == colours({1, 2, 0}), boost::test_tools::per_element());
+  const bytes b1 = bmp_of(10, 1, 1, 0, palette, [](std::size_t, unsigned char* out) { out[0] = 0b10110000, out[1] = 0b01000000; });
+  BOOST_TEST(values(data::decode_bmp(b1)) == colours({1, 0, 1, 1, 0, 0, 0, 0, 0, 1}), boost::test_tools::per_element());
+  // 16 bits: 5-5-5 without masks, 5-6-5 by bit masks; a channel of n bits scaled by 255 / (2^n - 1), truncated
+  const bytes b555 = bmp_of(2, 1, 16, 0, {}, [](std::size_t, unsigned char* out) {
+    const unsigned v[2] = {0x7fff, 1 << 10 | 2 << 5 | 3};  // white; red 1, green 2, blue 3 of 31
+    for (int i = 0; i < 2; ++i) out[2 * i] = static_cast<unsigned char>(v[i]), out[2 * i + 1] = static_cast<unsigned char>(v[i] >> 8);
+  });
+  BOOST_TEST((values(data::decode_bmp(b555)) == std::vector<float>{255, 255, 255, 8, 16, 24}), boost::test_tools::per_element());
+  bytes masks(12, 0);
+  put32(masks, 0, 0xf800), put32(masks, 4, 0x07e0), put32(masks, 8, 0x001f);
+  const bytes b565 = bmp_of(2, 1, 16, 3, masks, [](std::size_t, unsigned char* out) {
+    const unsigned v[2] = {0xffe0, 3 << 11 | 5 << 5 | 7};  // yellow; red 3 of 31, green 5 of 63, blue 7 of 31
+    for (int i = 0; i < 2; ++i) out[2 * i] = static_cast<unsigned char>(v[i]), out[2 * i + 1] = static_cast<unsigned char>(v[i] >> 8);
+  });
+  BOOST_TEST((values(data::decode_bmp(b565)) == std::vector<float>{255, 255, 0, 24, 20, 57}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(gif_decodes_its_frames_on_the_screen) {
   // a 6 x 5 screen; the first frame 4 x 3 at (1, 1), interlaced, colour index (x + y) % 4 with index 2
   // transparent: zeros off the frame and where transparent

@@ -190,7 +190,7 @@ put("example", "sequence", field(1, field(1, field(1, b"v") + field(2, field(3, 
                                                          field(2, field(1, struct.pack("<2f", 3, 4)))]))) +
              field(1, field(1, b"t") + field(2, steps([field(3, field(1, varint(5)))])))))
 
-# bmp: 24 bits bottom-up (rows padded to 4 bytes), 8 bits with a palette top-down, 32 bits with bit masks
+# bmp: 24 bits bottom-up (rows padded to 4 bytes), 8 bits with a palette top-down, 32 bits with bit masks;
 def bmp(w, h, bpp, compression, extra, rows, header=40):
     stride = (w * bpp + 31) // 32 * 4
     data = b"".join(r.ljust(stride, b"\0") for r in rows)
@@ -202,6 +202,12 @@ def bmp(w, h, bpp, compression, extra, rows, header=40):
 put("bmp", "rgb24", bmp(3, 2, 24, 0, b"", [bytes(range(9)), bytes(range(9, 18))]))
 put("bmp", "palette8", bmp(4, -2, 8, 0, bytes([1, 2, 3, 0, 40, 50, 60, 0]), [bytes([0, 1, 1, 0]), bytes([1, 0, 0, 1])]))
 put("bmp", "fields32", bmp(2, 1, 32, 3, struct.pack("<4I", 0xff, 0xff00, 0xff0000, 0xff000000), [bytes(range(8))], 40))
+# 1 and 16 bits, and run-length encoded 8 and 4 bits (runs, a delta, a padded literal, end of line and of bitmap)
+three = bytes([1, 2, 3, 0, 40, 50, 60, 0, 200, 210, 220, 0])
+put("bmp", "mono1", bmp(10, 1, 1, 0, three[:8], [bytes([0b10110000, 0b01000000])]))
+put("bmp", "rgb555", bmp(2, 1, 16, 0, b"", [struct.pack("<2H", 0x7fff, 0x443)]))
+put("bmp", "rle8", bmp(4, 3, 8, 1, three, [bytes([3, 1, 1, 2, 0, 0, 0, 2, 1, 0, 0, 3, 2, 1, 2, 0, 0, 0, 2, 2, 0, 1])]))
+put("bmp", "rle4", bmp(5, 2, 4, 2, three, [bytes([0, 3, 0x21, 0, 2, 0x11, 0, 0, 5, 0x12, 0, 1])]))
 
 
 # gif: written without compression (a clear code before the table would grow), first frame interlaced

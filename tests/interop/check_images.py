@@ -1,8 +1,10 @@
 """dtrain's PNG, JPEG, BMP and GIF decoders and bilinear resize against Pillow's decoders and Keras 3's
 keras.ops.image.resize (JAX backend, antialias off: TF's half-pixel bilinear), on images Pillow writes:
 PNG in every mode (gray, gray + alpha, RGB, RGBA, a palette with transparency, 16-bit gray), JPEG
-(baseline 4:2:0, progressive, gray), BMP (24 bits, 8 with a colour or gray palette, 32 with bit masks),
-GIF (a palette, interlaced), each decoded to its own channels and converted.
+(baseline 4:2:0, progressive, gray), BMP (24 bits, 8 with a colour or gray palette, 32 with bit masks, 1
+bit), GIF (a palette, interlaced), and on BMPs put together here, of the kinds Pillow reads but does not
+write (4 bits, run-length encoded 4 and 8 bits with every escape, 16 bits plain and with 5-6-5 bit masks),
+each decoded to its own channels and converted.
 usage: check_images.py <interop_images program>"""
 import json
 import os
@@ -49,6 +51,64 @@ files["gray.bmp"] = Image.fromarray(noise(6, 6, 1)[:, :, 0], "L")  # 8 bits, a g
 files["rgba.bmp"] = Image.fromarray(noise(5, 7, 4), "RGBA")  # 32 bits with bit masks
 files["palette.gif"] = Image.fromarray(noise(11, 9, 3), "RGB").quantize(64)
 files["interlaced.gif"] = Image.fromarray(noise(13, 6, 3), "RGB").quantize(16)
+files["mono.bmp"] = Image.fromarray(noise(7, 10, 1)[:, :, 0] > 127).convert("1")  # 1 bit
+
+
+def bmp(name, width, height, bpp, compression, pixels, palette=b"", masks=b""):
+    """Writes a BMP of a 40-byte header, bit masks or a palette (BGRX), and `pixels` as stored."""
+    import struct
+    offset = 14 + 40 + len(masks) + len(palette)
+    head = struct.pack("<IiiHHIIiiII", 40, width, height, 1, bpp, compression, len(pixels), 2835, 2835,
+                       len(palette) // 4, 0)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + head + masks + palette + pixels)
+
+
+def rows_padded(rows):
+    return b"".join(r + b"\0" * (-len(r) % 4) for r in rows)
+
+
+def runs(indices, four):
+    """RLE8 (or RLE4) of rows of colour indices, bottom row first: runs where an index repeats, odd and
+    even literal runs, a delta over the start of one row, an end of line after each row, an end of bitmap."""
+    out = bytearray()
+    for r, row in enumerate(indices[::-1]):
+        i = 0
+        if r == 1:
+            out += bytes([0, 2, 2, 0])  # delta: 2 right (left as index 0)
+            i = 2
+        while i < len(row):
+            n = 1
+            while i + n < len(row) and row[i + n] == row[i] and n < 255:
+                n += 1
+            if n >= 2 or len(row) - i < 3:  # a run of one index
+                out += bytes([n, row[i] * 17 if four else row[i]])
+                i += n
+                continue
+            n = min(len(row) - i, 3 + r % 3)  # a literal run, padded to 16 bits
+            lit = bytes(row[i:i + n])
+            if four:
+                lit = bytes((lit[k] << 4) | (lit[k + 1] if k + 1 < n else 0) for k in range(0, n, 2))
+            out += bytes([0, n]) + lit + b"\0" * (len(lit) % 2)
+            i += n
+        out += bytes([0, 0])
+    return bytes(out + bytes([0, 1]))
+
+
+def some_indices(h, w, colours):  # runs and changes
+    return [[int(v) for v in np.repeat(rng.integers(0, colours, w), rng.integers(1, 4, w))[:w]] for _ in range(h)]
+
+
+pal16, pal256 = noise(1, 16, 4).tobytes(), noise(1, 256, 4).tobytes()
+four_bits = some_indices(5, 7, 16)
+bmp("four.bmp", 7, 5, 4, 0, rows_padded([bytes((r[k] << 4) | (r[k + 1] if k + 1 < 7 else 0) for k in range(0, 7, 2))
+                                         for r in four_bits[::-1]]), pal16)
+bmp("rle8.bmp", 13, 6, 8, 1, runs(some_indices(6, 13, 200), False), pal256)
+bmp("rle4.bmp", 11, 5, 4, 2, runs(some_indices(5, 11, 16), True), pal16)
+words = rng.integers(0, 1 << 16, (4, 5), dtype=np.uint16)
+bmp("rgb555.bmp", 5, 4, 16, 0, rows_padded([w.astype("<u2").tobytes() for w in words]))
+bmp("rgb565.bmp", 5, -4, 16, 3, rows_padded([w.astype("<u2").tobytes() for w in words]),
+    masks=np.array([0xF800, 0x7E0, 0x1F], "<u4").tobytes())  # top-down
 for name, im in files.items():
     path = os.path.join(d, name)
     if name == "palette.png":
@@ -89,7 +149,9 @@ cases = [("rgb.png", 0, None, 0), ("rgba.png", 0, None, 0), ("gray.png", 0, None
          ("rgb.png", 0, [20, 31], 1e-3), ("rgb.png", 0, [5, 6], 1e-3), ("baseline.jpg", 0, [11, 40], 1e-3),
          ("rgb.bmp", 0, None, 0), ("rgb.bmp", 1, None, 0), ("rgb.bmp", 4, None, 0), ("palette.bmp", 0, None, 0),
          ("gray.bmp", 0, None, 0), ("rgba.bmp", 0, None, 0), ("rgba.bmp", 3, None, 0), ("palette.gif", 0, None, 0),
-         ("palette.gif", 1, None, 0), ("interlaced.gif", 0, None, 0), ("interlaced.gif", 4, None, 0)]
+         ("palette.gif", 1, None, 0), ("interlaced.gif", 0, None, 0), ("interlaced.gif", 4, None, 0),
+         ("mono.bmp", 0, None, 0), ("four.bmp", 0, None, 0), ("rle8.bmp", 0, None, 0), ("rle8.bmp", 1, None, 0),
+         ("rle4.bmp", 0, None, 0), ("rgb555.bmp", 0, None, 0), ("rgb565.bmp", 0, None, 0), ("rgb565.bmp", 4, None, 0)]
 # (file, size, aspect): resizes that keep the aspect ratio, cropping or padding first (both axes, odd margins)
 aspects = [("rgb.png", [20, 31], "crop"), ("rgb.png", [31, 9], "crop"), ("baseline.jpg", [11, 40], "crop"),
            ("rgb.png", [20, 31], "pad"), ("rgb.png", [31, 9], "pad"), ("baseline.jpg", [30, 7], "pad"),

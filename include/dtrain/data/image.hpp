@@ -219,14 +219,56 @@ inline tensor rgb_image(const image_header& h, const unsigned char* pixels, int 
 // ---- BMP, read here: the header's fields are few and fixed, and no Debian library decodes BMP alone. ----
 inline std::uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | std::uint32_t(p[3]) << 24; }
 inline std::uint16_t le16(const unsigned char* p) { return std::uint16_t(p[0] | p[1] << 8); }
-/// A BMP's channel from a 32-bit pixel by its bit mask, scaled to 8 bits.
+/// A BMP's channel from a 16- or 32-bit pixel by its bit mask, scaled to 8 bits.
 inline unsigned char masked_channel(std::uint32_t pixel, std::uint32_t mask) {
   if (mask == 0) return 255;
   int shift = 0, bits = 0;
   while (!(mask >> shift & 1)) ++shift;
   while (shift + bits < 32 && (mask >> (shift + bits) & 1)) ++bits;
   const std::uint32_t v = (pixel & mask) >> shift, top = (std::uint64_t(1) << bits) - 1;
-  return static_cast<unsigned char>((v * 255 + top / 2) / top);
+  return static_cast<unsigned char>(std::uint64_t(v) * 255 / top);  // (truncated, as Pillow's 5- and 6-bit unpackers)
+}
+
+/// A run-length encoded BMP's colour indices (BI_RLE8, or BI_RLE4 with `four`), one byte a pixel in the
+/// file's row order, as Pillow expands them: runs of one index (two alternating ones for RLE4; not past
+/// the row's end), literal runs padded to 16 bits, end of line, end of bitmap and delta escapes; what no
+/// run reaches is index 0. Data that ends before the pixels and without an end-of-bitmap is an error.
+inline std::vector<unsigned char> bmp_run_lengths(std::span<const unsigned char> bytes, std::size_t at,
+                                                  const image_header& h, bool four) {
+  const std::size_t w = h.width, total = w * h.height;
+  std::vector<unsigned char> out(total, 0);
+  std::size_t pos = 0;
+  auto truncated = [&] {
+    return io_error("decode_bmp: the run-length encoded pixels end at pixel " + std::to_string(pos) + " of " +
+                    std::to_string(total) + ", before an end-of-bitmap mark (truncated)");
+  };
+  while (pos < total) {
+    if (bytes.size() - at < 2) throw truncated();
+    const unsigned count = bytes[at], value = bytes[at + 1];
+    at += 2;
+    if (count > 0) {  // a run of `count` pixels, not past the row's end
+      const std::size_t n = std::min<std::size_t>(count, w - pos % w);
+      for (std::size_t k = 0; k < n; ++k) out[pos + k] = static_cast<unsigned char>(four ? (k % 2 ? value & 15 : value >> 4) : value);
+      pos += n;
+    } else if (value == 0) {  // end of line
+      if (pos % w) pos += w - pos % w;
+    } else if (value == 1) {  // end of bitmap
+      break;
+    } else if (value == 2) {  // delta: right, then up (rows in the file's order)
+      if (bytes.size() - at < 2) throw truncated();
+      pos = std::min(total, pos + bytes[at] + std::size_t(bytes[at + 1]) * w);
+      at += 2;
+    } else {  // `value` literal indices, in bytes padded to 16 bits
+      const std::size_t stored = four ? (value + 1) / 2 : value;
+      if (bytes.size() - at < stored) throw truncated();
+      const std::size_t n = std::min<std::size_t>(value, total - pos);
+      for (std::size_t k = 0; k < n; ++k)
+        out[pos + k] = four ? static_cast<unsigned char>(k % 2 ? bytes[at + k / 2] & 15 : bytes[at + k / 2] >> 4) : bytes[at + k];
+      pos += n;
+      at = std::min(bytes.size(), at + stored + (at + stored) % 2);  // (16-bit alignment in the file, as Pillow's)
+    }
+  }
+  return out;
 }
 
 // ---- GIF (giflib): the first frame, as tf.io.decode_image(expand_animations=False) gives it --------------
@@ -296,10 +338,10 @@ inline tensor decode_jpeg(std::span<const unsigned char> bytes, int channels = 0
   return detail::image_tensor(r.h, pixels.get());
 }
 
-/// `tf.io.decode_bmp(contents, channels=0)`: uncompressed BMPs of 8 bits a pixel (a palette), 24 (RGB)
-/// and 32 (RGBA: the fourth byte, or the alpha of the file's bit masks), bottom-up or top-down, with
-/// any of the Windows headers; channels 0 keeps the file's (3, or 4 for 32 bits), 1, 3 or 4 converts.
-/// Run-length-encoded and 16-bit files are errors that say so.
+/// `tf.io.decode_bmp(contents, channels=0)`: BMPs of 1, 4 and 8 bits a pixel (a palette; 4 and 8 also
+/// run-length encoded), 16 (5-5-5, or the file's bit masks), 24 (RGB) and 32 (RGBA: the fourth byte, or
+/// the alpha of the file's bit masks), bottom-up or top-down, with any of the Windows headers, decoded
+/// as Pillow decodes them; channels 0 keeps the file's (3, or 4 for 32 bits), 1, 3 or 4 converts.
 inline tensor decode_bmp(std::span<const unsigned char> bytes, int channels = 0) {
   detail::check_channels("decode_bmp", channels, {0, 1, 3, 4});
   using detail::le16, detail::le32;
@@ -314,49 +356,70 @@ inline tensor decode_bmp(std::span<const unsigned char> bytes, int channels = 0)
   const std::int64_t height = core ? le16(b + 20) : std::int32_t(le32(b + 22));
   const unsigned bpp = core ? le16(b + 24) : le16(b + 28);
   const std::uint32_t compression = core ? 0 : le32(b + 30);
-  const bool bitfields = compression == 3 && bpp == 32;
-  if (!(compression == 0 && (bpp == 8 || bpp == 24 || bpp == 32)) && !bitfields)
+  const bool rle = (compression == 1 && bpp == 8) || (compression == 2 && bpp == 4);
+  const bool bitfields = compression == 3 && (bpp == 16 || bpp == 32);
+  if (!(compression == 0 && (bpp == 1 || bpp == 4 || bpp == 8 || bpp == 16 || bpp == 24 || bpp == 32)) && !rle &&
+      !bitfields)
     throw io_error("decode_bmp: a BMP of " + std::to_string(bpp) + " bits a pixel with compression " +
-                   std::to_string(compression) + " is not decoded (only uncompressed 8, 24 and 32 bits)");
+                   std::to_string(compression) +
+                   " is not decoded (only 1, 4, 8, 16, 24 and 32 bits, run-length encoded 4 and 8, bit masks for 16 and 32)");
+  if (rle && height < 0) throw io_error("decode_bmp: a run-length encoded BMP cannot be top-down");
   detail::image_header h;
   h.width = width > 0 ? std::size_t(width) : 0;
   h.height = std::size_t(height < 0 ? -height : height);
   h.channels = bpp == 32 ? 4 : 3;
   detail::check_image_size("decode_bmp", h);
-  std::uint32_t masks[4] = {0x00ff0000u, 0x0000ff00u, 0x000000ffu, 0xff000000u};  // R, G, B, A of a plain 32-bit pixel
+  // R, G, B, A of a plain 16- or 32-bit pixel
+  std::uint32_t masks[4] = {0x00ff0000u, 0x0000ff00u, 0x000000ffu, 0xff000000u};
+  if (bpp == 16) masks[0] = 0x7c00u, masks[1] = 0x03e0u, masks[2] = 0x001fu, masks[3] = 0;
   if (bitfields) {  // after a 40-byte header, or inside the larger ones
     if (bytes.size() < 14 + 40 + 12) throw io_error("decode_bmp: the file ends inside its bit masks (truncated)");
     for (int c = 0; c < 3; ++c) masks[c] = le32(b + 54 + 4 * c);
-    masks[3] = header >= 56 ? le32(b + 66) : 0;
+    masks[3] = header >= 56 && bpp == 32 ? le32(b + 66) : 0;
   }
   std::uint32_t palette_size = 0;
   const unsigned char* palette = b + 14 + header;
   const std::size_t entry = core ? 3 : 4;
-  if (bpp == 8) {
-    palette_size = core ? 256 : le32(b + 46);
-    if (palette_size == 0 || palette_size > 256) palette_size = 256;
-    if (bytes.size() - (14 + header) < palette_size * entry) palette_size = std::uint32_t((bytes.size() - 14 - header) / entry);
+  if (bpp <= 8) {
+    const std::uint32_t most = 1u << bpp;
+    palette_size = core ? most : le32(b + 46);
+    if (palette_size == 0 || palette_size > most) palette_size = most;
+    // (the palette ends where the pixels start, or with the file)
+    const std::size_t end = offset > 14 + header ? std::min<std::size_t>(offset, bytes.size()) : bytes.size();
+    palette_size = std::uint32_t(std::min<std::size_t>(palette_size, (end - 14 - header) / entry));
   }
-  const std::size_t stride = (h.width * bpp + 31) / 32 * 4;
-  if (offset > bytes.size() || (bytes.size() - offset) / stride < h.height)
+  if (offset > bytes.size()) throw io_error("decode_bmp: the pixels start past the end of the file (truncated)");
+  // the rows as stored (bottom-up unless the height is negative): a run-length encoded file's colour
+  // indices are expanded first, one byte each
+  std::vector<unsigned char> expanded;
+  const unsigned char* rows = b + offset;
+  std::size_t stride = (h.width * bpp + 31) / 32 * 4;
+  if (rle) {
+    expanded = detail::bmp_run_lengths(bytes, offset, h, bpp == 4);
+    rows = expanded.data(), stride = h.width;
+  } else if ((bytes.size() - offset) / stride < h.height) {
     throw io_error("decode_bmp: the pixels of " + std::to_string(h.width) + " x " + std::to_string(h.height) +
                    " run past the end of the file (truncated)");
+  }
+  const unsigned index_bits = rle ? 8 : bpp;
   const auto pixels = detail::image_buffer(h);
   for (std::size_t y = 0; y < h.height; ++y) {
-    const unsigned char* row = b + offset + stride * (height < 0 ? y : h.height - 1 - y);  // bottom-up unless negative
+    const unsigned char* row = rows + stride * (height < 0 ? y : h.height - 1 - y);
     unsigned char* out = pixels.get() + y * h.width * h.channels;
     for (std::size_t x = 0; x < h.width; ++x, out += h.channels) {
-      if (bpp == 8) {
-        if (row[x] >= palette_size)
-          throw io_error("decode_bmp: colour index " + std::to_string(row[x]) + " is outside the palette of " +
+      if (bpp <= 8) {
+        const unsigned i = index_bits == 8 ? row[x]  // else the first pixel in a byte's high bits
+                                           : row[x * index_bits / 8] >> (8 - index_bits - x * index_bits % 8) & ((1u << index_bits) - 1);
+        if (i >= palette_size)
+          throw io_error("decode_bmp: colour index " + std::to_string(i) + " is outside the palette of " +
                          std::to_string(palette_size));
-        const unsigned char* c = palette + entry * row[x];
+        const unsigned char* c = palette + entry * i;
         out[0] = c[2], out[1] = c[1], out[2] = c[0];
       } else if (bpp == 24) {
         out[0] = row[3 * x + 2], out[1] = row[3 * x + 1], out[2] = row[3 * x];
       } else {
-        const std::uint32_t v = le32(row + 4 * x);
-        for (int c = 0; c < 4; ++c) out[c] = detail::masked_channel(v, masks[c]);
+        const std::uint32_t v = bpp == 16 ? le16(row + 2 * x) : le32(row + 4 * x);
+        for (std::size_t c = 0; c < h.channels; ++c) out[c] = detail::masked_channel(v, masks[c]);
       }
     }
   }
