@@ -1,11 +1,15 @@
-// File sources: .npy/.npz (against numpy when Debian's python3-numpy is there), CSV, list_files and
-// interleave (in TF's order, sharded by file, resumed exactly), with corrupt inputs named in errors.
+// File sources: .npy/.npz (against numpy when Debian's python3-numpy is there) and the zip archives under
+// them, CSV, list_files and interleave (in TF's order, sharded by file, resumed exactly), with corrupt
+// inputs named in errors.
 #include "support/gradcheck.hpp"
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
+
+#include <dtrain/core/zip.hpp>
 
 #include "support/helpers.hpp"
 
@@ -303,6 +307,22 @@ BOOST_AUTO_TEST_CASE(corrupt_numpy_files_are_named) {
     write(t.path / "bomb.npz", deflated);
   }
   BOOST_TEST(contains(err("bomb.npz", npz_), "bytes cannot inflate to the"));
+}
+
+BOOST_AUTO_TEST_CASE(zip_archives_hold_their_entries_and_refuse_what_exceeds_a_cap) {
+  const std::string big(100, 'b');
+  const std::string zip = dtrain::detail::zip_archive({{"a.txt", "alpha"}, {"dir/b.bin", big}, {"é.txt", ""}}, "t.zip");
+  const dtrain::detail::zip_view z(std::span<const char>(zip.data(), zip.size()), "t.zip");
+  BOOST_TEST(z.entries().size() == 3u);
+  BOOST_TEST(z.read(*z.find("a.txt")) == "alpha");
+  BOOST_TEST(z.read(*z.find("é.txt")).empty());
+  BOOST_TEST(z.find("c.txt") == nullptr);
+  BOOST_TEST(z.read(*z.find("dir/b.bin"), 100) == big);
+  BOOST_TEST(contains(error_of([&] { z.read(*z.find("dir/b.bin"), 99); }), "t.zip: entry 'dir/b.bin' claims 100 bytes, over the 99"));
+  const std::string twice = dtrain::detail::zip_archive({{"a", "1"}, {"a", "2"}}, "twice.zip");
+  BOOST_TEST(contains(error_of([&] { dtrain::detail::zip_view(std::span<const char>(twice.data(), twice.size()), "twice.zip"); }),
+                      "twice.zip: the archive holds 'a' twice"));
+  BOOST_TEST(contains(error_of([&] { dtrain::detail::zip_archive({{"", "x"}}, "empty.zip"); }), "non-empty name"));
 }
 
 // ---- CSV -----------------------------------------------------------------------------------------------------

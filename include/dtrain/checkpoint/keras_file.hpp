@@ -24,13 +24,14 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "dtrain/checkpoint/keras_config.hpp"
 #include "dtrain/checkpoint/model_io.hpp"
-#include "dtrain/core/zip.hpp"
 #include "dtrain/core/file_io.hpp"
+#include "dtrain/core/zip.hpp"
 
 namespace dtrain::checkpoint {
 
@@ -166,27 +167,29 @@ void save_keras(const Model& m, const std::filesystem::path& path) {
 template <class Model>
 void load_keras(Model& m, const std::filesystem::path& path) {
   const std::string file = "load_keras: " + path.string();
+  const model_layout l = layout_of(m);
+  // the weights, perhaps an optimizer's state (Adam: 2 slots more) and HDF5's overhead; the config; the zip's
+  const std::uint64_t config_cap = std::uint64_t(64) << 20, weights_cap = std::uint64_t(l.weight_count) * 4 * 8 + config_cap;
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > config_cap + weights_cap + (1 << 20))
+    throw io_error(file + ": " + std::to_string(size) + " bytes, more than a .keras file of this model can hold");
   const std::vector<char> bytes = dtrain::detail::read_file(path);
   const dtrain::detail::zip_view zip(bytes, file);
-  auto entry = [&](const char* name) {
-    const auto* e = zip.find(name);
-    if (!e) throw io_error(file + " has no " + name);
-    return *e;
-  };
-  const model_layout l = layout_of(m);
-  const auto text = zip.read(entry("config.json"), std::uint64_t(64) << 20);
+  const auto* config = zip.find("config.json");
+  if (!config) throw io_error(file + " has no config.json");
+  const auto text = zip.read(*config, config_cap);
   detail::json theirs;
   try {
     theirs = detail::json::parse(text.begin(), text.end());
   } catch (const detail::json::exception& e) {
-    throw io_error("load_keras: " + path.string() + ": config.json is not JSON (" + e.what() + ")");
+    throw io_error(file + ": config.json is not JSON (" + e.what() + ")");
   }
   detail::check_architecture(keras_config(m), theirs, path.string());
-  if (!zip.find("model.weights.h5"))
+  const auto* weights = zip.find("model.weights.h5");
+  if (!weights)
     throw io_error(file + " has no model.weights.h5 (dtrain reads a .keras file's weights in Keras' default HDF5 "
                    "format)");
-  // the weights, perhaps an optimizer's state (Adam: 2 slots more) and HDF5's overhead
-  const auto image = zip.read(entry("model.weights.h5"), std::uint64_t(l.weight_count) * 4 * 8 + (std::uint64_t(64) << 20));
+  const auto image = zip.read(*weights, weights_cap);
   std::vector<float> staged(l.weight_count);
   detail::h5_read(image, weight_views(l, staged), staged, path.string());
   m.set_weights(staged);
