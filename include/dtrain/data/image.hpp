@@ -232,42 +232,50 @@ inline unsigned char masked_channel(std::uint32_t pixel, std::uint32_t mask) {
 /// A run-length encoded BMP's colour indices (BI_RLE8, or BI_RLE4 with `four`), one byte a pixel in the
 /// file's row order, as Pillow expands them: runs of one index (two alternating ones for RLE4; not past
 /// the row's end), literal runs padded to 16 bits, end of line, end of bitmap and delta escapes; what no
-/// run reaches is index 0. Data that ends before the pixels and without an end-of-bitmap is an error.
-inline std::vector<unsigned char> bmp_run_lengths(std::span<const unsigned char> bytes, std::size_t at,
+/// run reaches is index 0. Data that ends before the pixels and without an end-of-bitmap is an error,
+/// found before anything is allocated.
+inline std::vector<unsigned char> bmp_run_lengths(std::span<const unsigned char> bytes, std::size_t start,
                                                   const image_header& h, bool four) {
   const std::size_t w = h.width, total = w * h.height;
-  std::vector<unsigned char> out(total, 0);
-  std::size_t pos = 0;
-  auto truncated = [&] {
-    return io_error("decode_bmp: the run-length encoded pixels end at pixel " + std::to_string(pos) + " of " +
-                    std::to_string(total) + ", before an end-of-bitmap mark (truncated)");
-  };
-  while (pos < total) {
-    if (bytes.size() - at < 2) throw truncated();
-    const unsigned count = bytes[at], value = bytes[at + 1];
-    at += 2;
-    if (count > 0) {  // a run of `count` pixels, not past the row's end
-      const std::size_t n = std::min<std::size_t>(count, w - pos % w);
-      for (std::size_t k = 0; k < n; ++k) out[pos + k] = static_cast<unsigned char>(four ? (k % 2 ? value & 15 : value >> 4) : value);
-      pos += n;
-    } else if (value == 0) {  // end of line
-      if (pos % w) pos += w - pos % w;
-    } else if (value == 1) {  // end of bitmap
-      break;
-    } else if (value == 2) {  // delta: right, then up (rows in the file's order)
+  // walked twice: first to check the stream, so that a truncated one is refused before anything is
+  // allocated, then writing the indices (`out`)
+  auto walk = [&](unsigned char* out) {
+    std::size_t pos = 0, at = start;
+    auto truncated = [&] {
+      return io_error("decode_bmp: the run-length encoded pixels end at pixel " + std::to_string(pos) + " of " +
+                      std::to_string(total) + ", before an end-of-bitmap mark (truncated)");
+    };
+    while (pos < total) {
       if (bytes.size() - at < 2) throw truncated();
-      pos = std::min(total, pos + bytes[at] + std::size_t(bytes[at + 1]) * w);
+      const unsigned count = bytes[at], value = bytes[at + 1];
       at += 2;
-    } else {  // `value` literal indices, in bytes padded to 16 bits
-      const std::size_t stored = four ? (value + 1) / 2 : value;
-      if (bytes.size() - at < stored) throw truncated();
-      const std::size_t n = std::min<std::size_t>(value, total - pos);
-      for (std::size_t k = 0; k < n; ++k)
-        out[pos + k] = four ? static_cast<unsigned char>(k % 2 ? bytes[at + k / 2] & 15 : bytes[at + k / 2] >> 4) : bytes[at + k];
-      pos += n;
-      at = std::min(bytes.size(), at + stored + (at + stored) % 2);  // (16-bit alignment in the file, as Pillow's)
+      if (count > 0) {  // a run of `count` pixels, not past the row's end
+        const std::size_t n = std::min<std::size_t>(count, w - pos % w);
+        for (std::size_t k = 0; out && k < n; ++k)
+          out[pos + k] = static_cast<unsigned char>(four ? (k % 2 ? value & 15 : value >> 4) : value);
+        pos += n;
+      } else if (value == 0) {  // end of line
+        if (pos % w) pos += w - pos % w;
+      } else if (value == 1) {  // end of bitmap
+        break;
+      } else if (value == 2) {  // delta: right, then up (rows in the file's order)
+        if (bytes.size() - at < 2) throw truncated();
+        pos = std::min(total, pos + bytes[at] + std::size_t(bytes[at + 1]) * w);
+        at += 2;
+      } else {  // `value` literal indices, in bytes padded to 16 bits
+        const std::size_t stored = four ? (value + 1) / 2 : value;
+        if (bytes.size() - at < stored) throw truncated();
+        const std::size_t n = std::min<std::size_t>(value, total - pos);
+        for (std::size_t k = 0; out && k < n; ++k)
+          out[pos + k] = four ? static_cast<unsigned char>(k % 2 ? bytes[at + k / 2] & 15 : bytes[at + k / 2] >> 4) : bytes[at + k];
+        pos += n;
+        at = std::min(bytes.size(), at + stored + (at + stored) % 2);  // (16-bit alignment in the file, as Pillow's)
+      }
     }
-  }
+  };
+  walk(nullptr);
+  std::vector<unsigned char> out(total, 0);
+  walk(out.data());
   return out;
 }
 
