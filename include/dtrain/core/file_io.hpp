@@ -51,9 +51,10 @@ inline std::vector<char> read_file(const std::filesystem::path& p) {
 
 /// An unsigned little-endian integer of `n` bytes, as file formats store them (byte by byte, so the
 /// host's byte order is irrelevant), read at `p` or appended to `s`.
-inline std::uint64_t le(const char* p, int n) {
+inline std::uint64_t le(const void* p, int n) {
+  const auto* b = static_cast<const unsigned char*>(p);
   std::uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | b[i];
   return v;
 }
 inline void put_le(std::string& s, std::uint64_t v, int n) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/file_io.hpp"
 #include "dtrain/core/random.hpp"
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/data/batch.hpp"
@@ -217,8 +218,8 @@ inline tensor rgb_image(const image_header& h, const unsigned char* pixels, int 
 }
 
 // ---- BMP, read here: the header's fields are few and fixed, and no Debian library decodes BMP alone. ----
-inline std::uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | std::uint32_t(p[3]) << 24; }
-inline std::uint16_t le16(const unsigned char* p) { return std::uint16_t(p[0] | p[1] << 8); }
+inline std::uint32_t le32(const unsigned char* p) { return std::uint32_t(dtrain::detail::le(p, 4)); }
+inline std::uint16_t le16(const unsigned char* p) { return std::uint16_t(dtrain::detail::le(p, 2)); }
 /// A BMP's channel from a 16- or 32-bit pixel by its bit mask, scaled to 8 bits.
 inline unsigned char masked_channel(std::uint32_t pixel, std::uint32_t mask) {
   if (mask == 0) return 255;

@@ -235,13 +235,13 @@ inline std::map<std::string, tensor> read_npz(const std::filesystem::path& path)
 /// Writes arrays as an uncompressed .npz archive (what numpy.savez writes: entries "<key>.npy" holding
 /// '<f4' arrays), atomically. `numpy.load(path)[key]` reads them back.
 inline void write_npz(const std::filesystem::path& path, const std::map<std::string, tensor>& arrays) {
-  std::vector<std::string> names, images;
+  std::vector<std::string> images;  // (reserved: the entries' views stay valid)
+  images.reserve(arrays.size());
+  std::vector<std::pair<std::string, std::string_view>> entries;
   for (const auto& [key, t] : arrays) {
     if (key.empty()) throw value_error(path.string() + ": an array needs a non-empty name");
-    names.push_back(key + ".npy"), images.push_back(detail::npy_image(t));
+    entries.emplace_back(key + ".npy", images.emplace_back(detail::npy_image(t)));
   }
-  std::vector<std::pair<std::string, std::string_view>> entries;
-  for (std::size_t i = 0; i < names.size(); ++i) entries.emplace_back(names[i], images[i]);
   dtrain::detail::write_file_atomic(path, dtrain::detail::zip_archive(entries, path.string()));
 }
 
