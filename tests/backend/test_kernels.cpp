@@ -113,6 +113,46 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reductions_at_every_depth, B, backends) {
   BOOST_TEST(download(dev, out)[0] == 1000.0f);
 }
 
+// Each activation out of place (y from x, dx from dy, the inputs left as they were) gives the bits it gives
+// in place; relu's against max(x, 0) and its mask, the rest checked by the layers' gradient checks.
+template <activation_kind A, class B>
+void check_activation_out_of_place(const B& dev) {
+  rng r(21);
+  const std::size_t rows = 7, cols = 5, n = rows * cols;
+  const auto x = dtrain_test::random_vector(n, r), dy = dtrain_test::random_vector(n, r);
+  auto xd = upload(dev, x), dyd = upload(dev, dy), y = dev.template allocate<float>(n), dx = dev.template allocate<float>(n);
+  auto in_place = upload(dev, x), d_in_place = upload(dev, dy);
+  dev.template activation_forward<A>(rows, cols, cptr<B>(xd.data()), y.data());
+  dev.template activation_forward<A>(rows, cols, cptr<B>(in_place.data()), in_place.data());
+  dev.template activation_backward<A>(rows, cols, cptr<B>(xd.data()), cptr<B>(y.data()), cptr<B>(dyd.data()), dx.data());
+  dev.template activation_backward<A>(rows, cols, cptr<B>(xd.data()), cptr<B>(y.data()), cptr<B>(d_in_place.data()),
+                                      d_in_place.data());
+  BOOST_TEST(download(dev, xd) == x, tt::per_element());
+  BOOST_TEST(download(dev, dyd) == dy, tt::per_element());
+  const auto out = download(dev, y), grad = download(dev, dx);
+  BOOST_TEST(out == download(dev, in_place), tt::per_element());
+  BOOST_TEST(grad == download(dev, d_in_place), tt::per_element());
+  if constexpr (A == activation_kind::relu)
+    for (std::size_t i = 0; i < n; ++i) {
+      BOOST_TEST(out[i] == std::max(x[i], 0.0f));
+      BOOST_TEST(grad[i] == (x[i] > 0.0f ? dy[i] : 0.0f));
+    }
+  if constexpr (A == activation_kind::linear) {
+    BOOST_TEST(out == x, tt::per_element());
+    BOOST_TEST(grad == dy, tt::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(activations_out_of_place_equal_in_place, B, backends) {
+  const B dev;
+  check_activation_out_of_place<activation_kind::linear>(dev);
+  check_activation_out_of_place<activation_kind::relu>(dev);
+  check_activation_out_of_place<activation_kind::sigmoid>(dev);
+  check_activation_out_of_place<activation_kind::tanh>(dev);
+  check_activation_out_of_place<activation_kind::softmax>(dev);
+  check_activation_out_of_place<activation_kind::gelu>(dev);
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(dropout_mask_depends_on_the_key_and_position_only, B, backends) {
   const B dev;
   const std::size_t n = 4099;  // not a multiple of 4

@@ -28,7 +28,8 @@
 /// - `blas_kernels`: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
 ///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x).
-/// - `activation_kernels`: `activation_forward<A>` / `activation_backward<A>` (in place), `leaky_relu_*`.
+/// - `activation_kernels`: `activation_forward<A>` (y from x) / `activation_backward<A>` (dx from dy),
+///   each also in place (y = x, dx = dy), and `leaky_relu_*`.
 /// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` (the bias and its gradient
 ///   null for a convolution without bias) with the workspace sizes `conv2d_workspace<G>` (forward's,
 ///   which backward reads) and `conv2d_backward_workspace<G>` (backward's scratch);
@@ -281,12 +282,12 @@ concept blas_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.sum(n, cp, p);
 };
 
-/// Elementwise activations (in place) and leaky_relu.
+/// Elementwise activations (out of place or in place) and leaky_relu.
 template <class B>
 concept activation_kernels = backend_memory<B> && requires(const B& b, std::size_t n, float s, pointer_t<B, float> p,
                                                            pointer_t<B, const float> cp) {
-  b.template activation_forward<activation_kind::relu>(n, n, p);
-  b.template activation_backward<activation_kind::relu>(n, n, cp, cp, p);
+  b.template activation_forward<activation_kind::relu>(n, n, cp, p);
+  b.template activation_backward<activation_kind::relu>(n, n, cp, cp, cp, p);
   b.leaky_relu_forward(n, s, cp, p);
   b.leaky_relu_backward(n, s, cp, cp, p);
 };

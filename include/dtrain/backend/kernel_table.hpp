@@ -79,10 +79,10 @@
 
 #define DTRAIN_ACTIVATION_KERNELS(K)                                                                           \
   K((template <activation_kind A>), (<A>), void, activation_forward, (V, std::size_t, rows),                  \
-    (V, std::size_t, cols), (P, float, v, rows * cols))                                                       \
+    (V, std::size_t, cols), (P, const float, x, rows * cols), (P, float, y, rows * cols))                     \
   K((template <activation_kind A>), (<A>), void, activation_backward, (V, std::size_t, rows),                 \
     (V, std::size_t, cols), (P, const float, z, (needs_input(A) ? rows * cols : 0)),                          \
-    (P, const float, y, rows * cols), (P, float, d, rows * cols))                                             \
+    (P, const float, y, rows * cols), (P, const float, dy, rows * cols), (P, float, dx, rows * cols))         \
   K((), (), void, leaky_relu_forward, (V, std::size_t, n), (V, float, slope), (P, const float, x, n),         \
     (P, float, y, n))                                                                                         \
   K((), (), void, leaky_relu_backward, (V, std::size_t, n), (V, float, slope), (P, const float, x, n),        \

@@ -36,13 +36,11 @@ struct activation_layer : no_params {
   static constexpr std::size_t features = In::dims[In::rank - 1];
 
   void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr) {
-    ctx.device.copy(n * In::size, x, y);
-    ctx.device.template activation_forward<A::kind>(n * In::size / features, features, y);
+    ctx.device.template activation_forward<A::kind>(n * In::size / features, features, x, y);
   }
   void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr, ptr) {
     if (!dx) return;
-    ctx.device.template activation_backward<A::kind>(n * In::size / features, features, x, y, dy);
-    ctx.device.copy(n * In::size, dy, dx);
+    ctx.device.template activation_backward<A::kind>(n * In::size / features, features, x, y, dy, dx);
   }
 };
 

@@ -65,13 +65,13 @@ struct dense {
       if constexpr (bias) dev.broadcast_rows(m, Units, p + in * Units, y);
       dev.gemm(transpose::no, transpose::no, m, Units, in, 1.0f, x, in, p, Units, bias ? 1.0f : 0.0f, y, Units);
       if constexpr (needs_input(act)) dev.copy(m * Units, y, ensure(dev, z_, m * Units));
-      dev.template activation_forward<act>(m, Units, y);
+      dev.template activation_forward<act>(m, Units, y, y);
     }
 
     void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t m = n * rows_per_sample;
-      dev.template activation_backward<act>(m, Units, z_.data(), y, dy);  // dy now holds d loss / d z
+      dev.template activation_backward<act>(m, Units, z_.data(), y, dy, dy);  // dy now holds d loss / d z
       dev.gemm(transpose::yes, transpose::no, in, Units, m, 1.0f, x, in, dy, Units, 0.0f, g, Units);
       if constexpr (bias) dev.column_sums(m, Units, dy, g + in * Units);
       if (dx) dev.gemm(transpose::no, transpose::yes, m, in, Units, 1.0f, dy, Units, p, Units, 0.0f, dx, in);

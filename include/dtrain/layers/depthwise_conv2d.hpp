@@ -101,13 +101,13 @@ struct depthwise_conv2d : detail::depthwise_options<Kernel, Activation, Options.
       const std::size_t rows = n * geo::oh * geo::ow;
       dev.template depthwise_conv2d_forward<window>(n, x, p, base::bias ? p + taps : cptr{}, y);
       if constexpr (needs_input(act)) dev.copy(rows * f, y, ensure(dev, z_, rows * f));
-      dev.template activation_forward<act>(rows, f, y);
+      dev.template activation_forward<act>(rows, f, y, y);
     }
 
     void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t rows = n * geo::oh * geo::ow;
-      dev.template activation_backward<act>(rows, f, z_.data(), y, dy);
+      dev.template activation_backward<act>(rows, f, z_.data(), y, dy, dy);
       dev.template depthwise_conv2d_backward<window>(n, x, p, dy, g, dx);
       if constexpr (base::bias) dev.column_sums(rows, f, dy, g + taps);
     }
@@ -168,13 +168,13 @@ struct separable_conv2d : detail::depthwise_options<Kernel, Activation, Options.
       dev.gemm(transpose::no, transpose::no, rows, Filters, mid, 1.0f, t, mid, p + taps, Filters, base::bias ? 1.0f : 0.0f,
                y, Filters);
       if constexpr (needs_input(act)) dev.copy(rows * Filters, y, ensure(dev, z_, rows * Filters));
-      dev.template activation_forward<act>(rows, Filters, y);
+      dev.template activation_forward<act>(rows, Filters, y, y);
     }
 
     void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t rows = n * geo::oh * geo::ow;
-      dev.template activation_backward<act>(rows, Filters, z_.data(), y, dy);
+      dev.template activation_backward<act>(rows, Filters, z_.data(), y, dy, dy);
       dev.gemm(transpose::yes, transpose::no, mid, Filters, rows, 1.0f, t_.data(), mid, dy, Filters, 0.0f, g + taps,
                Filters);
       if constexpr (base::bias) dev.column_sums(rows, Filters, dy, g + taps + pointwise);

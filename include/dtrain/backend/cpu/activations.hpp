@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// The cpu backend's activation kernels, in place on `rows` rows of `cols` values (softmax works along
-/// each row). Backward turns d loss / d output into d loss / d input, given the input `z` (read by gelu
-/// only) and the output `y`; and leaky_relu.
+/// The cpu backend's activation kernels on `rows` rows of `cols` values (softmax works along each row):
+/// forward y from x, backward d loss / d input (dx) from d loss / d output (dy), given the input `z`
+/// (read by gelu only) and the output `y`; each also in place (y = x, dx = dy). And leaky_relu.
 
 #include <algorithm>
 #include <cmath>
@@ -15,52 +15,62 @@
 namespace dtrain::detail {
 
 template <activation_kind A>
-void activation_forward(std::size_t rows, std::size_t cols, float* v) {
+void activation_forward(std::size_t rows, std::size_t cols, const float* x, float* y) {
   const std::size_t e = rows * cols;
-  if constexpr (A == activation_kind::relu) {
-    for (std::size_t i = 0; i < e; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+  if constexpr (A == activation_kind::linear) {
+    if (y != x) std::copy_n(x, e, y);
+  } else if constexpr (A == activation_kind::relu) {
+    for (std::size_t i = 0; i < e; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   } else if constexpr (A == activation_kind::sigmoid) {
-    for (std::size_t i = 0; i < e; ++i) v[i] = 1.0f / (1.0f + std::exp(-v[i]));
+    for (std::size_t i = 0; i < e; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
   } else if constexpr (A == activation_kind::tanh) {
-    for (std::size_t i = 0; i < e; ++i) v[i] = std::tanh(v[i]);
+    for (std::size_t i = 0; i < e; ++i) y[i] = std::tanh(x[i]);
   } else if constexpr (A == activation_kind::softmax) {  // stable: the row maximum is subtracted first
     for (std::size_t r = 0; r < rows; ++r) {
-      float* row = v + r * cols;
-      const float m = *std::max_element(row, row + cols);
+      const float* in = x + r * cols;
+      float* row = y + r * cols;
+      const float m = *std::max_element(in, in + cols);
       float s = 0.0f;
-      for (std::size_t j = 0; j < cols; ++j) s += (row[j] = std::exp(row[j] - m));
+      for (std::size_t j = 0; j < cols; ++j) s += (row[j] = std::exp(in[j] - m));
       const float inv = 1.0f / s;
       for (std::size_t j = 0; j < cols; ++j) row[j] *= inv;
     }
   } else if constexpr (A == activation_kind::gelu) {  // exact: x Phi(x), Phi through erf
     for (std::size_t i = 0; i < e; ++i)
-      v[i] = 0.5f * v[i] * (1.0f + std::erf(v[i] * static_cast<float>(std::numbers::sqrt2 / 2)));
+      y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(std::numbers::sqrt2 / 2)));
   }
 }
 
 template <activation_kind A>
-void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) {
+void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, const float* dy,
+                         float* dx) {
   const std::size_t e = rows * cols;
-  if constexpr (A == activation_kind::relu) {
-    for (std::size_t i = 0; i < e; ++i) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
+  if constexpr (A == activation_kind::linear) {
+    if (dx != dy) std::copy_n(dy, e, dx);
+  } else if constexpr (A == activation_kind::relu) {
+    for (std::size_t i = 0; i < e; ++i) {  // dy read whatever y is: GCC vectorizes only an unconditional load
+      const float g = dy[i];
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   } else if constexpr (A == activation_kind::sigmoid) {
-    for (std::size_t i = 0; i < e; ++i) d[i] *= y[i] * (1.0f - y[i]);
+    for (std::size_t i = 0; i < e; ++i) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
   } else if constexpr (A == activation_kind::tanh) {
-    for (std::size_t i = 0; i < e; ++i) d[i] *= 1.0f - y[i] * y[i];
+    for (std::size_t i = 0; i < e; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
   } else if constexpr (A == activation_kind::softmax) {
     for (std::size_t r = 0; r < rows; ++r) {
       const float* yr = y + r * cols;
-      float* dr = d + r * cols;
+      const float* dr = dy + r * cols;
+      float* out = dx + r * cols;
       float dot = 0.0f;
       for (std::size_t j = 0; j < cols; ++j) dot += dr[j] * yr[j];
-      for (std::size_t j = 0; j < cols; ++j) dr[j] = yr[j] * (dr[j] - dot);
+      for (std::size_t j = 0; j < cols; ++j) out[j] = yr[j] * (dr[j] - dot);
     }
   } else if constexpr (A == activation_kind::gelu) {
     constexpr float inv_sqrt_2pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
     for (std::size_t i = 0; i < e; ++i) {
-      const float x = z[i];
-      const float cdf = 0.5f * (1.0f + std::erf(x * static_cast<float>(std::numbers::sqrt2 / 2)));
-      d[i] *= cdf + x * inv_sqrt_2pi * std::exp(-0.5f * x * x);
+      const float v = z[i];
+      const float cdf = 0.5f * (1.0f + std::erf(v * static_cast<float>(std::numbers::sqrt2 / 2)));
+      dx[i] = dy[i] * (cdf + v * inv_sqrt_2pi * std::exp(-0.5f * v * v));
     }
   }
 }
@@ -69,14 +79,17 @@ void activation_backward(std::size_t rows, std::size_t cols, const float* z, con
 /// budget.
 struct cpu_activation_kernels {
   template <activation_kind A>
-  void activation_forward(std::size_t rows, std::size_t cols, float* v) const {
-    for_rows(rows, cols,
-             [&](std::size_t r0, std::size_t r1) { detail::activation_forward<A>(r1 - r0, cols, v + r0 * cols); });
+  void activation_forward(std::size_t rows, std::size_t cols, const float* x, float* y) const {
+    for_rows(rows, cols, [&](std::size_t r0, std::size_t r1) {
+      detail::activation_forward<A>(r1 - r0, cols, x + r0 * cols, y + r0 * cols);
+    });
   }
   template <activation_kind A>
-  void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, float* d) const {
+  void activation_backward(std::size_t rows, std::size_t cols, const float* z, const float* y, const float* dy,
+                           float* dx) const {
     for_rows(rows, cols, [&](std::size_t r0, std::size_t r1) {
-      detail::activation_backward<A>(r1 - r0, cols, z ? z + r0 * cols : nullptr, y + r0 * cols, d + r0 * cols);
+      detail::activation_backward<A>(r1 - r0, cols, z ? z + r0 * cols : nullptr, y + r0 * cols, dy + r0 * cols,
+                                     dx + r0 * cols);
     });
   }
   /// y = x where x > 0, else slope x (TF's LeakyRelu).

@@ -93,7 +93,7 @@ struct conv2d_kernels {
         planned_gemm(transpose::no, transpose::no, r1 - r0, fg, kg, 1.0f, cols + r0 * k + g * kg, k, w + g * fg,
                      filters, 1.0f, yb + g * fg, filters);
       if constexpr (needs_input(A)) std::memcpy(z + r0 * filters, yb, (r1 - r0) * filters * sizeof(float));
-      activation_forward<A>(r1 - r0, filters, yb);
+      activation_forward<A>(r1 - r0, filters, yb, yb);
     });
   }
 
@@ -114,7 +114,7 @@ struct conv2d_kernels {
       for (std::size_t r0 = s0; r0 < std::min(s1, m); r0 += block_rows) {
         const std::size_t r1 = std::min(m, r0 + block_rows);
         float* db = dy + r0 * filters;
-        activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db);
+        activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db, db);
         for (std::size_t g = 0; g < G.groups; ++g)
           planned_gemm(transpose::yes, transpose::no, kg, fg, r1 - r0, 1.0f, cols + r0 * k + g * kg, k, db + g * fg,
                        filters, 1.0f, pw + g * fg, filters);
@@ -232,7 +232,7 @@ struct direct_conv2d_kernels {
                         float* yb = y + p0 * filters;
                         if constexpr (needs_input(A))
                           std::memcpy(z + p0 * filters, yb, (p1 - p0) * filters * sizeof(float));
-                        activation_forward<A>(p1 - p0, filters, yb);
+                        activation_forward<A>(p1 - p0, filters, yb, yb);
                       });
   }
 
@@ -241,7 +241,8 @@ struct direct_conv2d_kernels {
     const cpu_isa isa = best_cpu_isa();
     const std::size_t m = n * G.pixels();
     for_rows(m, filters, [&](std::size_t r0, std::size_t r1) {
-      activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, dy + r0 * filters);
+      float* d = dy + r0 * filters;
+      activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, d, d);
     });
     if (gb) column_sums(m, filters, dy, gb);
     // the kernel gradient, sample by sample: one product per output row and kernel row
@@ -297,13 +298,13 @@ struct conv2d_transpose_kernels {
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < G.c; ++c) y[r * G.c + c] += b[c];
     if constexpr (needs_input(A)) std::memcpy(z, y, rows * G.c * sizeof(float));
-    activation_forward<A>(rows, G.c, y);
+    activation_forward<A>(rows, G.c, y, y);
   }
 
   static void backward(std::size_t n, const float* x, const float* z, const float* y, float* dy, const float* w,
                        float* cols, float* gw, float* gb, float* dx) {
     const std::size_t m = n * G.pixels(), rows = n * G.h * G.w;
-    activation_backward<A>(rows, G.c, z, y, dy);
+    activation_backward<A>(rows, G.c, z, y, dy, dy);
     if (gb) {
       std::fill(gb, gb + G.c, 0.0f);
       for (std::size_t r = 0; r < rows; ++r)

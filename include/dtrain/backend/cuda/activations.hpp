@@ -22,20 +22,22 @@ DTRAIN_DEVICE float activate(int kind, float x) {
   if (kind == 5) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   return x;
 }
-DTRAIN_KERNEL void dtrain_activation_forward(long long rows, long long cols, int kind, float* v) {
+// y = activation(x); y may be x.
+DTRAIN_KERNEL void dtrain_activation_forward(long long rows, long long cols, int kind, const float* x, float* y) {
   if (kind == 4) {  // softmax along each row, the row maximum subtracted first
     for (long long r = first_index(); r < rows; r += grid_stride()) {
-      float* row = v + r * cols;
-      float m = row[0];
-      for (long long j = 1; j < cols; ++j) m = row[j] > m ? row[j] : m;
+      const float* in = x + r * cols;
+      float* row = y + r * cols;
+      float m = in[0];
+      for (long long j = 1; j < cols; ++j) m = in[j] > m ? in[j] : m;
       float s = 0.0f;
-      for (long long j = 0; j < cols; ++j) s += (row[j] = expf(row[j] - m));
+      for (long long j = 0; j < cols; ++j) s += (row[j] = expf(in[j] - m));
       const float inv = 1.0f / s;
       for (long long j = 0; j < cols; ++j) row[j] *= inv;
     }
     return;
   }
-  for (long long i = first_index(); i < rows * cols; i += grid_stride()) v[i] = activate(kind, v[i]);
+  for (long long i = first_index(); i < rows * cols; i += grid_stride()) y[i] = activate(kind, x[i]);
 }
 // y = activation(y + b[column]) for the elementwise kinds (not softmax; y alone where b is null); z = y + b
 // first where z is given (the pre-activations, for gelu's backward).
@@ -47,28 +49,29 @@ DTRAIN_KERNEL void dtrain_bias_activation(long long rows, long long cols, int ki
     y[i] = activate(kind, v);
   }
 }
-// d (d loss / d output, in place) becomes d loss / d input, from the input z (gelu) and the output y.
+// dx = d loss / d input from dy = d loss / d output, the input z (gelu) and the output y; dx may be dy.
 DTRAIN_KERNEL void dtrain_activation_backward(long long rows, long long cols, int kind, const float* z,
-                                              const float* y, float* d) {
+                                              const float* y, const float* dy, float* dx) {
   if (kind == 4) {
     for (long long r = first_index(); r < rows; r += grid_stride()) {
       const float* yr = y + r * cols;
-      float* dr = d + r * cols;
+      const float* dr = dy + r * cols;
+      float* out = dx + r * cols;
       float dot = 0.0f;
       for (long long j = 0; j < cols; ++j) dot += dr[j] * yr[j];
-      for (long long j = 0; j < cols; ++j) dr[j] = yr[j] * (dr[j] - dot);
+      for (long long j = 0; j < cols; ++j) out[j] = yr[j] * (dr[j] - dot);
     }
     return;
   }
   for (long long i = first_index(); i < rows * cols; i += grid_stride()) {
-    if (kind == 1) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
-    else if (kind == 2) d[i] *= y[i] * (1.0f - y[i]);
-    else if (kind == 3) d[i] *= 1.0f - y[i] * y[i];
+    if (kind == 1) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    else if (kind == 2) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+    else if (kind == 3) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
     else if (kind == 5) {
       const float x = z[i];
       const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-      d[i] *= cdf + x * 0.39894228040143268f * expf(-0.5f * x * x);
-    }
+      dx[i] = dy[i] * (cdf + x * 0.39894228040143268f * expf(-0.5f * x * x));
+    } else dx[i] = dy[i];
   }
 }
 
@@ -99,17 +102,17 @@ class cuda_activation_kernels {
 
  public:
   template <activation_kind A>
-  void activation_forward(std::size_t rows, std::size_t cols, pointer<float> v) const {
-    if constexpr (A != activation_kind::linear)
+  void activation_forward(std::size_t rows, std::size_t cols, pointer<const float> x, pointer<float> y) const {
+    if (A != activation_kind::linear || x.get() != y.get())
       self().template run<&kernels::dtrain_activation_forward>(A == activation_kind::softmax ? rows : rows * cols,
-                                                                rows, cols, static_cast<int>(A), v);
+                                                                rows, cols, static_cast<int>(A), x, y);
   }
   template <activation_kind A>
   void activation_backward(std::size_t rows, std::size_t cols, pointer<const float> z, pointer<const float> y,
-                           pointer<float> d) const {
-    if constexpr (A != activation_kind::linear)
+                           pointer<const float> dy, pointer<float> dx) const {
+    if (A != activation_kind::linear || dy.get() != dx.get())
       self().template run<&kernels::dtrain_activation_backward>(A == activation_kind::softmax ? rows : rows * cols,
-                                                                 rows, cols, static_cast<int>(A), z, y, d);
+                                                                 rows, cols, static_cast<int>(A), z, y, dy, dx);
   }
   void leaky_relu_forward(std::size_t n, float slope, pointer<const float> x, pointer<float> y) const {
     self().template run<&kernels::dtrain_leaky_relu_forward>(n, n, slope, x, y);

@@ -248,7 +248,7 @@ class cuda_window_kernels {
                        pointer<const float> w, pointer<const float> work, pointer<float> scratch, pointer<float> gw,
                        pointer<float> gb, pointer<float> dx) const {
     const std::size_t m = n * G.pixels(), k = G.taps();
-    self().template activation_backward<A>(m, G.f, z, y, dy);
+    self().template activation_backward<A>(m, G.f, z, y, dy, dy);
     grouped_gemm<G>(transpose::yes, transpose::no, m, work, k, dy, gw);
     if (gb) self().column_sums(m, G.f, dy, gb);
     if (!dx) return;
@@ -275,7 +275,7 @@ class cuda_window_kernels {
                                  pointer<const float> y, pointer<float> dy, pointer<const float> w,
                                  pointer<float> work, pointer<float> gw, pointer<float> gb, pointer<float> dx) const {
     const std::size_t m = n * G.pixels(), k = G.taps(), rows = n * G.h * G.w;
-    self().template activation_backward<A>(rows, G.c, z, y, dy);
+    self().template activation_backward<A>(rows, G.c, z, y, dy, dy);
     if (gb) self().column_sums(rows, G.c, dy, gb);
     self().template run<&kernels::dtrain_im2col>(m * k, n, geometry<G>(), dy, work);
     grouped_gemm<G>(transpose::yes, transpose::no, m, work, k, x, gw);
@@ -363,7 +363,7 @@ class cuda_window_kernels {
     self().template run<&kernels::dtrain_bias_activation>(rows * cols, rows, cols,
                                                            static_cast<int>(rowwise ? activation_kind::linear : A), b,
                                                            needs_input(A) ? z : pointer<float>{}, y);
-    if constexpr (rowwise) self().template activation_forward<A>(rows, cols, y);
+    if constexpr (rowwise) self().template activation_forward<A>(rows, cols, y, y);
   }
 };
 
