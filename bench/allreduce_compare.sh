@@ -6,6 +6,8 @@
 # dtrain-shm is dtrain through shared memory (-s 1: what ranks on one host use in training) and mpi-shm
 # Open MPI over its shared-memory btl (vader); shm/mpi-shm compares the two. dtrain-nocrc is the TCP ring
 # with frames that carry no CRC-32C (-x 0): crc/nocrc is what the per-frame integrity check costs.
+# A second table per rank count has the TCP ring with the values in 16 bits on the wire (-z bf16, -z fp16:
+# communication_options::gradient_compression), its busbw counted in the floats' bytes, against FP32.
 #   bench/allreduce_compare.sh [build dir] [runs]
 set -eu
 B=${1:-build}/bench
@@ -25,6 +27,8 @@ for p in 2 4; do
     "$B/allreduce_perf" $args -c 0 -p $p -s 0 -x 0 | grep -v '^#' > "$tmp/nocrc.$p.$r"
     "$B/allreduce_perf" $args -c 0 -p $p -s 1 | grep -v '^#' > "$tmp/shm.$p.$r"
     "$B/allreduce_perf" $args -c 0 -p $p -t 1 | grep -v '^#' > "$tmp/tls.$p.$r"
+    "$B/allreduce_perf" $args -c 0 -p $p -s 0 -z bf16 | grep -v '^#' > "$tmp/bf16.$p.$r"
+    "$B/allreduce_perf" $args -c 0 -p $p -s 0 -z fp16 | grep -v '^#' > "$tmp/fp16.$p.$r"
     [ $have_gloo = 1 ] && "$B/gloo_allreduce" $args -p $p | grep -v '^#' > "$tmp/gloo.$p.$r"
     [ $have_mpi = 1 ] && $mpirun -np $p "$B/mpi_allreduce" $args 2>/dev/null | grep -v '^#' > "$tmp/mpi.$p.$r"
     [ $have_mpi = 1 ] && $mpirun_shm -np $p "$B/mpi_allreduce" $args 2>/dev/null | grep -v '^#' > "$tmp/mpishm.$p.$r"
@@ -41,6 +45,12 @@ for p in 2 4; do
     printf "%12s %10s %10s %10s %10s %10s %12s %12s %10s %10s %11s %11s %14s %13s %10s\n" "$size" "$d" "$g" "$m" "$t" "$dm" \
       "$(ratio "$d" "$g")" "$(ratio "$d" "$m")" "$(ratio "$t" "$d")" "$(ratio "$dm" "$m")" "$s" "$ms" "$(ratio "$s" "$ms")" \
       "$nc" "$(ratio "$d" "$nc")"
+  done
+  echo "# the same ring with the values in 16 bits on the wire; busbw in the floats' GB/s"
+  printf "%12s %10s %10s %10s %10s %10s\n" "size(B)" dtrain dtrain-bf16 dtrain-fp16 bf16/fp32 fp16/fp32
+  for size in $(awk '{print $1}' "$tmp/dtrain.$p.1"); do
+    d=$(col dtrain 7); b=$(col bf16 7); h=$(col fp16 7)
+    printf "%12s %10s %10s %10s %10s %10s\n" "$size" "$d" "$b" "$h" "$(ratio "$b" "$d")" "$(ratio "$h" "$d")"
   done
   lat() { cat "$tmp"/$1.$p.* 2>/dev/null | awk '$1 == 4096 {print $5}' | median; }
   printf "4 KiB latency (us): dtrain %s, dtrain+tls %s, gloo %s, mpi %s, dtrain-mpi %s, dtrain-shm %s, mpi-shm %s\n\n" \

@@ -4,7 +4,8 @@
 // -t 1: with a job token and TLS 1.3 on the data plane (docs/security.md). -s 1: through shared memory
 // (every rank is on this host), as training on one host runs; the default, -s 0, is the TCP ring.
 // Built with DTRAIN_BENCH_MPI (mpi_comm_perf), the same table for comm::mpi, run under mpirun (the ranks
-// are MPI's; -p is ignored); -k 0 skips its collective agreement check.
+// are MPI's; -p is ignored); -k 0 skips its collective agreement check. -z bf16|fp16: the values travel
+// in 16 bits (communication_options::gradient_compression); sizes and bandwidths are the floats'.
 // algbw = size / time; busbw = algbw * 2 (p - 1) / p, comparable across rank counts.
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -35,6 +36,7 @@ struct args : allreduce_table::sweep {
   int shm = 0;  // ranks on one host: all-reduce through shared memory (off: the TCP ring on loopback)
   int checksums = 1;  // frames carry a CRC-32C (without TLS)
   int agree = 1;  // comm::mpi: compare each collective across the ranks first
+  dtrain::compression wire = dtrain::compression::none;  // -z: the values on the wire
   int rank = -1;  // -r with -a: this process is that rank of a cluster on other hosts
   std::vector<std::string> addresses;
   std::size_t chunk = std::size_t{1} << 20;
@@ -44,11 +46,12 @@ struct args : allreduce_table::sweep {
 
 constexpr const char* usage_text =
     "usage: allreduce_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-p ranks] [-o op] "
-    "[-C frame bytes] [-t 0|1] [-s 0|1] [-x 0|1] [-k 0|1] [-r rank -a addresses]\n"
+    "[-C frame bytes] [-t 0|1] [-s 0|1] [-x 0|1] [-k 0|1] [-z none|bf16|fp16] [-r rank -a addresses]\n"
     "All-reduce bus bandwidth of dtrain's TCP ring among -p ranks on loopback, nccl-tests style: sizes from -b to -e\n"
     "(K, M, G suffixes), times -f; -c 1 checks the results; -o sum|mean|max|min; -t 1 over TLS;\n"
     "-s 1 through shared memory instead of TCP (what ranks on one host use in training);\n"
-    "-x 0 with frames that carry no CRC-32C (what the checksum costs).\n"
+    "-x 0 with frames that carry no CRC-32C (what the checksum costs);\n"
+    "-z bf16|fp16 with the values in 16 bits on the wire (sizes and bandwidths stay the floats').\n"
     "Built as mpi_comm_perf: comm::mpi under mpirun instead (-k 0: without its collective agreement check).\n"
     "-r rank -a host:port,host:port,...: be that rank of a ring on those addresses (one process per host).\n";
 
@@ -87,6 +90,11 @@ args parse(int argc, char** argv) {
       }
     }
     else if (k == "-C") a.chunk = allreduce_table::bytes_arg(v);
+    else if (k == "-z") {
+      const std::string z = v;
+      if (z != "none" && z != "bf16" && z != "fp16") usage_error("bad value '" + z + "' for -z (none, bf16 or fp16)");
+      a.wire = z == "bf16" ? dtrain::compression::bf16 : z == "fp16" ? dtrain::compression::fp16 : dtrain::compression::none;
+    }
     else if (k == "-o") {
       a.op_name = v;
       const std::string o = v;
@@ -141,12 +149,12 @@ int run_rank(const args& a, Comm& comm, const char* title) {
     const std::size_t n = bytes / 4;
     std::span<float> data(buf.data(), n);
     std::fill(data.begin(), data.end(), 0.0f);
-    for (int i = 0; i < a.warmup; ++i) comm.all_reduce(data, a.op);
+    for (int i = 0; i < a.warmup; ++i) comm.all_reduce(data, a.op, a.wire);
     comm.barrier();
     std::vector<double> times;
     for (int i = 0; i < a.iters; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      comm.all_reduce(data, a.op);
+      comm.all_reduce(data, a.op, a.wire);
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(times.begin(), times.end());
@@ -155,7 +163,7 @@ int run_rank(const args& a, Comm& comm, const char* title) {
     long wrong = 0;
     if (a.check) {
       for (std::size_t i = 0; i < n; ++i) data[i] = value(rank, i);
-      comm.all_reduce(data, a.op);
+      comm.all_reduce(data, a.op, a.wire);
       for (std::size_t i = 0; i < n; ++i) {
         float e = value(0, i);
         for (int r = 1; r < p; ++r)

@@ -158,6 +158,73 @@ BOOST_AUTO_TEST_CASE(gpu_workers_over_nccl_or_the_ring_train_like_one_worker) {
   BOOST_TEST(msg.find("multi_worker_mirrored_strategy<comm::nccl, cuda>") != std::string::npos, msg);
 }
 
+BOOST_AUTO_TEST_CASE(gradients_in_16_bits_train_like_one_worker_and_metrics_stay_exact) {
+  communication_options o{.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)};
+  const auto one = train(1);
+  for (compression c : {compression::bf16, compression::fp16})
+    for (int p : {2, 3}) {
+      BOOST_TEST_CONTEXT(name_of(c) << ", p = " << p) {
+        o.gradient_compression = c;
+        const auto many = train(p, 3, 2, o);
+        // each gradient rounded to 8 (bf16) or 11 (fp16) significant bits on the way: after 8 Adam steps
+        // of 0.01 the weights are within a few rounding units of one worker's, the same bits on every
+        // worker, and the metrics (whose states ride in FP32) as one worker's
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < one[0].weights.size(); ++i)
+          off += std::abs(many[0].weights[i] - one[0].weights[i]) > 1e-3f + 1e-2f * std::abs(one[0].weights[i]);
+        BOOST_TEST(off == 0u);
+        BOOST_TEST(many[0].weights != one[0].weights);  // (the gradients were rounded)
+        for (std::size_t r = 1; r < many.size(); ++r) BOOST_TEST(many[r].weights == many[0].weights, tt::per_element());
+        BOOST_TEST(many[0].hist["accuracy"][1] == one[0].hist["accuracy"][1], tt::tolerance(1e-6f));
+      }
+    }
+  // with the weights left alone (SGD at rate 0) the running loss and metrics each batch shows (their
+  // states summed over the workers in the gradients' collective) are one worker's to FP32 rounding: had
+  // the states been rounded with the gradients, the loss would be 1e-3 off
+  auto [x, y] = three_class_problem(48);
+  auto fit_frozen = [&](int p, compression c) {
+    std::vector<std::vector<float>> shown(static_cast<std::size_t>(p));
+    o.gradient_compression = c;
+    dtrain_test::on_workers(p, [&](auto& s, int r) {
+      auto model = s.template make_model<net>(3);
+      model.compile({.optimizer = sgd{{.learning_rate = 0.0f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+                     .metrics = {accuracy{}, mean_iou{{.num_classes = 3, .sparse_y_pred = false}}}});
+      model.fit(data::from_tensor_slices(x, y) | data::batch(12),
+                {.epochs = 1, .callbacks = {lambda_callback({.on_train_batch_end = [&, r](std::int64_t, const logs& l) {
+                   for (const char* k : {"loss", "accuracy", "mean_iou"}) shown[std::size_t(r)].push_back(l[k]);
+                 }})}, .verbose = 0});
+    }, o);
+    return shown;
+  };
+  const auto alone = fit_frozen(1, compression::none);
+  for (compression c : {compression::bf16, compression::fp16}) {
+    const auto three = fit_frozen(3, c);
+    BOOST_TEST(three[0] == three[2], tt::per_element());
+    BOOST_TEST(three[0] == alone[0], tt::tolerance(1e-6f) << tt::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gradient_compression_the_workers_disagree_on_or_cannot_do_is_refused) {
+  std::vector<std::string> errors(3);
+  const auto addrs = dtrain_test::free_addresses(3);
+  dtrain_test::run_threads(3, [&](int r) {
+    errors[std::size_t(r)] = dtrain_test::error_of([&] {
+      multi_worker_mirrored_strategy<comm::ring_tcp> s(
+          {.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20),
+           .gradient_compression = r == 1 ? compression::bf16 : compression::none},
+          make_cluster_info({{{"worker", addrs}}}, "worker", r));
+    });
+  });
+  for (const auto& e : errors) BOOST_TEST(e.find("disagree on gradient_compression") != std::string::npos, e);
+  // a communicator that sends FP32 only (comm::nccl), and replicas in one process: said, not ignored
+  const std::string nccl = dtrain_test::error_of([] {
+    dtrain_test::on_workers<cuda_emulated, comm::nccl_emulated>(1, [](auto&, int) {}, {.gradient_compression = compression::fp16});
+  });
+  BOOST_TEST(nccl.find("gradient_compression needs a communicator that sums in 16 bits") != std::string::npos, nccl);
+  const std::string mirrored = dtrain_test::error_of([] { mirrored_strategy<>({}, {.gradient_compression = compression::bf16}); });
+  BOOST_TEST(mirrored.find("gradient_compression applies between workers") != std::string::npos, mirrored);
+}
+
 BOOST_AUTO_TEST_CASE(workers_on_one_host_take_the_gpu_of_their_local_rank) {
   // 3 workers on localhost, 2 emulated GPUs: local ranks 0, 1, 2 take GPUs 0, 1 and (round-robin) 0;
   // an explicit device wins

@@ -1,7 +1,8 @@
 // comm::mpi under mpirun (tests/CMakeLists.txt runs it with 1 to 4 ranks). Each mode is one check; every
 // rank prints what failed and the program exits 1 on any failure, so mpirun's exit status is the verdict.
 // Results are compared across ranks with raw MPI, not with the communicator under test.
-//   collectives  all_reduce (sum, mean, max, min; sizes 0 to 100003; async in flight together), broadcast
+//   collectives  all_reduce (sum, mean, max, min; sizes 0 to 100003; async in flight together; in bf16 and
+//                fp16 on the wire), broadcast
 //                from the last rank, all_gather, barrier: equal to the arithmetic, bitwise equal on all ranks,
 //                each a slice of a trace with its bytes
 //   train        multi_worker_mirrored_strategy<comm::mpi> trains like one worker with the global batch
@@ -76,6 +77,31 @@ void collectives() {
                                       " floats differs between ranks");
     }
   }
+  // in 16 bits: within a rounding per rank of the exact reduction, values of the wire type, the same bits
+  // on every rank (a size that is not a multiple of anything, and one that takes the async path)
+  const auto compressed = [&]<half_float T>(T, compression wire, double unit) {
+    for (std::size_t n : {std::size_t(0), std::size_t(7), std::size_t(100003)})
+      for (reduce_op op : {reduce_op::sum, reduce_op::mean, reduce_op::max}) {
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = value(c.rank(), i);
+        c.all_reduce_async(v, op, wire).wait();
+        bool ok = true, rounded = true;
+        for (std::size_t i = 0; i < n && ok; ++i) {
+          double sum = 0, hi = -1e30, mass = 0;
+          for (int r = 0; r < p; ++r) sum += value(r, i), hi = std::max(hi, double(value(r, i))), mass += std::abs(value(r, i));
+          const double want = op == reduce_op::sum ? sum : op == reduce_op::mean ? sum / p : hi;
+          ok = std::abs(v[i] - want) <= (p + 2) * unit * (op == reduce_op::mean ? mass / p : mass);
+          rounded = rounded && (p == 1 || float(T::from(v[i])) == v[i]);
+        }
+        const std::string what = std::string("all_reduce in ") + name_of(wire) + " op " + std::to_string(int(op)) +
+                                 " of " + std::to_string(n) + " floats";
+        check(ok, what + " is not the reduction within rounding");
+        check(rounded, what + " gives values that are not " + name_of(wire) + "'s");
+        check(same_on_all_ranks(v), what + " differs between ranks");
+      }
+  };
+  compressed(bfloat16{}, compression::bf16, std::ldexp(1.0, -8));
+  compressed(float16{}, compression::fp16, std::ldexp(1.0, -11));
   trace::start();  // the collectives below, each a slice of this rank's trace with its bytes
   // three all-reduces in flight at once, waited for in order
   std::vector<std::vector<float>> bufs{std::vector<float>(1000, float(c.rank())), std::vector<float>(3, 1.0f),

@@ -2,8 +2,9 @@
 /// \file
 /// How a model's gradients are summed over the replicas: `gradient_sync<B>`, typed on the memory of the
 /// model's backend B, which a strategy hands to each model it makes. Its contract:
-/// - `begin(g)` before backward, `g` being the model's gradient buffer (under a multi-worker strategy
-///   with a few values in front that the step sums with the gradients: its running metric states);
+/// - `begin(g, side)` before backward, `g` being the model's gradient buffer, under a multi-worker
+///   strategy with `side` values in front that the step sums with the gradients: its running metric
+///   states (counts and totals, which must add exactly: never compressed);
 /// - `ready(offset, count)` each time a region of `g` is final. Backward goes from the last layer to
 ///   the first, so the ready region grows from the end of `g` towards its start; a model whose memory
 ///   is not host memory calls it layer by layer once backward is done (its kernels run on ahead);
@@ -32,7 +33,7 @@ template <class B>
 class gradient_sync {
  public:
   virtual ~gradient_sync() = default;
-  virtual void begin(span_t<B, float> g) = 0;
+  virtual void begin(span_t<B, float> g, std::size_t side) = 0;
   virtual void ready(std::size_t offset, std::size_t count) = 0;
   virtual void finish() = 0;
   virtual bool applies_update() const { return false; }
@@ -84,10 +85,10 @@ template <class B>
 class staged_gradient_sync final : public gradient_sync<B> {
  public:
   explicit staged_gradient_sync(gradient_sync<cpu>& host) : host_(host) {}
-  void begin(span_t<B, float> g) override {
+  void begin(span_t<B, float> g, std::size_t side) override {
     g_.emplace(g);
     if (stage_.size() != g.size()) stage_ = host_staging<B>(g.device(), g.size());
-    host_.begin(std::span<float>(stage_.data(), g.size()));
+    host_.begin(std::span<float>(stage_.data(), g.size()), side);
   }
   void ready(std::size_t offset, std::size_t count) override {
     if (count == 0) return;

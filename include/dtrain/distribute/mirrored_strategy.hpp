@@ -90,6 +90,9 @@ class mirrored_strategy : public replica_context, public local_replicas {
   /// `central`: central_storage_strategy's replicas, whose variables are kept in one place.
   mirrored_strategy(std::vector<std::string> devices, communication_options o, std::string who, bool central)
       : names_(devices.empty() ? default_devices(who) : std::move(devices)), timeout_(o.timeout), central_(central) {
+    if (o.gradient_compression != compression::none)
+      throw config_error(who + ": gradient_compression applies between workers (multi_worker_mirrored_strategy); "
+                         "replicas in one process sum each other's gradients in memory, in FP32");
     std::set<std::string> seen;
     for (const auto& d : names_) {
       if (!seen.insert(d).second) throw config_error(who + ": device '" + d + "' is listed twice");
@@ -334,7 +337,7 @@ class mirrored_strategy : public replica_context, public local_replicas {
   class replica_sync final : public gradient_sync<cpu> {
    public:
     replica_sync(mirrored_strategy& s, std::size_t i) : s_(s), i_(i) {}
-    void begin(std::span<float> g) override { g_ = g; }
+    void begin(std::span<float> g, std::size_t) override { g_ = g; }
     void ready(std::size_t, std::size_t) override {}
     void finish() override {
       if (s_.in_replica()) s_.comms_[i_].all_reduce(g_, reduce_op::sum);
@@ -357,7 +360,7 @@ class mirrored_strategy : public replica_context, public local_replicas {
     /// (on a GPU backend through host memory).
     struct central_copy final : gradient_sync<B> {
       central_copy(replica_sync& r, gradient_sync<B>& sum) : r(r), sum(sum) {}
-      void begin(span_t<B, float> g) override { sum.begin(g); }
+      void begin(span_t<B, float> g, std::size_t side) override { sum.begin(g, side); }
       void ready(std::size_t offset, std::size_t count) override { sum.ready(offset, count); }
       void finish() override { sum.finish(); }
       bool applies_update() const override { return r.i_ != 0 && r.s_.in_replica(); }
@@ -380,7 +383,7 @@ class mirrored_strategy : public replica_context, public local_replicas {
 
     struct device_memory final : gradient_sync<B> {
       explicit device_memory(replica_sync& r) : r(r) {}
-      void begin(span_t<B, float> g) override { this->g.emplace(g); }
+      void begin(span_t<B, float> g, std::size_t) override { this->g.emplace(g); }
       void ready(std::size_t, std::size_t) override {}
       void finish() override {
         if (r.s_.in_replica()) r.s_.device_comms_[r.i_].all_reduce(*g, reduce_op::sum);

@@ -530,7 +530,7 @@ class parameter_server_strategy final : public default_strategy, public replica_
   /// A worker's gradients go to the ps tasks, which apply them.
   struct push_sync final : gradient_sync<cpu> {
     explicit push_sync(parameter_server_strategy& s) : s(s) {}
-    void begin(std::span<float> grads) override { g = grads; }
+    void begin(std::span<float> grads, std::size_t) override { g = grads; }
     void ready(std::size_t, std::size_t) override {}
     void finish() override {
       if (!s.in_closure_) s.push(g, step);  // a scheduled function's optimizer pushes (ps_optimizer)

@@ -290,7 +290,16 @@ class multi_worker_mirrored_strategy final : public replica_context {
                                           std::optional<Backend> device = {})
       : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()),
         device_(device ? std::move(*device) : detail::device_for_local_rank<Backend>(cluster_)),
-        comm_(connect(o_, cluster_, device_)), host_sync_(*this, o.first_bucket_bytes, o.bucket_bytes) {}
+        comm_(connect(o_, cluster_, device_)), host_sync_(*this, o.first_bucket_bytes, o.bucket_bytes) {
+    if (comm_.size() > 1) {  // a worker compressing for others that do not would garble the sums
+      const float c = float(o_.gradient_compression);
+      float seen[2] = {c, -c};  // the largest and the smallest, in one all-reduce
+      comm_.all_reduce(std::span<float>(seen, 2), reduce_op::max);
+      if (seen[0] != -seen[1])
+        throw config_error("multi_worker_mirrored_strategy: the workers disagree on gradient_compression (this worker: " +
+                           std::string(name_of(o_.gradient_compression)) + "); it must be the same on every worker");
+    }
+  }
   multi_worker_mirrored_strategy(const multi_worker_mirrored_strategy&) = delete;
   multi_worker_mirrored_strategy& operator=(const multi_worker_mirrored_strategy&) = delete;
 
@@ -387,8 +396,9 @@ class multi_worker_mirrored_strategy final : public replica_context {
    public:
     host_sync(multi_worker_mirrored_strategy& s, std::size_t first_bytes, std::size_t bucket_bytes)
         : s_(s), buckets_(first_bytes, bucket_bytes) {}
-    void begin(std::span<float> g) override {
+    void begin(std::span<float> g, std::size_t side) override {
       grads_ = g;
+      side_ = side;
       pending_.clear();
       buckets_.begin(g.size());
     }
@@ -406,22 +416,35 @@ class multi_worker_mirrored_strategy final : public replica_context {
     }
 
    private:
+    /// Starts the all-reduce of grads_[begin, end): in 16 bits where the options say so, except the side
+    /// values, which go in FP32 (in a collective of their own, queued first).
     struct launcher {
       host_sync* h;
       void operator()(std::size_t begin, std::size_t end) {
-        h->pending_.push_back(h->s_.comm_.all_reduce_async(h->grads_.subspan(begin, end - begin), reduce_op::sum));
+        const compression c = h->s_.o_.gradient_compression;
+        if (c == compression::none) return launch(begin, end, c);
+        if (begin < h->side_) launch(begin, std::min(end, h->side_), compression::none);
+        if (end > h->side_) launch(std::max(begin, h->side_), end, c);
+      }
+      void launch(std::size_t begin, std::size_t end, compression c) {
+        auto part = h->grads_.subspan(begin, end - begin);
+        if constexpr (compressing_communicator<Comm>)
+          h->pending_.push_back(h->s_.comm_.all_reduce_async(part, reduce_op::sum, c));
+        else
+          h->pending_.push_back(h->s_.comm_.all_reduce_async(part, reduce_op::sum));
       }
     };
     multi_worker_mirrored_strategy& s_;
     gradient_buckets<launcher> buckets_;
     std::span<float> grads_;
+    std::size_t side_ = 0;
     std::vector<decltype(std::declval<Comm&>().all_reduce_async(std::span<float>{}, reduce_op::sum))> pending_;
   };
   /// Gradients in device memory summed where they are (comm::nccl): one collective once all are ready.
   class device_sync final : public gradient_sync<Backend> {
    public:
     explicit device_sync(multi_worker_mirrored_strategy& s) : s_(s) {}
-    void begin(span_t<Backend, float> g) override { g_.emplace(g); }
+    void begin(span_t<Backend, float> g, std::size_t) override { g_.emplace(g); }
     void ready(std::size_t, std::size_t) override {}
     void finish() override {
       const auto t0 = std::chrono::steady_clock::now();
@@ -460,6 +483,10 @@ class multi_worker_mirrored_strategy final : public replica_context {
         throw config_error("multi_worker_mirrored_strategy: implementation nccl needs a GPU backend and comm::nccl: "
                            "multi_worker_mirrored_strategy<comm::nccl, cuda> (dtrain/distribute/comm/nccl.hpp, "
                            "CMake target dtrain::nccl); this strategy's communicator takes host memory only");
+    if constexpr (!compressing_communicator<Comm>)
+      if (o.gradient_compression != compression::none)
+        throw config_error("multi_worker_mirrored_strategy: gradient_compression needs a communicator that sums in 16 "
+                           "bits (comm::ring_tcp, comm::mpi); this one sends FP32 only");
     if (!c.in_ring())
       throw config_error("multi_worker_mirrored_strategy: this process is task " + c.task_type + ":" +
                          std::to_string(c.task_id) + ", which takes no part in training (only chief and worker "

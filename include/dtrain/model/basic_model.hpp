@@ -808,7 +808,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// last, so they ride in the last collective.
   void sync_begin(std::size_t k) {
     side_count_ = k;  // (worker_side() reserved the room)
-    sync_->begin(this->template span_of<float>(this->gradient_prefix(k), k + param_count));
+    sync_->begin(this->template span_of<float>(this->gradient_prefix(k), k + param_count), k);
   }
   void sync_ready(std::size_t offset, std::size_t count) { sync_->ready(side_count_ + offset, count); }
   void sync_finish(std::span<float> side) {

@@ -196,6 +196,99 @@ BOOST_AUTO_TEST_CASE(random_values_16_mib_identical_on_every_rank) {
   }
 }
 
+/// In 16 bits: small integers (exact in both formats, as are all their partial sums) give the exact
+/// results, a mean rounded once; random values give the same bits on every rank, each a value of the
+/// wire type, within the rounding of one hop per rank of the exact sum. The compressed collectives run
+/// between FP32 ones (whose frames they must not confuse), over TCP and through shared memory.
+template <half_float T>
+void check_compressed_all_reduce(compression c, double unit_roundoff) {
+  for (bool shm : {false, true})
+  for (int p : {1, 2, 3, 5}) {
+    // 4096 values (8 KiB) are all-gathered whole, 8193 (over 16 KiB) go round the ring, 262,147 (over
+    // 512 KiB) in many frames of 4 KiB
+    const std::vector<std::size_t> counts{0, 1, std::size_t(p + 1), 4096, 8193, 262147};
+    const std::vector<reduce_op> ops{reduce_op::sum, reduce_op::mean, reduce_op::max};
+    std::vector<std::vector<std::vector<float>>> exact(static_cast<std::size_t>(p)), noisy(static_cast<std::size_t>(p));
+    const auto addrs = free_addresses(p);
+    const auto errs = run_ranks(p, [&](int r, ring_tcp& c16) {
+      expect(p == 1 || c16.transport() == transport_name(shm), "transport " + c16.transport());
+      for (auto n : counts) {
+        for (auto op : ops) {
+          std::vector<float> v(n);
+          for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
+          c16.all_reduce(v, op, c);
+          exact[std::size_t(r)].push_back(std::move(v));
+        }
+        std::vector<float> fp32(n, 1.0f);
+        auto h = c16.all_reduce_async(fp32, reduce_op::sum);  // an FP32 one in between
+        rng g(std::uint64_t(r) + 11);
+        std::vector<float> v(n);
+        for (auto& x : v) x = g.uniform(-1.0f, 1.0f);
+        c16.all_reduce_async(v, reduce_op::sum, c).wait();
+        h.wait();
+        for (float x : fp32) expect(x == float(p), "the FP32 all-reduce between the compressed ones");
+        noisy[std::size_t(r)].push_back(std::move(v));
+      }
+    }, [&](int r) {
+      auto o = options(r, p, addrs);
+      o.shared_memory = shm;
+      return o;
+    });
+    require_ok(errs);
+    std::size_t k = 0;
+    for (std::size_t ni = 0; ni < counts.size(); ++ni) {
+      const std::size_t n = counts[ni];
+      for (auto op : ops) {
+        std::vector<float> want(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          float acc = value(0, i);
+          for (int r = 1; r < p; ++r) acc = op == reduce_op::max ? std::max(acc, value(r, i)) : acc + value(r, i);
+          want[i] = op != reduce_op::mean ? acc : p > 1 ? float(T::from(acc * (1.0f / float(p)))) : acc;
+        }
+        for (int r = 0; r < p; ++r)
+          BOOST_TEST_CONTEXT(transport_name(shm) << " p=" << p << " n=" << n << " op=" << int(op) << " rank " << r) {
+            BOOST_TEST(exact[std::size_t(r)][k] == want, boost::test_tools::per_element());
+          }
+        ++k;
+      }
+      std::vector<rng> gens;
+      for (int r = 0; r < p; ++r) gens.emplace_back(std::uint64_t(r) + 11);
+      std::size_t bad = 0, unrounded = 0, differ = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (auto& g : gens) sum += g.uniform(-1.0f, 1.0f);
+        const float got = noisy[0][ni][i];
+        // every partial sum is below p in magnitude; p roundings of one unit each, and the last
+        if (std::abs(double(got) - sum) > (p > 1 ? double(p + 1) * double(p) * unit_roundoff : 0.0)) ++bad;
+        if (p > 1 && float(T::from(got)) != got) ++unrounded;
+        for (int r = 1; r < p; ++r) differ += std::memcmp(&noisy[std::size_t(r)][ni][i], &got, 4) != 0;
+      }
+      BOOST_TEST_CONTEXT(transport_name(shm) << " p=" << p << " n=" << n) {
+        BOOST_TEST(bad == 0u);
+        BOOST_TEST(unrounded == 0u);
+        BOOST_TEST(differ == 0u);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(all_reduce_in_bfloat16_and_float16) {
+  check_compressed_all_reduce<bfloat16>(compression::bf16, std::ldexp(1.0, -8));
+  check_compressed_all_reduce<float16>(compression::fp16, std::ldexp(1.0, -11));
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_compresses_when_the_others_do_not_is_a_protocol_error) {
+  const int p = 2;
+  const auto errs = run_ranks(p, [&](int r, ring_tcp& c) {
+    std::vector<float> v(100000, 1.0f);
+    c.all_reduce(v, reduce_op::sum, r == 0 ? compression::bf16 : compression::none);
+  });
+  for (int r = 0; r < p; ++r) {
+    BOOST_REQUIRE(errs[std::size_t(r)]);
+    BOOST_TEST(message(errs[std::size_t(r)]).find("ring_tcp") != std::string::npos, message(errs[std::size_t(r)]));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(broadcast_all_gather_barrier_async) {
   for (bool shm : {false, true})
   for (int p : {1, 2, 3, 4, 7}) {

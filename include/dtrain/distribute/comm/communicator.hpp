@@ -17,6 +17,12 @@
 /// connects to (or waits for) every member of `cluster` within `options.connect_timeout` and returns a
 /// communicator with `rank() == cluster.rank` and `size() == cluster.world_size`, or throws
 /// `comm_error` (a peer never came) or `config_error` (the cluster or options cannot work for it).
+///
+/// A `compressing_communicator` also sums in 16 bits on the wire: `all_reduce(data, op, compression)`
+/// (and its async twin) sends every value and partial sum rounded to bfloat16 or float16 and adds what
+/// it receives in FP32, so each hop rounds once; the result is rounded once more, so that it is the same
+/// bits on every rank (a value of the wire type, widened). In a world of one nothing is sent and
+/// nothing rounded.
 
 #include <algorithm>
 #include <chrono>
@@ -27,9 +33,11 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "dtrain/backend/backend.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/float16.hpp"
 
 namespace dtrain {
 
@@ -43,6 +51,11 @@ struct comm_error : error {
 
 /// The exit code of a process that ends because a peer failed: Kubeflow and TF treat it as retryable.
 inline constexpr int peer_failure_exit_code = retryable_exit_code;
+
+/// The element type of gradients on the wire (Horovod's `Compression.fp16`, PyTorch DDP's
+/// `bf16_compress_hook`): FP32 as they are, or rounded to bfloat16 or float16, half the bytes.
+enum class compression { none, bf16, fp16 };
+inline const char* name_of(compression c) { return c == compression::bf16 ? "bf16" : c == compression::fp16 ? "fp16" : "none"; }
 
 /// `tf.distribute.experimental.CommunicationOptions` plus dtrain's knobs.
 struct communication_options {
@@ -69,6 +82,11 @@ struct communication_options {
   /// When every worker is on this host, all-reduce through shared memory instead of loopback TCP (also
   /// DTRAIN_SHM=0 turns it off): docs/distributed.md.
   bool shared_memory = true;
+  /// Gradients between workers in 16 bits (docs/distributed.md#gradients-in-16-bits): each hop rounds
+  /// what it sends and adds in FP32; the sum is identical on every worker. bf16 keeps FP32's range,
+  /// fp16 three more bits of precision but overflows past 65504. The running metric states that ride
+  /// with the gradients, and every other collective, stay FP32. The same on every worker.
+  compression gradient_compression = compression::none;
 };
 
 template <class H>
@@ -84,6 +102,13 @@ concept communicator = requires(C& c, std::span<float> f, std::span<const float>
   c.broadcast(b, root);
   c.all_gather(cf, f);
   c.barrier();
+};
+
+/// A communicator that can sum in 16 bits on the wire (see the contract above).
+template <class C>
+concept compressing_communicator = communicator<C> && requires(C& c, std::span<float> f) {
+  c.all_reduce(f, reduce_op::sum, compression::bf16);
+  { c.all_reduce_async(f, reduce_op::sum, compression::bf16) } -> collective_handle;
 };
 
 /// A communicator that also sums device memory of backend B where it lies (comm::nccl: on B's stream).
@@ -117,6 +142,25 @@ inline void reduce_into(float* dst, const float* src, std::size_t n, reduce_op o
       break;
   }
 }
+
+/// dst[i] = dst[i] op float(src[i]): a reduction of values that came in 16 bits, in FP32 (widened a
+/// block at a time into the cache, by F16C or AVX2 where the CPU has them, then reduced as floats).
+template <half_float T>
+void reduce_into(float* dst, const T* src, std::size_t n, reduce_op op) {
+  float block[512];
+  for (std::size_t i = 0; i < n; i += 512) {
+    const std::size_t m = std::min<std::size_t>(n - i, 512);
+    widen(src + i, m, block);
+    reduce_into(dst + i, block, m, op);
+  }
+}
+
+/// f(T{}) with the wire type T that `c` (bf16 or fp16) names.
+template <class F>
+decltype(auto) with_wire_type(compression c, F&& f) {
+  if (c == compression::fp16) return std::forward<F>(f)(float16{});
+  return std::forward<F>(f)(bfloat16{});
+}
 }  // namespace detail
 
 namespace comm {
@@ -137,8 +181,8 @@ class local {
   };
   int rank() const { return 0; }
   int size() const { return 1; }
-  void all_reduce(std::span<float>, reduce_op) {}
-  handle all_reduce_async(std::span<float>, reduce_op) { return {}; }
+  void all_reduce(std::span<float>, reduce_op, compression = compression::none) {}
+  handle all_reduce_async(std::span<float>, reduce_op, compression = compression::none) { return {}; }
   void broadcast(std::span<float>, int root) { check_root(root); }
   void broadcast(std::span<std::byte>, int root) { check_root(root); }
   void all_gather(std::span<const float> in, std::span<float> out) {
@@ -155,6 +199,6 @@ class local {
 
 }  // namespace comm
 
-static_assert(communicator<comm::local>);
+static_assert(compressing_communicator<comm::local>);
 
 }  // namespace dtrain

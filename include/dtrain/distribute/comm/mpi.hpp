@@ -21,9 +21,14 @@
 ///   with the caller's work less than ring_tcp's communication thread does.
 /// - Results are bitwise identical on all ranks when the MPI's reduction is (Open MPI's are; the tests
 ///   check it).
+/// - In 16 bits (`compression`), the values travel as MPI_UINT16_T under a user-defined operation that
+///   widens both operands, adds (or takes the max or min) in FP32 and rounds: each reduction step
+///   rounds once, as ring_tcp's hops do; the result is widened (a mean divided and rounded again).
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -33,6 +38,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "dtrain/core/trace.hpp"
@@ -123,13 +129,16 @@ class mpi {
   ~mpi() {
     int down = 0;
     MPI_Finalized(&down);
-    if (comm_ != MPI_COMM_NULL && !down) MPI_Comm_free(&comm_);
+    if (down) return;
+    for (MPI_Op& op : wire_ops_)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
   int rank() const { return o_.rank; }
   int size() const { return o_.world_size; }
 
-  /// Completion of an MPI_Iallreduce (the mean is divided when it completes).
+  /// Completion of an MPI_Iallreduce (the mean is divided when it completes; 16-bit values widened).
   class handle {
    public:
     handle() = default;
@@ -138,41 +147,51 @@ class mpi {
       const trace::scope traced("comm", "all_reduce (wait)", std::int64_t(data_.size_bytes()));
       mpi* o = std::exchange(owner_, nullptr);
       o->complete(request_, "all_reduce");
-      if (op_ == reduce_op::mean)
+      std::visit([&]<class W>(const W& wire) {
+        if constexpr (!std::same_as<W, std::monostate>) widen(wire.data(), wire.size(), data_.data());
+        if (op_ != reduce_op::mean) return;
         for (auto& v : data_) v /= float(o->size());
+        if constexpr (!std::same_as<W, std::monostate>)
+          round_through<typename W::value_type>(data_.data(), data_.size());
+      }, wire_);
     }
 
    private:
     friend class mpi;
-    handle(mpi* owner, MPI_Request r, std::span<float> data, reduce_op op)
-        : owner_(owner), request_(r), data_(data), op_(op) {}
+    using wire_values = std::variant<std::monostate, std::vector<bfloat16>, std::vector<float16>>;
+    handle(mpi* owner, MPI_Request r, std::span<float> data, reduce_op op, wire_values wire = {})
+        : owner_(owner), request_(r), data_(data), op_(op), wire_(std::move(wire)) {}
     mpi* owner_ = nullptr;
     MPI_Request request_ = MPI_REQUEST_NULL;
     std::span<float> data_;
     reduce_op op_ = reduce_op::sum;
+    wire_values wire_;  // in 16 bits: what MPI reduces (moving the vector keeps its buffer)
   };
 
-  handle all_reduce_async(std::span<float> data, reduce_op op) {
-    agree(kind::all_reduce, data.size(), int(op));
+  /// All-reduce, in 16 bits on the wire with `c` bf16 or fp16 (communicator.hpp's contract).
+  handle all_reduce_async(std::span<float> data, reduce_op op, compression c = compression::none) {
     if (data.size() > std::size_t(INT_MAX)) {  // beyond one MPI count: blocking pieces
-      all_reduce(data, op);
+      for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX))
+        all_reduce_async(data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX))), op, c).wait();
       return {};
     }
+    agree(kind::all_reduce, data.size(), int(op) + 8 * int(c));
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, mpi_op(op), comm_, &r), "all_reduce");
-    return handle(this, r, data, op);
-  }
-  void all_reduce(std::span<float> data, reduce_op op) {
-    const trace::scope traced("comm", "all_reduce", std::int64_t(data.size_bytes()));
-    agree(kind::all_reduce, data.size(), int(op));
-    for (std::size_t at = 0; at < data.size(); at += std::size_t(INT_MAX)) {
-      const auto piece = data.subspan(at, std::min(data.size() - at, std::size_t(INT_MAX)));
-      MPI_Request r = MPI_REQUEST_NULL;
-      check(MPI_Iallreduce(MPI_IN_PLACE, piece.data(), int(piece.size()), MPI_FLOAT, mpi_op(op), comm_, &r), "all_reduce");
-      complete(r, "all_reduce");
+    if (c == compression::none || size() == 1) {
+      check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, mpi_op(op), comm_, &r), "all_reduce");
+      return handle(this, r, data, op);
     }
-    if (op == reduce_op::mean)
-      for (auto& v : data) v /= float(size());
+    return dtrain::detail::with_wire_type(c, [&]<half_float T>(T) {
+      std::vector<T> wire(data.size());
+      round_to(data.data(), data.size(), wire.data());
+      check(MPI_Iallreduce(MPI_IN_PLACE, wire.data(), int(wire.size()), MPI_UINT16_T, wire_op<T>(op), comm_, &r),
+            "all_reduce");
+      return handle(this, r, data, op, std::move(wire));
+    });
+  }
+  void all_reduce(std::span<float> data, reduce_op op, compression c = compression::none) {
+    const trace::scope traced("comm", "all_reduce", std::int64_t(data.size_bytes()));
+    all_reduce_async(data, op, c).wait();
   }
   void broadcast(std::span<std::byte> data, int root) {
     check_root(root);
@@ -220,6 +239,29 @@ class mpi {
 
   static MPI_Op mpi_op(reduce_op op) {
     return op == reduce_op::max ? MPI_MAX : op == reduce_op::min ? MPI_MIN : MPI_SUM;
+  }
+  /// The user-defined operation that reduces T values (as MPI_UINT16_T) with `op` in FP32, made on
+  /// first use: inout[i] = T(float(in[i]) op float(inout[i])).
+  template <half_float T>
+  MPI_Op wire_op(reduce_op op) {
+    const int which = 3 * int(std::same_as<T, float16>) + (op == reduce_op::max ? 1 : op == reduce_op::min ? 2 : 0);
+    MPI_Op& made = wire_ops_[std::size_t(which)];
+    if (made != MPI_OP_NULL) return made;
+    MPI_User_function* f = nullptr;
+    if (op == reduce_op::max) f = &combine<T, reduce_op::max>;
+    else if (op == reduce_op::min) f = &combine<T, reduce_op::min>;
+    else f = &combine<T, reduce_op::sum>;
+    check(MPI_Op_create(f, 1, &made), "MPI_Op_create");
+    return made;
+  }
+  template <half_float T, reduce_op Op>
+  static void combine(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const T*>(in);
+    auto* b = static_cast<T*>(inout);
+    for (int i = 0; i < *len; ++i) {
+      const float x = float(a[i]), y = float(b[i]);
+      b[i] = T::from(Op == reduce_op::max ? std::max(x, y) : Op == reduce_op::min ? std::min(x, y) : x + y);
+    }
   }
   void check_root(int root) const {
     if (root < 0 || root >= size())
@@ -273,9 +315,10 @@ class mpi {
 
   mpi_options o_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::array<MPI_Op, 6> wire_ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   std::string failure_;
 };
 
-static_assert(cluster_communicator<mpi>);
+static_assert(cluster_communicator<mpi> && compressing_communicator<mpi>);
 
 }  // namespace dtrain::comm

@@ -17,6 +17,11 @@
 /// buffer and publishes it; barrier; each copies the others' parts out. Every part is reduced by one
 /// rank only, so every rank gets the same bits.
 ///
+/// In 16 bits (`all_reduce<T>`), the slots hold the wire type: each rank rounds what it copies in, the
+/// reducing rank widens and adds in FP32 and publishes its part of the sum rounded (keeping the rounded
+/// value), and the others widen it as they copy it out; the small path reduces the widened slots in rank
+/// order and rounds the result. Half the bytes through the caches, the same sums as the TCP ring's.
+///
 /// The barrier is a counter per rank. A waiting rank spins briefly, then sleeps on a futex that the
 /// arriving rank wakes. When ranks outnumber cores it yields instead of spinning, so that the core goes
 /// to a rank that has yet to arrive; otherwise it does not yield: in training the thread it would yield
@@ -117,33 +122,49 @@ class shm_transport {
   /// Reduces `data` over the ranks with `op`; every rank gets the same bits. Throws `comm_error` naming
   /// the rank that failed.
   void all_reduce(std::span<float> data, reduce_op op) {
-    ++collective_;
-    const std::size_t n = data.size();
-    if (n == 0) return;
-    if (n * sizeof(float) <= small_bytes_) return small_all_reduce(data, op);
-    const std::size_t p = std::size_t(size_), r = std::size_t(rank_), chunk = slot_bytes_ / sizeof(float);
-    float* const mine = slot(rank_);
-    float* const result = slot(size_);
-    for (std::size_t c0 = 0; c0 < n; c0 += chunk) {
-      const std::size_t m = std::min(chunk, n - c0);
-      float* d = data.data() + c0;
-      auto lo = [&](std::size_t q) { return std::min(m, (m * q / p + 15) & ~std::size_t{15}); };  // 64-byte parts
-      const std::size_t a = lo(r), b = lo(r + 1);
-      copy(mine, d, a);
-      copy(mine + b, d + b, m - b);
-      barrier();
-      for (int q = 0; q < size_; ++q)
-        if (q != rank_) dtrain::detail::reduce_into(d + a, slot(q) + a, b - a, op);
-      if (op == reduce_op::mean)
-        for (std::size_t i = a; i < b; ++i) d[i] *= 1.0f / float(p);
-      copy(result + a, d + a, b - a);
-      barrier();
-      copy(d, result, a);
-      copy(d + b, result + b, m - b);
-    }
+    reduce_through<float>(data, op, [](const float* src, std::size_t n, float* dst) { copy(dst, src, n); },
+                          [](const float* src, std::size_t n, float* dst) { copy(dst, src, n); });
+  }
+  /// The same with the values in the segment rounded to T (bfloat16 or float16), summed in FP32.
+  template <half_float T>
+  void all_reduce(std::span<float> data, reduce_op op) {
+    reduce_through<T>(data, op, [](const float* src, std::size_t n, T* dst) { round_to(src, n, dst); },
+                      [](const T* src, std::size_t n, float* dst) { widen(src, n, dst); });
   }
 
  private:
+  /// The all-reduce, with E the element type in the segment: `in(src, n, dst)` copies (or rounds) floats
+  /// into it, `out(src, n, dst)` copies (or widens) them back.
+  template <class E, class In, class Out>
+  void reduce_through(std::span<float> data, reduce_op op, In in, Out out) {
+    ++collective_;
+    const std::size_t n = data.size();
+    if (n == 0) return;
+    if (n * sizeof(E) <= small_bytes_) return small_all_reduce<E>(data, op, in, out);
+    const std::size_t p = std::size_t(size_), r = std::size_t(rank_), chunk = slot_bytes_ / sizeof(E);
+    constexpr std::size_t line = 64 / sizeof(E);
+    E* const mine = slot<E>(rank_);
+    E* const result = slot<E>(size_);
+    for (std::size_t c0 = 0; c0 < n; c0 += chunk) {
+      const std::size_t m = std::min(chunk, n - c0);
+      float* d = data.data() + c0;
+      auto lo = [&](std::size_t q) { return std::min(m, (m * q / p + line - 1) & ~(line - 1)); };  // 64-byte parts
+      const std::size_t a = lo(r), b = lo(r + 1);
+      in(d, a, mine);
+      in(d + b, m - b, mine + b);
+      barrier();
+      for (int q = 0; q < size_; ++q)
+        if (q != rank_) dtrain::detail::reduce_into(d + a, slot<E>(q) + a, b - a, op);
+      if (op == reduce_op::mean)
+        for (std::size_t i = a; i < b; ++i) d[i] *= 1.0f / float(p);
+      in(d + a, b - a, result + a);
+      if constexpr (!std::same_as<E, float>) out(result + a, b - a, d + a);  // keep the rounded sum
+      barrier();
+      out(result, a, d);
+      out(result + b, m - b, d + b);
+    }
+  }
+
   /// One rank's words in the segment, on a cache line of their own.
   struct alignas(64) rank_words {
     std::atomic<std::uint32_t> arrived{0};   // barriers passed; the futex word
@@ -192,26 +213,31 @@ class shm_transport {
   rank_words& rank_state(int q) {
     return reinterpret_cast<rank_words*>(static_cast<std::byte*>(base_) + sizeof(header))[q];
   }
-  /// Input slot q (q = size: the result slot).
-  float* slot(int q) {
-    return reinterpret_cast<float*>(static_cast<std::byte*>(base_) + control_bytes(size_) + std::size_t(q) * slot_bytes_);
+  /// Input slot q (q = size: the result slot), holding E.
+  template <class E = float>
+  E* slot(int q) {
+    return reinterpret_cast<E*>(static_cast<std::byte*>(base_) + control_bytes(size_) + std::size_t(q) * slot_bytes_);
   }
-  float* small_slot(std::size_t set, int q) {
-    return reinterpret_cast<float*>(reinterpret_cast<std::byte*>(slot(size_ + 1)) + (set * std::size_t(size_) + std::size_t(q)) * small_bytes_);
+  template <class E>
+  E* small_slot(std::size_t set, int q) {
+    return reinterpret_cast<E*>(reinterpret_cast<std::byte*>(slot(size_ + 1)) + (set * std::size_t(size_) + std::size_t(q)) * small_bytes_);
   }
 
-  /// One barrier: every rank copies in, then all reduce the same slots in rank order.
-  void small_all_reduce(std::span<float> data, reduce_op op) {
+  /// One barrier: every rank copies in, then all reduce the same slots in rank order (in 16 bits:
+  /// widened, and the result rounded).
+  template <class E, class In, class Out>
+  void small_all_reduce(std::span<float> data, reduce_op op, In in, Out out) {
     const std::size_t n = data.size(), set = small_count_++ & 1;
     // A set is written again two small all-reduces later, after every rank has passed the barrier of
     // the one in between, so after it has finished reading.
-    copy(small_slot(set, rank_), data.data(), n);
+    in(data.data(), n, small_slot<E>(set, rank_));
     barrier();
     float* d = data.data();
-    if (rank_ != 0) copy(d, small_slot(set, 0), n);
-    for (int q = 1; q < size_; ++q) dtrain::detail::reduce_into(d, small_slot(set, q), n, op);
+    if (rank_ != 0 || !std::same_as<E, float>) out(small_slot<E>(set, 0), n, d);
+    for (int q = 1; q < size_; ++q) dtrain::detail::reduce_into(d, small_slot<E>(set, q), n, op);
     if (op == reduce_op::mean)
       for (std::size_t i = 0; i < n; ++i) d[i] *= 1.0f / float(size_);
+    if constexpr (!std::same_as<E, float>) round_through<E>(d, n);
   }
 
   /// Arrives, then waits until every other rank has arrived as often.
