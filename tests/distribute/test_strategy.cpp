@@ -151,6 +151,20 @@ BOOST_AUTO_TEST_CASE(gpu_workers_over_nccl_or_the_ring_train_like_one_worker) {
                        one);
       }
     }
+  // the staged gradients in 16 bits on the TCP ring: like one worker within rounding, the same bits on
+  // every worker
+  for (int p : {2, 3}) {
+    BOOST_TEST_CONTEXT("p = " << p << ", implementation ring, bf16") {
+      const auto many = train<cuda_emulated, comm::nccl_emulated>(
+          p, 3, 2, {.implementation = impl::ring, .timeout = std::chrono::seconds(20),
+                    .connect_timeout = std::chrono::seconds(20), .gradient_compression = compression::bf16});
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < one[0].weights.size(); ++i)
+        off += std::abs(many[0].weights[i] - one[0].weights[i]) > 1e-3f + 1e-2f * std::abs(one[0].weights[i]);
+      BOOST_TEST(off == 0u);
+      for (std::size_t r = 1; r < many.size(); ++r) BOOST_TEST(many[r].weights == many[0].weights, tt::per_element());
+    }
+  }
   // NCCL for a strategy whose communicator takes host memory only: a config_error saying what to use
   const std::string msg = dtrain_test::error_of([] {
     multi_worker_mirrored_strategy<comm::local, cuda_emulated>({.implementation = impl::nccl}, cluster_info{});
@@ -204,6 +218,19 @@ BOOST_AUTO_TEST_CASE(gradients_in_16_bits_train_like_one_worker_and_metrics_stay
   }
 }
 
+namespace {
+/// A one-worker communicator that has no 16-bit all-reduce (comm::local's collectives without it).
+struct fp32_only_communicator : comm::local {
+  static fp32_only_communicator connect(const cluster_info& c, const communication_options& o) {
+    comm::local::connect(c, o);
+    return {};
+  }
+  void all_reduce(std::span<float>, reduce_op) {}
+  handle all_reduce_async(std::span<float>, reduce_op) { return {}; }
+};
+static_assert(cluster_communicator<fp32_only_communicator> && !compressing_communicator<fp32_only_communicator>);
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(gradient_compression_the_workers_disagree_on_or_cannot_do_is_refused) {
   std::vector<std::string> errors(3);
   const auto addrs = dtrain_test::free_addresses(3);
@@ -216,11 +243,16 @@ BOOST_AUTO_TEST_CASE(gradient_compression_the_workers_disagree_on_or_cannot_do_i
     });
   });
   for (const auto& e : errors) BOOST_TEST(e.find("disagree on gradient_compression") != std::string::npos, e);
-  // a communicator that sends FP32 only (comm::nccl), and replicas in one process: said, not ignored
+  // NCCL's device data plane (which sums FP32), a communicator that sends FP32 only, and replicas in one
+  // process: said, not ignored
   const std::string nccl = dtrain_test::error_of([] {
     dtrain_test::on_workers<cuda_emulated, comm::nccl_emulated>(1, [](auto&, int) {}, {.gradient_compression = compression::fp16});
   });
-  BOOST_TEST(nccl.find("gradient_compression needs a communicator that sums in 16 bits") != std::string::npos, nccl);
+  BOOST_TEST(nccl.find("comm::nccl sums device memory in FP32") != std::string::npos, nccl);
+  const std::string threads = dtrain_test::error_of([] {
+    multi_worker_mirrored_strategy<fp32_only_communicator>({.gradient_compression = compression::bf16}, cluster_info{});
+  });
+  BOOST_TEST(threads.find("gradient_compression needs a communicator that sums in 16 bits") != std::string::npos, threads);
   const std::string mirrored = dtrain_test::error_of([] { mirrored_strategy<>({}, {.gradient_compression = compression::bf16}); });
   BOOST_TEST(mirrored.find("gradient_compression applies between workers") != std::string::npos, mirrored);
 }

@@ -291,6 +291,10 @@ class multi_worker_mirrored_strategy final : public replica_context {
       : o_(o), cluster_(cluster ? std::move(*cluster) : default_cluster()),
         device_(device ? std::move(*device) : detail::device_for_local_rank<Backend>(cluster_)),
         comm_(connect(o_, cluster_, device_)), host_sync_(*this, o.first_bucket_bytes, o.bucket_bytes) {
+    if (o_.gradient_compression != compression::none && reduces_device_gradients())
+      throw config_error("multi_worker_mirrored_strategy: gradient_compression is for gradients in host memory; comm::nccl "
+                         "sums device memory in FP32 (implementation ring stages the gradients through host memory to "
+                         "the TCP ring, which compresses them)");
     if (comm_.size() > 1) {  // a worker compressing for others that do not would garble the sums
       const float c = float(o_.gradient_compression);
       float seen[2] = {c, -c};  // the largest and the smallest, in one all-reduce
@@ -486,7 +490,7 @@ class multi_worker_mirrored_strategy final : public replica_context {
     if constexpr (!compressing_communicator<Comm>)
       if (o.gradient_compression != compression::none)
         throw config_error("multi_worker_mirrored_strategy: gradient_compression needs a communicator that sums in 16 "
-                           "bits (comm::ring_tcp, comm::mpi); this one sends FP32 only");
+                           "bits (comm::ring_tcp, comm::mpi, comm::nccl's TCP ring); this one sends FP32 only");
     if (!c.in_ring())
       throw config_error("multi_worker_mirrored_strategy: this process is task " + c.task_type + ":" +
                          std::to_string(c.task_id) + ", which takes no part in training (only chief and worker "

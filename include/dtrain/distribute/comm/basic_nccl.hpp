@@ -137,9 +137,13 @@ class basic_nccl {
   /// The device (and stream) the collectives are placed on.
   const device_type& device() const { return device_; }
 
-  // ---- host memory: over the TCP ring ---------------------------------------------------------------------
-  void all_reduce(std::span<float> data, reduce_op op) { rethrow(), ring_.all_reduce(data, op); }
-  auto all_reduce_async(std::span<float> data, reduce_op op) { return rethrow(), ring_.all_reduce_async(data, op); }
+  // ---- host memory: over the TCP ring (in 16 bits where asked, as ring_tcp) --------------------------------
+  void all_reduce(std::span<float> data, reduce_op op, compression c = compression::none) {
+    rethrow(), ring_.all_reduce(data, op, c);
+  }
+  auto all_reduce_async(std::span<float> data, reduce_op op, compression c = compression::none) {
+    return rethrow(), ring_.all_reduce_async(data, op, c);
+  }
   void broadcast(std::span<float> data, int root) { rethrow(), ring_.broadcast(data, root); }
   void broadcast(std::span<std::byte> data, int root) { rethrow(), ring_.broadcast(data, root); }
   void all_gather(std::span<const float> in, std::span<float> out) { rethrow(), ring_.all_gather(in, out); }

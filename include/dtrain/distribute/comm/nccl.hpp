@@ -173,6 +173,6 @@ static_assert(nccl_api<nccl_library>);
 
 /// The communicator of GPU workers: NCCL for device memory, the TCP ring for the rest (basic_nccl.hpp).
 using nccl = basic_nccl<nccl_library>;
-static_assert(cluster_communicator<nccl> && device_communicator<nccl, cuda>);
+static_assert(cluster_communicator<nccl> && device_communicator<nccl, cuda> && compressing_communicator<nccl>);
 
 }  // namespace dtrain::comm

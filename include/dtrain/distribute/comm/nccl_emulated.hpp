@@ -208,6 +208,7 @@ static_assert(nccl_api<emulated_nccl_api>);
 
 /// comm::nccl's code on the emulation: GPU workers as threads of one process on `cuda_emulated`.
 using nccl_emulated = basic_nccl<emulated_nccl_api>;
-static_assert(cluster_communicator<nccl_emulated> && device_communicator<nccl_emulated, cuda_emulated>);
+static_assert(cluster_communicator<nccl_emulated> && device_communicator<nccl_emulated, cuda_emulated> &&
+              compressing_communicator<nccl_emulated>);
 
 }  // namespace dtrain::comm
