@@ -32,6 +32,7 @@ struct arguments {
   std::string dir;           // --dir: where the saving examples write their files
   std::string device = "cpu";  // --device (the examples that offer it): cpu, or gpu (the cuda backend)
   std::string implementation = "auto";  // --implementation (with --device): TF's CommunicationImplementation
+  std::string gradient_compression = "none";  // --gradient-compression (with --implementation): none, bf16, fp16
   bool validate = false;     // --validate: the test images as fit's validation data (val_loss, val_accuracy)
 };
 
@@ -39,6 +40,13 @@ struct arguments {
 inline dtrain::communication_options::implementation_type implementation(const arguments& a) {
   using impl = dtrain::communication_options::implementation_type;
   return a.implementation == "ring" ? impl::ring : a.implementation == "nccl" ? impl::nccl : impl::auto_;
+}
+
+/// `communication_options::gradient_compression` from --gradient-compression.
+inline dtrain::compression gradient_compression(const arguments& a) {
+  return a.gradient_compression == "bf16"   ? dtrain::compression::bf16
+         : a.gradient_compression == "fp16" ? dtrain::compression::fp16
+                                            : dtrain::compression::none;
 }
 
 /// Parses `app`'s command line: --help prints the help and exits with 0, a mistake is one line naming
@@ -90,6 +98,10 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
     app.add_option("--implementation", a.implementation,
                    "the gradients' collectives: auto (NCCL for GPU workers where built), ring or nccl")
         ->check(CLI::IsMember({"auto", "ring", "nccl"}))
+        ->capture_default_str();
+    app.add_option("--gradient-compression", a.gradient_compression,
+                   "the gradients between workers: none (FP32), bf16 or fp16 (the same on every worker)")
+        ->check(CLI::IsMember({"none", "bf16", "fp16"}))
         ->capture_default_str();
   }
   parse_or_exit(app, argc, argv);

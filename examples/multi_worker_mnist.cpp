@@ -41,7 +41,8 @@ int train(Strategy& strategy, const mnist_setup::arguments& args) {
 /// with --implementation ring, as NCCL refuses two ranks on one GPU).
 template <class Net>
 int run(const mnist_setup::arguments& args) {
-  const dtrain::communication_options options{.implementation = mnist_setup::implementation(args)};
+  const dtrain::communication_options options{.implementation = mnist_setup::implementation(args),
+                                              .gradient_compression = mnist_setup::gradient_compression(args)};
   if (args.device == "gpu") {
 #ifdef DTRAIN_EXAMPLE_CUDA
     gpu_strategy_type strategy(options);

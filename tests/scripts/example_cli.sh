@@ -1,8 +1,9 @@
 #!/bin/bash
 # The examples' command line (examples/mnist_setup.hpp, CLI11): every mistake is one line on stderr that
 # names the flag, exit code 2, never a crash or a silent truncation; --help is the help on stdout, exit 0;
-# --flag=value is accepted; running out of memory is a message and exit 1.
-# usage: example_cli.sh <single_worker_mnist>
+# --flag=value is accepted; running out of memory is a message and exit 1. With multi_worker_mnist too, its
+# own flags' mistakes the same way.
+# usage: example_cli.sh <single_worker_mnist> [<multi_worker_mnist>]
 set -u
 P=$1
 dir=$(mktemp -d)
@@ -47,4 +48,10 @@ grep -q -- "--steps-per-epoch" "$dir/out" || fail "--help does not list the opti
 [ ! -s "$dir/err" ] || fail "--help wrote to stderr"
 timeout 300 "$P" --epochs=1 --steps-per-epoch=2 --verbose=0 --model=mlp > "$dir/out" 2>&1 || fail "--flag=value: $(cat "$dir/out")"
 grep -q "test_accuracy" "$dir/out" || fail "--flag=value did not train: $(cat "$dir/out")"
+if [ -n "${2:-}" ]; then
+  P=$2
+  refuse --implementation --implementation mpi
+  refuse --gradient-compression --gradient-compression int8
+  refuse --device --device tpu
+fi
 echo "PASS: example command line"
