@@ -55,6 +55,15 @@ comm::ring_tcp_options options(int rank, int p, const std::vector<std::string>& 
   return o;
 }
 
+/// Each rank's options for a ring of p on `addrs`, through shared memory or over TCP.
+std::function<comm::ring_tcp_options(int)> on_transport(int p, const std::vector<std::string>& addrs, bool shm) {
+  return [p, addrs, shm](int r) {
+    auto o = options(r, p, addrs);
+    o.shared_memory = shm;
+    return o;
+  };
+}
+
 /// What ring_tcp::transport() says for each setting of shared_memory (every rank here is on one host).
 const char* transport_name(bool shm) { return shm ? "shared memory" : "tcp"; }
 
@@ -133,11 +142,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_world_size_and_op) {
           results[std::size_t(r)].push_back(std::move(v));
         }
       expect(leftover_segments() == 0, "rank 0 unlinked the segment's name");
-    }, [&](int r) {
-      auto o = options(r, p, addrs);
-      o.shared_memory = shm;
-      return o;
-    });
+    }, on_transport(p, addrs, shm));
     require_ok(errs);
     std::size_t k = 0;
     for (auto n : counts)
@@ -229,11 +234,7 @@ void check_compressed_all_reduce(compression c, double unit_roundoff) {
         for (float x : fp32) expect(x == float(p), "the FP32 all-reduce between the compressed ones");
         noisy[std::size_t(r)].push_back(std::move(v));
       }
-    }, [&](int r) {
-      auto o = options(r, p, addrs);
-      o.shared_memory = shm;
-      return o;
-    });
+    }, on_transport(p, addrs, shm));
     require_ok(errs);
     std::size_t k = 0;
     for (std::size_t ni = 0; ni < counts.size(); ++ni) {
@@ -320,11 +321,7 @@ BOOST_AUTO_TEST_CASE(broadcast_all_gather_barrier_async) {
         threw = true;
       }
       expect(threw, "a root outside the world is refused");
-    }, [&](int r) {
-      auto o = options(r, p, addrs);
-      o.shared_memory = shm;
-      return o;
-    });
+    }, on_transport(p, addrs, shm));
     require_ok(errs);
   }
 }
@@ -365,11 +362,7 @@ BOOST_AUTO_TEST_CASE(dead_peer_is_named_by_every_other_rank) {
           std::this_thread::sleep_for(50ms);
           c.all_reduce(v, reduce_op::sum);
         },
-        [&](int r) {
-          auto o = options(r, p, addrs);
-          o.shared_memory = shm;
-          return o;
-        });
+        on_transport(p, addrs, shm));
     BOOST_TEST(!errs[2]);
     for (int r = 0; r < p; ++r) {
       if (r == 2) continue;
