@@ -25,11 +25,13 @@ inline std::pair<dtrain::tensor, dtrain::tensor> three_class_problem(std::size_t
 }
 
 /// Whether every weight of `a` is within float rounding of `b`: |a - b| <= 1e-5 + 1e-4 |b| (the
-/// replicas' gradients are summed in another order than one worker's GEMMs sum them).
-inline bool weights_close(const std::vector<float>& a, const std::vector<float>& b) {
+/// replicas' gradients are summed in another order than one worker's GEMMs sum them), or within
+/// `absolute` + `relative` |b|.
+inline bool weights_close(const std::vector<float>& a, const std::vector<float>& b, float absolute = 1e-5f,
+                          float relative = 1e-4f) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::abs(a[i] - b[i]) > 1e-5f + 1e-4f * std::abs(b[i])) return false;
+    if (std::abs(a[i] - b[i]) > absolute + relative * std::abs(b[i])) return false;
   return true;
 }
 
