@@ -101,6 +101,16 @@ struct cpu : detail::cpu_activation_kernels,
       for (std::size_t i = b; i < e; ++i) z[i] = x[i] * y[i];
     });
   }
+  /// y = x, each value rounded to the nearest value of `to` (y may be x).
+  void round_to(std::size_t n, dtype to, const float* x, float* y) const {
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      if (to == dtype::bfloat16)
+        for (std::size_t i = b; i < e; ++i) y[i] = float(bfloat16::from(x[i]));
+      else if (x != y)
+        std::copy(x + b, x + e, y + b);
+      if (to == dtype::float16) round_through<float16>(y + b, e - b);  // (F16C's conversions where the CPU has them)
+    });
+  }
   /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k and op(B) k x n (cblas_sgemm's meaning).
   void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
             std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) const {

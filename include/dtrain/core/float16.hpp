@@ -80,6 +80,20 @@ struct float16 {
 template <class T>
 concept half_float = std::same_as<T, bfloat16> || std::same_as<T, float16>;
 
+/// The floating-point types a model computes in, by Keras' names ("float32", "bfloat16", "float16").
+enum class dtype { float32, bfloat16, float16 };
+
+constexpr const char* name_of(dtype d) {
+  return d == dtype::bfloat16 ? "bfloat16" : d == dtype::float16 ? "float16" : "float32";
+}
+
+/// x rounded to the nearest value of type `d` (x itself for float32), as a float.
+[[gnu::always_inline]] constexpr float round_as(dtype d, float x) {
+  if (d == dtype::bfloat16) return float(bfloat16::from(x));
+  if (d == dtype::float16) return float(float16::from(x));
+  return x;
+}
+
 namespace detail {
 #if defined(__GNUC__) && defined(__x86_64__)
 /// F16C's conversions (x86-64 CPUs with AVX have them): IEEE's, so the same bits as float16's own,

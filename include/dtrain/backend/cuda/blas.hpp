@@ -39,6 +39,24 @@ DTRAIN_KERNEL void dtrain_multiply(long long n, const float* x, const float* y, 
 DTRAIN_KERNEL void dtrain_broadcast_rows(long long rows, long long cols, const float* x, float* y) {
   for (long long i = first_index(); i < rows * cols; i += grid_stride()) y[i] = x[rem(i, cols)];
 }
+// y = x rounded to the nearest bfloat16 (to 1) or float16 (to 2) value, as core/float16.hpp rounds: ties to
+// even, subnormals, overflow to inf, a NaN to the quiet NaN of its sign.
+DTRAIN_DEVICE float round_to_bfloat16(float f) {
+  const unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float((u | 0x400000u) & 0xffff0000u);
+  return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+DTRAIN_DEVICE float round_to_float16(float f) {
+  const unsigned int u = __float_as_uint(f), sign = u & 0x80000000u, a = u ^ sign;
+  if (a > 0x7f800000u) return __uint_as_float(sign | 0x7fc00000u);
+  if (a >= 0x477ff000u) return __uint_as_float(sign | 0x7f800000u);  // at least 65520: inf
+  if (a < (113u << 23)) return rintf(f * 16777216.0f) * (1.0f / 16777216.0f);  // below 2^-14: steps of 2^-24
+  return __uint_as_float(((u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u));
+}
+DTRAIN_KERNEL void dtrain_round_to(long long n, int to, const float* x, float* y) {
+  for (long long i = first_index(); i < n; i += grid_stride())
+    y[i] = to == 1 ? round_to_bfloat16(x[i]) : to == 2 ? round_to_float16(x[i]) : x[i];
+}
 // Reductions run as a tree of these levels (the host picks `parts` so that no thread adds more than a
 // few dozen values: a long chain of dependent loads is what a GPU does slowest).
 // v[i] + v[i + stride] + ... (count values; `term` 1: squared, 2: their magnitudes) in the accumulator
@@ -107,7 +125,7 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
 #define DTRAIN_CUDA_BLAS_KERNELS(X)                                                                           \
   X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_axpy) X(dtrain_multiply)                      \
   X(dtrain_broadcast_rows) X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles)             \
-  X(dtrain_sum_finish)
+  X(dtrain_sum_finish) X(dtrain_round_to)
 
 namespace dtrain::cuda_detail {
 
@@ -134,6 +152,9 @@ class cuda_blas_kernels {
   }
   void multiply(std::size_t n, pointer<const float> x, pointer<const float> y, pointer<float> z) const {
     self().template run<&kernels::dtrain_multiply>(n, n, x, y, z);
+  }
+  void round_to(std::size_t n, dtype to, pointer<const float> x, pointer<float> y) const {
+    self().template run<&kernels::dtrain_round_to>(n, n, to == dtype::bfloat16 ? 1 : to == dtype::float16 ? 2 : 0, x, y);
   }
   /// Row-major C = alpha op(A) op(B) + beta C, as cuBLAS' column-major C^T = op(B)^T op(A)^T.
   void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,

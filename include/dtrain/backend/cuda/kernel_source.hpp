@@ -16,6 +16,7 @@
 /// order into scratch), so every result is deterministic: the same bits on every run and graph replay.
 /// Sizes are `long long`; a 2-D window is the `window` struct (the host's `window_geometry` as ints).
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -40,6 +41,9 @@ namespace host {
 inline unsigned int __umulhi(unsigned int a, unsigned int b) {
   return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
 }
+/// `__float_as_uint`, `__uint_as_float`: a float's bits and back.
+inline unsigned int __float_as_uint(float f) { return std::bit_cast<unsigned int>(f); }
+inline float __uint_as_float(unsigned int u) { return std::bit_cast<float>(u); }
 }  // namespace host
 
 }  // namespace dtrain::cuda_kernels
