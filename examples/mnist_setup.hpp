@@ -33,6 +33,7 @@ struct arguments {
   std::string device = "cpu";  // --device (the examples that offer it): cpu, or gpu (the cuda backend)
   std::string implementation = "auto";  // --implementation (with --device): TF's CommunicationImplementation
   std::string gradient_compression = "none";  // --gradient-compression (with --implementation): none, bf16, fp16
+  std::string dtype_policy = "float32";  // --dtype-policy: float32, mixed_bfloat16 or mixed_float16
   bool validate = false;     // --validate: the test images as fit's validation data (val_loss, val_accuracy)
 };
 
@@ -79,6 +80,9 @@ inline arguments parse(int argc, char** argv, bool device_flag = false, bool imp
   app.add_option("--epochs", a.epochs)->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--steps-per-epoch", a.steps_per_epoch, "0: full passes over the 60,000 images")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))->capture_default_str();
+  app.add_option("--dtype-policy", a.dtype_policy, "what the layers compute in (Keras' dtype policy)")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16", "mixed_float16"}))
+      ->capture_default_str();
   app.add_option("--seed", a.seed)->capture_default_str();
   app.add_option("--verbose", a.verbose, "0 silent, 1 progress bar, 2 a line per epoch")
       ->check(CLI::IsMember({0, 1, 2}))->capture_default_str();
@@ -156,9 +160,11 @@ inline dtrain::data::any_dataset<dtrain::data::example> validation(const argumen
   return dtrain::data::fashion_mnist_test() | dtrain::data::batch(1000);
 }
 
-/// `build_and_compile_model()`: the model with the tutorial's loss and the chosen optimizer.
+/// `build_and_compile_model()`: the model with the tutorial's loss and the chosen optimizer, under the
+/// chosen dtype policy.
 template <class Net>
 void compile(Net& model, const arguments& a) {
+  model.set_dtype_policy(dtrain::dtype_policy(a.dtype_policy));
   dtrain::any_optimizer opt;
   if (a.optimizer == "adam") opt = dtrain::adam{{.learning_rate = a.learning_rate}};
   else opt = dtrain::sgd{{.learning_rate = a.learning_rate}};

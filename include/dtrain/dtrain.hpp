@@ -87,5 +87,6 @@
 #include "dtrain/optimizers/schedules.hpp"
 #include "dtrain/optimizers/sgd.hpp"
 
+#include "dtrain/model/dtype_policy.hpp"
 #include "dtrain/model/fit.hpp"
 #include "dtrain/model/sequential.hpp"

@@ -106,6 +106,20 @@ BOOST_AUTO_TEST_CASE(replicas_keep_the_same_weights_after_changes_from_outside) 
   BOOST_TEST(weights_close(run(3), one));
 }
 
+BOOST_AUTO_TEST_CASE(a_dtype_policy_set_from_outside_reaches_every_replica) {
+  // predict splits the rows over 3 replicas: each computes its rows under the policy, as one model does
+  auto [x, y] = three_class_problem(24);
+  mirrored_strategy<> s(cpus(3));
+  auto m = s.make_model<net>(1);
+  m.set_dtype_policy(dtype_policy::mixed_bfloat16());
+  net one(2), plain(2);
+  one.set_weights(m.get_weights()), plain.set_weights(m.get_weights());
+  one.set_dtype_policy(dtype_policy::mixed_bfloat16());
+  const tensor many = m.predict(x, {.batch_size = 24}), single = one.predict(x, {.batch_size = 24});
+  BOOST_TEST(dtrain_test::scaled_difference(many, single) < 1e-6);
+  BOOST_TEST(dtrain_test::scaled_difference(plain.predict(x, {.batch_size = 24}), single) > 1e-4);
+}
+
 BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_bitwise) {
   // A fit on 3 replicas with dropout dies in epoch 2; a new strategy and model resume from the backup and
   // end with the uninterrupted run's weights, bitwise: the replicas' weights, optimizer state and random

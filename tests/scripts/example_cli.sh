@@ -48,6 +48,10 @@ grep -q -- "--steps-per-epoch" "$dir/out" || fail "--help does not list the opti
 [ ! -s "$dir/err" ] || fail "--help wrote to stderr"
 timeout 300 "$P" --epochs=1 --steps-per-epoch=2 --verbose=0 --model=mlp > "$dir/out" 2>&1 || fail "--flag=value: $(cat "$dir/out")"
 grep -q "test_accuracy" "$dir/out" || fail "--flag=value did not train: $(cat "$dir/out")"
+refuse --dtype-policy --dtype-policy bfloat16
+timeout 300 "$P" --epochs=1 --steps-per-epoch=2 --verbose=0 --model=cnn --dtype-policy mixed_bfloat16 > "$dir/out" 2>&1 ||
+  fail "--dtype-policy mixed_bfloat16: $(cat "$dir/out")"
+grep -q "test_accuracy" "$dir/out" || fail "--dtype-policy mixed_bfloat16 did not train: $(cat "$dir/out")"
 if [ -n "${2:-}" ]; then
   P=$2
   refuse --implementation --implementation mpi

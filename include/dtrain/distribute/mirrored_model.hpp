@@ -9,7 +9,7 @@
 ///   gradients with the others' (their `gradient_sync`s), and adds the replicas' metric states into
 ///   replica 0's.
 /// - Inside `strategy.run`, a call goes to the running replica's copy.
-/// - What changes replica 0 from outside a step (`set_weights`, `compile`, the optimizer, parameters
+/// - What changes replica 0 from outside a step (`set_weights`, `compile`, the dtype policy, the optimizer, parameters
 ///   or generator reached through their accessors, a restored backup) is copied to the others before
 ///   the next step, between two barriers that keep the replicas out of the copies meanwhile.
 /// M is a private base: a `mirrored_model` does not convert to M&, so no function taking M& can train
@@ -83,12 +83,14 @@ class mirrored_model : private M {
   using M::loss_tracker, M::output_loss_trackers, M::reset_metrics, M::metric_results, M::worker_results,
       M::regularization_loss, M::riders, M::rider_sums, M::step_dropped,
       M::sums_workers;
-  using M::replica, M::replicas, M::check_batch, M::layer, M::layer_parameters;
+  using M::replica, M::replicas, M::check_batch, M::layer, M::layer_parameters, M::dtype_policy;
 
   // ---- what changes the replicas' shared state: copied to them before the next step -------------------
   void set_weights(std::span<const float> w) { M::set_weights(w), touch(); }
   void compile(typename detail::argument_of<decltype(&M::compile)>::type o) { M::compile(std::move(o)), touch(); }
   rng& generator() { return touch(), M::generator(); }
+  template <class P>
+  void set_dtype_policy(const P& p) { M::set_dtype_policy(p), touch(); }
 
   // ---- what each replica has its own of: the running replica's inside `strategy.run` ------------------
   span_t<backend_type, float> parameters() {

@@ -29,6 +29,10 @@
 /// order (reshape, flatten). A model may then skip the layer's `forward` and `backward` and let its output
 /// alias its input, and its input gradient alias its output gradient (`detail::relabels_v`).
 ///
+/// Optional: `static constexpr bool autocast = false` says the layer computes in float32 whatever the
+/// model's dtype policy (model/dtype_policy.hpp): its inputs and weights are read uncast (Keras' layers
+/// that turn autocast off, or compute in float32 inside: normalization, an embedding's index inputs).
+///
 /// Optional: non-trainable variables (Keras `non_trainable_weights`: batch normalization's moving
 /// statistics). `L::state` is a `std::array<param_spec, K>` of them (Keras order, after `params`), and
 /// `initialize_state(host)` sets their initial values. The model keeps them after every layer's trainable
@@ -178,6 +182,15 @@ inline constexpr bool relabels_v = [] {
     return static_cast<bool>(L::relabels);
   else
     return false;
+}();
+
+/// True for a bound layer that computes in a mixed policy's compute dtype (see the contract above).
+template <class L>
+inline constexpr bool autocasts_v = [] {
+  if constexpr (requires { L::autocast; })
+    return static_cast<bool>(L::autocast);
+  else
+    return true;
 }();
 
 /// True for a bound merge layer (`arity` inputs).

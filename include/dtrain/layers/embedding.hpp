@@ -44,6 +44,7 @@ struct embedding {
     using ptr = pointer_t<B, float>;
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "embedding";
+    static constexpr bool autocast = false;  // its inputs are indices
     static constexpr const char* class_name = "Embedding";
     template <class C>
     static void get_config(C& c) {

@@ -409,10 +409,16 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
           dx[k] = grad_at_[src[k]] = ensure(this->device_, source_grads_[src[k]], e);
         }
       }
+      // under a mixed policy, the gradient into a layer whose output was cast is cast too, and so are an
+      // autocasting layer's weight gradients (Keras: the casts' gradients)
+      const dtype compute = this->policy_.compute_dtype();
+      if (cast_[num_inputs + I]) this->device_.round_to(n * output_sizes[I], compute, dy, dy);
       if constexpr (detail::merges_v<layer_type<I>>)
-        l.backward(ctx, source_outputs<src>(), out_[I], dy, dx, n, this->template param_ptr<I>(), this->template grad_ptr<I>());
+        l.backward(ctx, layer_inputs<I>(n), out_[I], dy, dx, n, weights<I>(), this->template grad_ptr<I>());
       else
-        l.backward(ctx, source_output(src[0]), out_[I], dy, dx[0], n, this->template param_ptr<I>(), this->template grad_ptr<I>());
+        l.backward(ctx, layer_input<I>(src[0], n), out_[I], dy, dx[0], n, weights<I>(), this->template grad_ptr<I>());
+      if (this->policy_.mixed() && detail::autocasts_v<layer_type<I>> && param_sizes[I] > 0)
+        this->device_.round_to(param_sizes[I], compute, this->template grad_ptr<I>(), this->template grad_ptr<I>());
       for (std::size_t k = 0; k < src.size(); ++k)
         if (add[k]) this->device_.axpy(n * source_size(src[k]), 1.0f, dx[k], grad_at_[src[k]]);
       l.regularization(ctx, this->template param_ptr<I>(), this->template grad_ptr<I>(), regularization_scale_, penalty);
@@ -463,6 +469,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// replica 0 changed): its weights, compile settings and optimizer with its state; metric states reset.
   void replicate(const basic_model& from) {
     this->set_weights(from.get_weights());
+    this->set_dtype_policy(from.dtype_policy());
     opt_ = from.opt_;
     if (opt_) opt_.set_state(from.opt_.state());
     losses_ = from.losses_;
@@ -752,29 +759,67 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   void forward(tensors x, std::size_t n, bool training) {
     for (std::size_t k = 0; k < num_inputs; ++k) input_[k] = to_device(x[k], x_stage_[k]);
     layer_context<B> ctx = context(training);
+    const bool mixed = this->policy_.mixed();
+    if (mixed) cast_weights();
+    cast_at_.fill(cptr{});
     each([&]<std::size_t I>() {
       const trace::scope traced("forward", this->names_[I]);
       constexpr auto src = Graph::template sources<I>;
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
         out_[I] = source_output(src[0]);
+        cast_[num_inputs + I] = cast_[src[0]];
         return;
       }
       const ptr out = ensure(this->device_, outputs_[I], n * output_sizes[I]);
       ctx.state = this->template state_ptr<I>();
       if constexpr (detail::merges_v<layer_type<I>>)
-        std::get<I>(this->layers_).forward(ctx, source_outputs<src>(), out, n, this->template param_ptr<I>());
+        std::get<I>(this->layers_).forward(ctx, layer_inputs<I>(n), out, n, weights<I>());
       else
-        std::get<I>(this->layers_).forward(ctx, source_output(src[0]), out, n, this->template param_ptr<I>());
+        std::get<I>(this->layers_).forward(ctx, layer_input<I>(src[0], n), out, n, weights<I>());
       out_[I] = out;
+      // a mixed policy's layers output the compute dtype; the model's outputs stay float32 for the loss
+      cast_[num_inputs + I] = mixed && !is_output_node(I);
+      if (cast_[num_inputs + I]) this->device_.round_to(n * output_sizes[I], this->policy_.compute_dtype(), out, out);
     });
   }
   /// Source s's output of the last forward (k < K: input k, K + j: node j's).
   cptr source_output(std::size_t s) const { return s < num_inputs ? input_[s] : out_[s - num_inputs]; }
-  template <auto Src>
-  std::array<cptr, Src.size()> source_outputs() const {
-    std::array<cptr, Src.size()> xs;
-    for (std::size_t k = 0; k < Src.size(); ++k) xs[k] = source_output(Src[k]);
+  /// What layer I reads of source s: its output, cast to the compute dtype (once per forward) for a
+  /// layer that autocasts under a mixed policy.
+  template <std::size_t I>
+  cptr layer_input(std::size_t s, std::size_t n) {
+    if (!this->policy_.mixed() || !detail::autocasts_v<layer_type<I>> || cast_[s]) return source_output(s);
+    if (!cast_at_[s]) {
+      const ptr c = ensure(this->device_, cast_sources_[s], n * source_size(s));
+      this->device_.round_to(n * source_size(s), this->policy_.compute_dtype(), source_output(s), c);
+      cast_at_[s] = c;
+    }
+    return cast_at_[s];
+  }
+  template <std::size_t I>
+  std::array<cptr, Graph::template sources<I>.size()> layer_inputs(std::size_t n) {
+    constexpr auto src = Graph::template sources<I>;
+    std::array<cptr, src.size()> xs;
+    for (std::size_t k = 0; k < src.size(); ++k) xs[k] = layer_input<I>(src[k], n);
     return xs;
+  }
+  /// The weights layer I computes with: under a mixed policy, an autocasting layer's cast copy.
+  template <std::size_t I>
+  cptr weights() const {
+    if (this->policy_.mixed() && detail::autocasts_v<layer_type<I>>) return compute_params_.data() + param_offsets[I];
+    return this->template param_ptr<I>();
+  }
+  /// The autocasting layers' weights cast to the compute dtype, for a forward and its backward.
+  void cast_weights() {
+    ensure(this->device_, compute_params_, param_count);
+    each([&]<std::size_t I>() {
+      if constexpr (detail::autocasts_v<layer_type<I>> && param_sizes[I] > 0)
+        this->device_.round_to(param_sizes[I], this->policy_.compute_dtype(), this->template param_ptr<I>(),
+                               compute_params_.data() + param_offsets[I]);
+    });
+  }
+  static constexpr bool is_output_node(std::size_t i) {
+    return std::find(Graph::output_nodes.begin(), Graph::output_nodes.end(), i) != Graph::output_nodes.end();
   }
 
   /// Backward, with the replicas' gradients summed when under a strategy: bucket by bucket during
@@ -1103,6 +1148,13 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return e;
   }();
   std::array<cptr, num_inputs> input_{};
+  // a mixed policy's casts (see forward): the autocasting layers' weights; sources cast for them (where
+  // the source's output is not already in the compute dtype: an input, a model output); whether each
+  // source's output of the last forward is in the compute dtype
+  buffer_t<B, float> compute_params_;
+  std::array<buffer_t<B, float>, num_sources> cast_sources_;
+  std::array<cptr, num_sources> cast_at_{};
+  std::array<bool, num_sources> cast_{};
   any_optimizer opt_;
   std::vector<any_loss> losses_;  // one per output
   std::vector<float> loss_weights_;

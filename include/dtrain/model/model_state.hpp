@@ -26,6 +26,7 @@
 #include "dtrain/core/tensor.hpp"
 #include "dtrain/core/threads.hpp"
 #include "dtrain/layers/concepts.hpp"
+#include "dtrain/model/dtype_policy.hpp"
 #include "dtrain/model/graph.hpp"
 
 namespace dtrain {
@@ -195,6 +196,11 @@ class model_state {
   /// The backend the model computes on.
   const B& device() const { return device_; }
 
+  /// The precision the layers compute in (Keras' `model.dtype_policy`; float32 unless set). Set it before
+  /// training: a policy changed mid-run changes the arithmetic from that step on.
+  const ::dtrain::dtype_policy& dtype_policy() const { return policy_; }
+  void set_dtype_policy(const ::dtrain::dtype_policy& p) { policy_ = p; }
+
   // ---- weights ----------------------------------------------------------------------------------
 
   /// Every parameter of the model, layer by layer (Keras `model.trainable_variables`, flattened), in the
@@ -304,6 +310,7 @@ class model_state {
        << "Total params: " << thousands(weight_count) << '\n'
        << "Trainable params: " << thousands(param_count) << '\n'
        << "Non-trainable params: " << thousands(weight_count - param_count) << '\n'
+       << (policy_.mixed() ? std::string("Dtype policy: ") + policy_.name() + "\n" : std::string())
        << std::string(width, '_') << '\n';
   }
 
@@ -371,6 +378,7 @@ class model_state {
   buffer_t<B, float> params_, grads_;
   std::size_t grad_prefix_ = 0;  // floats before the gradients in grads_ (see reserve_gradient_prefix)
   rng rng_;
+  ::dtrain::dtype_policy policy_;
 };
 
 }  // namespace dtrain

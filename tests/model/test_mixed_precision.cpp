@@ -1,0 +1,174 @@
+// Mixed precision (Keras' dtype policies): the backends' round_to against core/float16.hpp's rounding, and
+// what a model under a mixed policy computes: its layers read cast inputs and weights, their outputs and
+// gradients are cast, float32 where Keras keeps float32 (the model's outputs, normalization layers).
+#include <cmath>
+#include <sstream>
+
+#include "support/gradcheck.hpp"
+#include "support/helpers.hpp"
+
+using namespace dtrain;
+using dtrain_test::backends;
+using dtrain_test::on;
+using dtrain_test::to_host;
+namespace tt = boost::test_tools;
+
+namespace {
+/// Floats that exercise rounding: a stride through every bit pattern, ties and their neighbours in both
+/// formats, the float16 overflow and subnormal boundaries, zeros, infinities and NaNs.
+std::vector<float> rounding_cases() {
+  std::vector<float> v;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 0x10001ull * 97) v.push_back(std::bit_cast<float>(std::uint32_t(u)));
+  for (float base : {1.0f, 3.0f, 1e-5f, 6e-8f, 65504.0f, 1e30f})
+    for (std::uint32_t low : {0x8000u, 0x18000u, 0x1000u, 0x3000u})  // bfloat16 and float16 ties
+      for (int d : {-1, 0, 1})
+        for (float sign : {1.0f, -1.0f}) {
+          const std::uint32_t b = std::bit_cast<std::uint32_t>(base) & ~0x1ffffu;
+          v.push_back(sign * std::bit_cast<float>(b + low + std::uint32_t(d)));
+        }
+  for (float f : {0.0f, -0.0f, 65519.99f, 65520.0f, 65536.0f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                  2.9802326e-08f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f})
+    v.push_back(f);
+  return v;
+}
+bool same_bits(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) && std::signbit(a) == std::signbit(b);
+  return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+}
+bool representable(dtype d, const std::vector<float>& v) {
+  for (float f : v)
+    if (!same_bits(round_as(d, f), f)) return false;
+  return true;
+}
+
+using net = sequential<input<4>, dense<8, relu>, dense<3>>;
+using normalized = sequential<input<4>, dense<8>, batch_normalization<>, relu, dense<3>>;
+
+std::pair<tensor, tensor> problem(std::size_t n) {
+  rng r(5);
+  tensor x = zeros({n, 4}), y = zeros({n});
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = i % 3;
+    for (std::size_t j = 0; j < 4; ++j) x(i, j) = 0.3f * r.normal() + (j == c ? 2.0f : 0.0f);
+    y(i) = float(c);
+  }
+  return {x, y};
+}
+template <class M>
+void compile(M& m) {
+  m.compile({.optimizer = adam{{.learning_rate = 0.02f}},
+             .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(mixed_precision)
+
+BOOST_AUTO_TEST_CASE(policies_go_by_keras_names_and_refuse_others) {
+  BOOST_TEST(dtype_policy().name() == std::string("float32"));
+  BOOST_TEST(!dtype_policy().mixed());
+  BOOST_TEST((dtype_policy("mixed_bfloat16").compute_dtype() == dtype::bfloat16));
+  BOOST_TEST((dtype_policy("mixed_float16").compute_dtype() == dtype::float16));
+  BOOST_TEST((dtype_policy("mixed_float16").variable_dtype() == dtype::float32));
+  BOOST_TEST((dtype_policy("mixed_bfloat16") == dtype_policy::mixed_bfloat16()));
+  BOOST_TEST(dtype_policy::mixed_float16().name() == std::string("mixed_float16"));
+  const std::string e = dtrain_test::error_of([] { dtype_policy("bfloat16"); });
+  BOOST_TEST(e.find("\"bfloat16\"") != std::string::npos);
+  BOOST_TEST(e.find("mixed_bfloat16") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(round_to_rounds_as_the_formats_do, B, backends) {
+  const B b{};
+  const std::vector<float> in = rounding_cases();
+  const auto x = dtrain_test::upload(b, in);
+  auto y = b.template allocate<float>(in.size());
+  for (dtype d : {dtype::bfloat16, dtype::float16, dtype::float32}) {
+    b.round_to(in.size(), d, pointer_t<B, const float>(x.data()), y.data());
+    const std::vector<float> out = dtrain_test::download(b, y);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) wrong += !same_bits(out[i], round_as(d, in[i]));
+    BOOST_TEST(wrong == 0u, name_of(d) << ": " << wrong << " of " << in.size() << " values rounded otherwise");
+  }
+  // in place
+  auto z = dtrain_test::upload(b, in);
+  b.round_to(in.size(), dtype::float16, pointer_t<B, const float>(z.data()), z.data());
+  BOOST_TEST(representable(dtype::float16, dtrain_test::download(b, z)));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_layer_reads_its_input_and_weights_cast, B, backends) {
+  // one dense layer, the model's output: y = cast(x) cast(kernel) + cast(bias), summed in float32
+  using one = on<sequential<input<4>, dense<3>>, B>;
+  one m(7);
+  m.set_dtype_policy(dtype_policy::mixed_bfloat16());
+  const auto [x, y] = problem(6);
+  const std::vector<float> w = m.get_weights();
+  const tensor p = m.predict(x);
+  double worst = 0, uncast = 0;
+  for (std::size_t i = 0; i < 6; ++i)
+    for (std::size_t j = 0; j < 3; ++j) {
+      double want = round_as(dtype::bfloat16, w[12 + j]), plain = w[12 + j];
+      for (std::size_t k = 0; k < 4; ++k) {
+        want += double(round_as(dtype::bfloat16, x(i, k))) * round_as(dtype::bfloat16, w[k * 3 + j]);
+        plain += double(x(i, k)) * w[k * 3 + j];
+      }
+      worst = std::max(worst, std::abs(p(i, j) - want) / (1 + std::abs(want)));
+      uncast = std::max(uncast, std::abs(plain - want) / (1 + std::abs(want)));
+    }
+  BOOST_TEST(worst < 1e-6);
+  BOOST_TEST(uncast > 1e-4);  // (the check can tell: uncast values differ)
+  BOOST_TEST(m.dtype_policy().name() == std::string("mixed_bfloat16"));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(weight_gradients_are_cast_except_a_normalization_layers, B, backends) {
+  const auto [x, y] = problem(12);
+  for (dtype_policy policy : {dtype_policy::mixed_bfloat16(), dtype_policy::mixed_float16()}) {
+    on<normalized, B> m(9), reference(9);
+    m.set_dtype_policy(policy);
+    compile(m), compile(reference);
+    m.train_step(x, y), reference.train_step(x, y);
+    const std::vector<float> g = to_host(m.gradients()), f = to_host(reference.gradients());
+    const auto& ls = m.layers();
+    const auto slice = [&](const std::vector<float>& v, std::size_t layer) {
+      const auto first = v.begin() + std::ptrdiff_t(ls[layer].offset);
+      return std::vector<float>(first, first + std::ptrdiff_t(ls[layer].param_count));
+    };
+    const dtype d = policy.compute_dtype();
+    BOOST_TEST(representable(d, slice(g, 0)), policy.name());   // dense
+    BOOST_TEST(representable(d, slice(g, 3)), policy.name());   // dense (the output)
+    BOOST_TEST(!representable(d, slice(g, 1)), policy.name());  // batch_normalization: float32
+    BOOST_TEST(!representable(d, slice(f, 0)), policy.name());  // (under float32 they are not)
+    BOOST_TEST(dtrain_test::scaled_difference(g, f) < 0.05, policy.name());
+    BOOST_TEST(dtrain_test::scaled_difference(g, f) > 0.0, policy.name());
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_model_trains_under_either_mixed_policy_as_in_float32, B, backends) {
+  const auto [x, y] = problem(96);
+  auto data = data::from_tensor_slices(x, y) | data::batch(16);
+  on<net, B> fp32(3);
+  compile(fp32);
+  const history h32 = fp32.fit(data, {.epochs = 6, .verbose = 0});
+  for (dtype_policy policy : {dtype_policy::mixed_bfloat16(), dtype_policy::mixed_float16()}) {
+    on<net, B> m(3);
+    m.set_dtype_policy(policy);
+    compile(m);
+    const history h = m.fit(data, {.epochs = 6, .verbose = 0});
+    BOOST_TEST(h["accuracy"].back() > 0.9f, policy.name());
+    BOOST_TEST(std::abs(h["loss"].back() - h32["loss"].back()) < 0.05f, policy.name());
+    BOOST_TEST(h["loss"].back() != h32["loss"].back(), policy.name());  // it did compute otherwise
+    // the variables stay float32: the updates move them off the compute dtype's grid
+    BOOST_TEST(!representable(policy.compute_dtype(), m.get_weights()), policy.name());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(summary_shows_a_mixed_policy) {
+  net m(1);
+  std::ostringstream plain, mixed;
+  m.summary(plain);
+  BOOST_TEST(plain.str().find("Dtype policy") == std::string::npos);  // Keras' float32 summary, unchanged
+  m.set_dtype_policy(dtype_policy("mixed_float16"));
+  m.summary(mixed);
+  BOOST_TEST(mixed.str().find("Dtype policy: mixed_float16") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
