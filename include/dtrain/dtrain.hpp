@@ -82,6 +82,7 @@
 #include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"
 #include "dtrain/optimizers/lion.hpp"
+#include "dtrain/optimizers/loss_scale_optimizer.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
 #include "dtrain/optimizers/schedules.hpp"

@@ -169,7 +169,8 @@ BOOST_AUTO_TEST_CASE(every_optimizer_schedule_and_metric_resumes_bitwise_through
   const std::vector<any_optimizer> optimizers{
       adagrad{{.learning_rate = 0.05f}}, adamax{{.learning_rate = cosine_decay{0.02f, 10, 0.1f}}}, nadam{},
       lion{{.learning_rate = polynomial_decay{0.01f, 8}}}, sgd{{.learning_rate = inverse_time_decay{0.1f, 4, 0.5f}}},
-      adam{{.learning_rate = 0.01f, .use_ema = true, .ema_momentum = 0.9f}}};
+      adam{{.learning_rate = 0.01f, .use_ema = true, .ema_momentum = 0.9f}},
+      loss_scale_optimizer(adam{{.learning_rate = 0.01f}}, {.initial_scale = 8.0f, .dynamic_growth_steps = 2})};
   for (const auto& o : optimizers) {
     BOOST_TEST_CONTEXT(o.name()) {
       auto make = [&](std::uint64_t seed) {

@@ -105,6 +105,26 @@ BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_bitwise) {
   BOOST_TEST(o.other_seed != o.straight.first);  // the seed matters: the comparison above can fail
 }
 
+BOOST_AUTO_TEST_CASE(loss_scaled_float16_trains_as_under_mirrored_strategy_with_one_scale) {
+  // replica 0 alone steps the optimizer; every replica's scale follows the same summed gradients (it grows
+  // every 2 steps here), so they keep scaling alike, and the numbers are mirrored_strategy's, bit for bit
+  auto [x, y] = three_class_problem(48);
+  auto run = [&]<class S>(S s) {
+    auto m = s.template make_model<net>(3);
+    m.set_dtype_policy(dtype_policy::mixed_float16());
+    m.compile({.optimizer = loss_scale_optimizer(adam{{.learning_rate = 0.01f}}, {.dynamic_growth_steps = 2}),
+               .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    m.fit(s.distribute_dataset(data::from_tensor_slices(x, y) | data::batch(12)), {.epochs = 2, .verbose = 0});
+    std::vector<float> scales(2);
+    s.run([&] { scales[std::size_t(s.replica_id())] = m.optimizer().state().extra.at(1); });
+    BOOST_TEST(scales[0] == scales[1]);
+    BOOST_TEST(scales[0] > 32768.0f);  // (it grew)
+    return m.get_weights();
+  };
+  const auto central = run(central_storage_strategy<>(cpus(2))), mirrored = run(mirrored_strategy<>(cpus(2)));
+  BOOST_TEST(central == mirrored, tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(parameter_devices) {
   BOOST_TEST(central_storage_strategy<>().parameter_device() == "/cpu:0");
   BOOST_TEST(central_storage_strategy<>(cpus(2), "/cpu:0").num_replicas_in_sync() == 2);

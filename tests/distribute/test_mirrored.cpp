@@ -120,6 +120,28 @@ BOOST_AUTO_TEST_CASE(a_dtype_policy_set_from_outside_reaches_every_replica) {
   BOOST_TEST(dtrain_test::scaled_difference(plain.predict(x, {.batch_size = 24}), single) > 1e-4);
 }
 
+BOOST_AUTO_TEST_CASE(loss_scaled_float16_replicas_train_like_one_and_keep_one_scale) {
+  // every replica checks the same summed gradients: they skip together and hold one scale
+  auto [x, y] = three_class_problem(48);
+  auto run = [&](int n) {
+    mirrored_strategy<> s(cpus(n));
+    auto m = s.make_model<net>(3);
+    m.set_dtype_policy(dtype_policy::mixed_float16());
+    m.compile({.optimizer = adam{{.learning_rate = 0.01f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    m.fit(data::from_tensor_slices(x, y) | data::batch(12), {.epochs = 2, .verbose = 0});
+    const optimizer_state state = m.optimizer().state();
+    std::vector<optimizer_state> per(static_cast<std::size_t>(n));
+    s.run([&] { per[std::size_t(s.replica_id())] = m.optimizer().state(); });  // each replica's own
+    for (const auto& p : per) BOOST_TEST((p == state));
+    BOOST_TEST(m.optimizer().iterations() == 8);
+    return std::pair{m.get_weights(), state};
+  };
+  const auto one = run(1), three = run(3);
+  BOOST_TEST(weights_close(three.first, one.first, 1e-3f, 1e-2f));
+  BOOST_TEST(three.second.extra == one.second.extra, tt::per_element());  // the step counter and scale
+  BOOST_TEST(three.second.extra.at(1) == 32768.0f);  // (no overflow here: 8 finite steps)
+}
+
 BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_bitwise) {
   // A fit on 3 replicas with dropout dies in epoch 2; a new strategy and model resume from the backup and
   // end with the uninterrupted run's weights, bitwise: the replicas' weights, optimizer state and random

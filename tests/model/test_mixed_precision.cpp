@@ -161,6 +161,122 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_model_trains_under_either_mixed_policy_as_in_flo
   }
 }
 
+// ---- loss scaling ------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(under_float32_a_power_of_two_scale_changes_no_bit_and_grows_after_its_window, B, backends) {
+  // the scaled gradients divided by a power of two are the unscaled ones exactly: the same weights as the
+  // inner optimizer alone, while the scale doubles every 3 finite steps
+  const auto [x, y] = problem(24);
+  using l2_net = on<sequential<input<4>, dense<8, relu, l2<0.01f>>, dense<3>>, B>;
+  l2_net plain(4), scaled(4);
+  const sgd inner{{.learning_rate = 0.1f, .momentum = 0.9f}};
+  plain.compile({.optimizer = inner, .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  scaled.compile({.optimizer = loss_scale_optimizer(inner, {.initial_scale = 4.0f, .dynamic_growth_steps = 3}),
+                  .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+  for (int i = 0; i < 7; ++i) {
+    const float a = plain.train_step(x, y).at("loss"), b = scaled.train_step(x, y).at("loss");
+    BOOST_TEST(a == b);  // the loss is reported unscaled
+  }
+  BOOST_TEST(scaled.get_weights() == plain.get_weights(), tt::per_element());
+  const auto* ls = scaled.optimizer().template target<loss_scale_optimizer>();
+  BOOST_REQUIRE(ls);
+  BOOST_TEST(ls->dynamic_scale() == 16.0f);  // doubled after steps 3 and 6
+  BOOST_TEST(ls->step_counter() == 1);
+  BOOST_TEST(scaled.optimizer().iterations() == 7);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_overflowing_step_is_skipped_and_halves_the_scale, B, backends) {
+  using regression = on<sequential<input<4>, dense<8, relu>, dense<1>>, B>;
+  regression m(2);
+  m.set_dtype_policy(dtype_policy::mixed_float16());
+  m.compile({.optimizer = sgd{{.learning_rate = 0.01f}}, .loss = mean_squared_error{}});  // wrapped by compile
+  auto* ls = m.optimizer().template target<loss_scale_optimizer>();
+  BOOST_REQUIRE(ls);
+  BOOST_TEST(ls->dynamic_scale() == 32768.0f);
+  const auto [x, labels] = problem(12);
+  tensor far = zeros({12, 1}), near = zeros({12, 1});
+  for (std::size_t i = 0; i < 12; ++i) far(i, 0) = 1e4f, near(i, 0) = labels(i);
+  const std::vector<float> before = m.get_weights();
+  // |d loss / d prediction| ~ 2e4 / 12, times 2^15: the kernel's float16 gradient overflows to inf
+  m.train_step(x, far);
+  BOOST_TEST(m.get_weights() == before, tt::per_element());  // skipped
+  BOOST_TEST(m.optimizer().iterations() == 0);
+  BOOST_TEST(ls->dynamic_scale() == 16384.0f);
+  BOOST_TEST(ls->step_counter() == 0);
+  m.train_step(x, near);
+  BOOST_TEST(m.get_weights() != before);  // taken
+  BOOST_TEST(m.optimizer().iterations() == 1);
+  BOOST_TEST(ls->dynamic_scale() == 16384.0f);
+  BOOST_TEST(ls->step_counter() == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(scaling_keeps_float16_gradients_that_would_underflow, B, backends) {
+  // a loss weighted 1e-8: its float16 gradients are below 2^-25 and round to zero, unless scaled
+  const auto [x, y] = problem(12);
+  auto step = [&](dtype_policy p, bool scale) {
+    on<net, B> m(6);
+    m.set_dtype_policy(p);
+    m.compile({.optimizer = sgd{{.learning_rate = 1e4f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+               .loss_weights = {1e-8f}, .auto_scale_loss = scale});
+    const std::vector<float> before = m.get_weights();
+    m.train_step(x, y);
+    std::vector<float> delta = m.get_weights();
+    for (std::size_t i = 0; i < delta.size(); ++i) delta[i] -= before[i];
+    return delta;
+  };
+  const std::vector<float> exact = step(dtype_policy(), false), lost = step(dtype_policy::mixed_float16(), false),
+                           kept = step(dtype_policy::mixed_float16(), true);
+  BOOST_TEST(std::count(lost.begin(), lost.end(), 0.0f) == std::ptrdiff_t(lost.size()));
+  BOOST_TEST(dtrain_test::scaled_difference(kept, exact) < 0.02);
+}
+
+BOOST_AUTO_TEST_CASE(the_scale_is_state_a_resumed_run_continues_bitwise) {
+  const auto [x, labels] = problem(12);
+  tensor far = zeros({12, 1}), near = zeros({12, 1});
+  for (std::size_t i = 0; i < 12; ++i) far(i, 0) = 1e4f, near(i, 0) = labels(i);
+  using regression = sequential<input<4>, dense<8, relu>, dense<1>>;
+  auto make = [](std::uint64_t seed) {
+    regression m(seed);
+    m.set_dtype_policy(dtype_policy::mixed_float16());
+    m.compile({.optimizer = loss_scale_optimizer(adam{{.learning_rate = 0.01f}}, {.dynamic_growth_steps = 3}),
+               .loss = mean_squared_error{}});
+    return m;
+  };
+  regression straight = make(1), first = make(1);
+  for (regression* m : {&straight, &first}) m->train_step(x, far), m->train_step(x, near), m->train_step(x, near);
+  regression second = make(9);  // another start, until the state is restored
+  second.set_weights(first.get_weights());
+  second.optimizer().set_state(first.optimizer().state());
+  for (regression* m : {&straight, &second})
+    for (int i = 0; i < 4; ++i) m->train_step(x, i == 1 ? far : near);
+  BOOST_TEST(second.get_weights() == straight.get_weights(), tt::per_element());
+  BOOST_TEST((second.optimizer().state() == straight.optimizer().state()));
+  const auto* ls = second.optimizer().target<loss_scale_optimizer>();
+  BOOST_TEST(ls->dynamic_scale() == straight.optimizer().target<loss_scale_optimizer>()->dynamic_scale());
+  BOOST_TEST(ls->dynamic_scale() != 32768.0f);  // (it moved)
+  // a state without the scale's values is refused: too short, or at the next step (the inner slots' count)
+  regression plain(1);
+  plain.compile({.optimizer = adam{}, .loss = mean_squared_error{}});
+  plain.train_step(x, near);
+  const std::string e = dtrain_test::error_of([&] { second.optimizer().set_state(plain.optimizer().state()); });
+  BOOST_TEST(e.find("loss_scale_optimizer: the restored state has no step counter") != std::string::npos, e);
+  // ...and a plain optimizer refuses a state that carries one
+  const std::string f = dtrain_test::error_of([&] { plain.optimizer().set_state(second.optimizer().state()); });
+  BOOST_TEST(f.find("adam: the restored state carries 2 values") != std::string::npos, f);
+}
+
+BOOST_AUTO_TEST_CASE(a_loss_scale_optimizer_refuses_gradients_it_did_not_scale_and_bad_options) {
+  any_optimizer o = loss_scale_optimizer(sgd{});
+  const std::vector<float> g(10, 0.1f);
+  std::vector<float> w(10, 1.0f);
+  const std::string e = dtrain_test::error_of([&] { o.apply_gradients(std::span<const float>(g), std::span<float>(w)); });
+  BOOST_TEST(e.find("not scaled") != std::string::npos);
+  BOOST_TEST(w == std::vector<float>(10, 1.0f), tt::per_element());
+  BOOST_CHECK_THROW(loss_scale_optimizer(sgd{}, {.initial_scale = 0.0f}), value_error);
+  BOOST_CHECK_THROW(loss_scale_optimizer(sgd{}, {.dynamic_growth_steps = 0}), value_error);
+  BOOST_CHECK_THROW(loss_scale_optimizer(any_optimizer(loss_scale_optimizer(sgd{}))), usage_error);
+}
+
 BOOST_AUTO_TEST_CASE(summary_shows_a_mixed_policy) {
   net m(1);
   std::ostringstream plain, mixed;

@@ -214,7 +214,7 @@ BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_state) {
   adam a;
   std::vector<float> p(3);
   BOOST_CHECK_THROW(a.apply_gradients(std::vector<float>(2), p), shape_error);
-  a.set_state({.iterations = 5, .slots = std::vector<float>(4)});
+  a.set_state({.iterations = 5, .slots = std::vector<float>(4), .extra = {}});
   BOOST_CHECK_THROW(a.apply_gradients(std::vector<float>(3), p), value_error);
 }
 

@@ -28,7 +28,8 @@
 /// - `blas_kernels`: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
 ///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x), `round_to` (each value of x
-///   rounded to the nearest one of a dtype, as core/float16.hpp rounds: a mixed-precision policy's casts).
+///   rounded to the nearest one of a dtype, as core/float16.hpp rounds: a mixed-precision policy's casts),
+///   `scale` (x *= alpha in place: BLAS' scal).
 /// - `activation_kernels`: `activation_forward<A>` (y from x) / `activation_backward<A>` (dx from dy),
 ///   each also in place (y = x, dx = dy), and `leaky_relu_*`.
 /// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` (the bias and its gradient
@@ -284,6 +285,7 @@ concept blas_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.column_sums(n, n, cp, p);
   b.sum(n, cp, p);
   b.round_to(n, dtype::bfloat16, cp, p);
+  b.scale(n, s, p);
 };
 
 /// Elementwise activations (out of place or in place) and leaky_relu.

@@ -101,11 +101,17 @@ struct cpu : detail::cpu_activation_kernels,
       for (std::size_t i = b; i < e; ++i) z[i] = x[i] * y[i];
     });
   }
+  /// x *= alpha, in place.
+  void scale(std::size_t n, float alpha, float* x) const {
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) x[i] *= alpha;
+    });
+  }
   /// y = x, each value rounded to the nearest value of `to` (y may be x).
   void round_to(std::size_t n, dtype to, const float* x, float* y) const {
     detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
       if (to == dtype::bfloat16)
-        for (std::size_t i = b; i < e; ++i) y[i] = float(bfloat16::from(x[i]));
+        for (std::size_t i = b; i < e; ++i) y[i] = detail::round_through_bfloat16(x[i]);
       else if (x != y)
         std::copy(x + b, x + e, y + b);
       if (to == dtype::float16) round_through<float16>(y + b, e - b);  // (F16C's conversions where the CPU has them)

@@ -25,6 +25,7 @@
 #include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"
 #include "dtrain/optimizers/lion.hpp"
+#include "dtrain/optimizers/loss_scale_optimizer.hpp"
 #include "dtrain/optimizers/rmsprop.hpp"
 #include "dtrain/optimizers/sgd.hpp"
 
@@ -105,6 +106,13 @@ inline json optimizer_config(const any_optimizer& o) {
     c["ema_overwrite_frequency"] = opt->options.ema_overwrite_frequency ? json(opt->options.ema_overwrite_frequency) : json();
     return entry(opt->name(), std::move(c));
   };
+  if (const auto* ls = o.target<loss_scale_optimizer>()) {
+    json inner = optimizer_config(ls->inner_optimizer());
+    if (inner.is_null()) return nullptr;
+    return entry(ls->name(), {{"inner_optimizer", std::move(inner)},
+                              {"initial_scale", ls->options.initial_scale},
+                              {"dynamic_growth_steps", ls->options.dynamic_growth_steps}});
+  }
   if (const auto* a = o.target<adam>())
     return with_rate(a, {{"beta_1", a->options.beta_1}, {"beta_2", a->options.beta_2},
                          {"epsilon", a->options.epsilon}, {"amsgrad", a->options.amsgrad}});
@@ -128,6 +136,9 @@ inline json optimizer_config(const any_optimizer& o) {
 inline any_optimizer optimizer_from(const json& j) {
   const auto name = option<std::string>(j, "class_name");
   const json& c = j.at("config");
+  if (name == "loss_scale_optimizer")
+    return loss_scale_optimizer(optimizer_from(c.at("inner_optimizer")),
+                                {option<float>(c, "initial_scale"), option<std::int64_t>(c, "dynamic_growth_steps")});
   const learning_rate_schedule lr = schedule_from(c.at("learning_rate"));
   auto f = [&](const char* key) { return option<float>(c, key); };
   auto b = [&](const char* key) { return option<bool>(c, key); };

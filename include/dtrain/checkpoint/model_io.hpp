@@ -97,6 +97,7 @@ struct optimizer_scalars {
 
 /// The optimizer's variables in Keras' order and types: vars/0 iterations (int64), vars/1 learning rate,
 /// then for each trainable variable its slots (Adam: momentum, velocity). `scalars` keeps the two scalars alive.
+/// (A wrapping optimizer's own values, `optimizer_state::extra`, go in "optimizer/extra" beside them.)
 inline std::vector<tensor_view> optimizer_views(const model_layout& l, const optimizer_state& st,
                                                 optimizer_scalars& scalars) {
   std::vector<tensor_view> out{{"optimizer/vars/0", {}, {}, std::span<const std::int64_t>(&scalars.iterations, 1)},
@@ -213,6 +214,7 @@ inline void save_values(const model_layout& l, const model_values& v, const std:
     scalars = {st.iterations, v.learning_rate.value_or(v.rate_now)};
     auto ov = optimizer_views(l, st, scalars);
     tensors.insert(tensors.end(), ov.begin(), ov.end());
+    if (!st.extra.empty()) tensors.push_back({"optimizer/extra", {st.extra.size()}, st.extra});
     meta["dtrain.optimizer"] = l.optimizer->name;
     meta["dtrain.optimizer.iterations"] = std::to_string(st.iterations);
     const std::size_t n = l.trainable_count;
@@ -282,6 +284,11 @@ inline model_values read_values(const model_layout& l, const safetensors_file& f
     if (!t || t->shape != want[i].shape || t->data.size() != want[i].data.size())
       throw io_error("load_model: " + file + ": optimizer tensor '" + want[i].name + "' is missing or mis-shaped");
     std::copy(t->data.begin(), t->data.end(), st.slots.begin() + (want[i].data.data() - st.slots.data()));
+  }
+  if (const named_tensor* e = f.find("optimizer/extra")) {  // a wrapping optimizer's values (the loss scale)
+    if (e->shape.size() != 1 || e->data.size() != e->shape[0] || e->data.size() > 16)
+      throw io_error("load_model: " + file + ": optimizer/extra is mis-shaped");
+    st.extra = e->data;
   }
   const named_tensor* lr = f.find("optimizer/vars/1");
   if (l.optimizer->constant_rate && lr && lr->data.size() == 1) {

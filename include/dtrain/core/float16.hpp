@@ -87,6 +87,17 @@ constexpr const char* name_of(dtype d) {
   return d == dtype::bfloat16 ? "bfloat16" : d == dtype::float16 ? "float16" : "float32";
 }
 
+namespace detail {
+/// float(bfloat16::from(f)) in 32-bit operations alone, which a loop vectorizes (to a dozen instructions
+/// per 16 values on AVX-512; the 16-bit round trip does not).
+[[gnu::always_inline]] constexpr float round_through_bfloat16(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const std::uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u, nan = all_ones_if((u & 0x7fffffffu) > 0x7f800000u);
+  return std::bit_cast<float>((quiet_nan & nan) | (rounded & ~nan));
+}
+}  // namespace detail
+
 /// x rounded to the nearest value of type `d` (x itself for float32), as a float.
 [[gnu::always_inline]] constexpr float round_as(dtype d, float x) {
   if (d == dtype::bfloat16) return float(bfloat16::from(x));

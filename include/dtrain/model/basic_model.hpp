@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -44,6 +45,7 @@
 #include "dtrain/model/graph.hpp"
 #include "dtrain/losses/loss.hpp"
 #include "dtrain/metrics/metric.hpp"
+#include "dtrain/optimizers/loss_scale_optimizer.hpp"
 #include "dtrain/optimizers/optimizer.hpp"
 
 namespace dtrain {
@@ -64,6 +66,9 @@ struct compile_options {
   /// Metrics weighted by the steps' sample weights (Keras' `weighted_metrics`), on every output; logged
   /// under their names, or "weighted_<name>" where an unweighted metric of the output has that name.
   std::vector<any_metric> weighted_metrics{};
+  /// Keras' `auto_scale_loss`: under a mixed_float16 policy (set before compile) the optimizer is wrapped
+  /// in a `loss_scale_optimizer` unless it is one.
+  bool auto_scale_loss = true;
 };
 
 
@@ -137,7 +142,16 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                         " lists but the model has " + std::to_string(num_outputs) + " outputs");
     if (o.output_metrics.empty()) o.output_metrics.assign(num_outputs, o.metrics);
     opt_ = std::move(o.optimizer);
+    if (o.auto_scale_loss && this->dtype_policy().compute_dtype() == dtype::float16 && !loss_scaling())
+      opt_ = loss_scale_optimizer(std::move(opt_));
     opt_.set_replica_owned();  // each replica's model has its own
+    if (loss_scale_optimizer* ls = loss_scaling()) {
+      if (sync_ && sync_->applies_update())
+        throw usage_error("compile: loss scaling (loss_scale_optimizer, or mixed_float16 with auto_scale_loss) is not "
+                          "supported where parameter servers apply the updates: compile with .auto_scale_loss = "
+                          "false and an unwrapped optimizer");
+      ls->inner_optimizer().set_replica_owned();
+    }
     losses_ = std::move(o.losses);
     loss_weights_ = std::move(o.loss_weights);
     metrics_.clear(), metric_output_.clear(), output_loss_trackers_.clear();
@@ -387,7 +401,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       constexpr auto src = Graph::template sources<I>;
       ctx.state = this->template state_ptr<I>();
       const ptr dy = grad_at_[num_inputs + I];
-      add_activity_penalty<I>(n, dy, regularization_scale_);  // its gradient joins dy before the layer's backward
+      add_activity_penalty<I>(n, dy, regularization_scale_ * loss_scale_);  // its gradient joins dy before the layer's backward
       auto& l = std::get<I>(this->layers_);
       if constexpr (detail::relabels_v<layer_type<I>>) {
         if (wants_gradient(src[0])) {
@@ -421,7 +435,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         this->device_.round_to(param_sizes[I], compute, this->template grad_ptr<I>(), this->template grad_ptr<I>());
       for (std::size_t k = 0; k < src.size(); ++k)
         if (add[k]) this->device_.axpy(n * source_size(src[k]), 1.0f, dx[k], grad_at_[src[k]]);
-      l.regularization(ctx, this->template param_ptr<I>(), this->template grad_ptr<I>(), regularization_scale_, penalty);
+      l.regularization(ctx, this->template param_ptr<I>(), this->template grad_ptr<I>(), regularization_scale_ * loss_scale_,
+                       penalty);
       on_ready(I, param_offsets[I], param_sizes[I]);
     });
     input_gradient_.rows = n;
@@ -550,6 +565,12 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   const dtrain::logs& train_on(tensors x, tensors y, std::size_t global_rows, tensors w = {}) {
     require_compiled("train_step");
     begin_transaction();
+    // loss scaling: this step's gradients (the loss's and the penalties') are scaled, no other pass's
+    loss_scale_ = loss_scaling() ? loss_scaling()->dynamic_scale() : 1.0f;
+    const struct reset {
+      float& s;
+      ~reset() { s = 1.0f; }
+    } reset_scale{loss_scale_};
     if (empty_share(x)) {
       zero_gradients_step(worker_side());
       if (stands()) apply_update();
@@ -565,7 +586,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       float scale = plan.loss_scale[o] / static_cast<float>(replicas());
       if (uneven && losses_[o].get_reduction() != reduction::sum)
         scale = plan.loss_scale[o] * static_cast<float>(n) / static_cast<float>(global_rows);
-      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale, true, weights_of(w, o));
+      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale * loss_scale_, true, weights_of(w, o));
     }
     compute_metrics(plan, t, n);
     auto track_step = [&] {
@@ -660,8 +681,41 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   /// parameter server, the central copy of the variables), whose values the strategy then hands over.
   void apply_update() {
     const trace::scope traced("optimizer", "apply_gradients");
-    if (!sync_ || !sync_->applies_update()) opt_.apply_gradients(this->gradients(), this->parameters());
+    loss_scale_optimizer* ls = loss_scaling();
+    if (!sync_ || !sync_->applies_update()) {
+      if (ls) apply_scaled(*ls);
+      else opt_.apply_gradients(this->gradients(), this->parameters());
+    } else if (ls) {
+      ls->update_scale(gradients_finite());  // another replica steps (central storage): the scale follows alike
+    }
     if (sync_) sync_->updated(this->parameters());
+  }
+  /// The compiled loss_scale_optimizer, if the optimizer is one.
+  loss_scale_optimizer* loss_scaling() { return opt_.template target<loss_scale_optimizer>(); }
+  /// Whether the (summed) gradients are all finite: in host memory, whether none has an all-ones
+  /// exponent (adding one to the exponent then carries into the top bit; an OR of 32-bit words, which
+  /// vectorizes); elsewhere, whether their sum (the backend's tree) is finite, an inf or a NaN making it
+  /// non-finite (finite gradients whose sum overflows a float count as an overflow too).
+  bool gradients_finite() {
+    if constexpr (host_addressable_v<B>) {
+      const float* g = this->grad_base();
+      std::uint32_t carried = 0;
+      for (std::size_t i = 0; i < param_count; ++i) carried |= (std::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) + 0x00800000u;
+      return (carried >> 31) == 0;
+    }
+    const ptr slot = scalar_ptr() + metric_slot + metrics_.size();  // the scratch slot
+    this->device_.sum(param_count, this->grad_base(), slot);
+    float total = 0.0f;
+    this->device_.download(1, cptr(slot), &total);
+    return std::isfinite(total);
+  }
+  /// A loss-scaled step: finite gradients are divided by the scale (exact for a power of two) and the
+  /// inner optimizer steps; else the step is skipped.
+  void apply_scaled(loss_scale_optimizer& ls) {
+    const float s = ls.dynamic_scale();
+    if (!ls.update_scale(gradients_finite())) return;
+    this->device_.scale(param_count, 1.0f / s, this->grad_base());
+    ls.inner_optimizer().apply_gradients(this->gradients(), this->parameters());
   }
   /// The first layer that takes input k.
   std::string first_taker(std::size_t k) const {
@@ -931,7 +985,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   void zero_gradients_step(std::span<float> side = {}) {
     input_gradient_ = {};
     this->device_.fill(param_count, 0.0f, this->grad_base());
-    add_penalties(this->grad_base(), regularization_scale_);
+    add_penalties(this->grad_base(), regularization_scale_ * loss_scale_);
     if (!side.empty()) pack_worker_states();
     if constexpr (!joins_replicas) {
       sync_gradients(side);
@@ -1163,6 +1217,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   mean loss_tracker_{"loss"};
   std::vector<mean> output_loss_trackers_;
   float regularization_scale_ = 1.0f;
+  float loss_scale_ = 1.0f;  // what a training step's gradients are scaled by (loss_scale_optimizer)
   replica_context* replica_ = nullptr;
   gradient_sync<B>* sync_ = nullptr;  // how gradients are summed over the replicas (null: no strategy)
   step_plan plan_;                     // the step's (see plan_step)

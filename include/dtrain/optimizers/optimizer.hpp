@@ -35,6 +35,7 @@ namespace dtrain {
 struct optimizer_state {
   std::int64_t iterations = 0;
   std::vector<float> slots;
+  std::vector<float> extra;  // a wrapping optimizer's own values (loss_scale_optimizer: step counter, scale)
   friend bool operator==(const optimizer_state&, const optimizer_state&) = default;
 };
 
@@ -237,9 +238,12 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
   bool learning_rate_is_constant() const { return options.learning_rate.is_constant(); }
   std::int64_t iterations() const { return vars_.iterations; }
   /// A host copy of the state.
-  optimizer_state state() const { return {vars_.iterations, vars_.slots.values()}; }
+  optimizer_state state() const { return {vars_.iterations, vars_.slots.values(), {}}; }
   /// Restores a saved state; its slots must match the parameters (checked on the next step).
   void set_state(optimizer_state s) {
+    if (!s.extra.empty())
+      throw value_error(static_cast<const Derived&>(*this).name() + ": the restored state carries " +
+                        std::to_string(s.extra.size()) + " values of a wrapping optimizer (a loss_scale_optimizer's?)");
     vars_.iterations = s.iterations;
     vars_.slots.assign(std::move(s.slots));
     this->variables_replaced();
@@ -296,6 +300,11 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   template <class O>
   const O* target() const {
     const auto* m = dynamic_cast<const model_t<O>*>(self_.get());
+    return m ? &m->o_ : nullptr;
+  }
+  template <class O>
+  O* target() {
+    auto* m = dynamic_cast<model_t<O>*>(self_.get());
     return m ? &m->o_ : nullptr;
   }
   std::string name() const { return self_->name(); }
