@@ -458,6 +458,37 @@ BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_exactly) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_loss_scaled_float16_run_resumes_exactly_with_its_scale) {
+  // a scale far too large at first: the first steps overflow and are skipped, and it grows every 3 finite
+  // steps, so it keeps moving; a run resumed from the backup ends as the uninterrupted one, bit for bit
+  auto [x, y] = problem(40);
+  auto make = [](std::uint64_t seed) {
+    net m(seed);
+    m.set_dtype_policy(dtype_policy::mixed_float16());
+    m.compile({.optimizer = loss_scale_optimizer(adam{{.learning_rate = 0.01f}},
+                                                 {.initial_scale = 67108864.0f, .dynamic_growth_steps = 3}),
+               .loss = sparse_categorical_crossentropy{{.from_logits = true}}});
+    return m;
+  };
+  temp_dir t;
+  auto run = [&](net& m, std::vector<callback_ref> extra) {
+    return m.fit(data::from_tensor_slices(x, y) | data::shuffle(40, 3) | data::batch(8),
+                 {.epochs = 4, .callbacks = callback_list(std::move(extra)), .verbose = 0});
+  };
+  net straight = make(1);
+  run(straight, {});
+  BOOST_TEST(straight.optimizer().iterations() < 20);  // (steps were skipped)
+  net crashed = make(1);
+  BOOST_CHECK_THROW(run(crashed, {backup_and_restore({.backup_dir = t.path / "backup", .save_freq = std::int64_t(3)}),
+                                  crash_after(11)}),
+                    std::runtime_error);
+  net resumed = make(7);
+  run(resumed, {backup_and_restore({.backup_dir = t.path / "backup", .save_freq = std::int64_t(3)})});
+  BOOST_TEST(resumed.get_weights() == straight.get_weights(), tt::per_element());
+  BOOST_TEST((resumed.optimizer().state() == straight.optimizer().state()));
+  BOOST_TEST(straight.optimizer().state().extra.at(1) != 67108864.0f);
+}
+
 BOOST_AUTO_TEST_CASE(a_two_output_model_resumes_mid_epoch_with_every_running_loss_and_metric) {
   struct x_in;
   struct trunk;
