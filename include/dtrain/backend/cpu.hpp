@@ -112,9 +112,10 @@ struct cpu : detail::cpu_activation_kernels,
     detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
       if (to == dtype::bfloat16)
         for (std::size_t i = b; i < e; ++i) y[i] = detail::round_through_bfloat16(x[i]);
+      else if (to == dtype::float16)
+        round_through<float16>(x + b, e - b, y + b);  // (F16C's conversions where the CPU has them)
       else if (x != y)
         std::copy(x + b, x + e, y + b);
-      if (to == dtype::float16) round_through<float16>(y + b, e - b);  // (F16C's conversions where the CPU has them)
     });
   }
   /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k and op(B) k x n (cblas_sgemm's meaning).

@@ -189,15 +189,19 @@ void widen(const T* in, std::size_t n, float* out) {
   for (std::size_t i = 0; i < n; ++i) out[i] = float(in[i]);
 }
 
-/// x[i] = float(T::from(x[i])) for n values: each rounded to T's nearest value.
+/// out[i] = float(T::from(in[i])) for n values: each rounded to T's nearest value (out may be in).
 template <half_float T>
-void round_through(float* x, std::size_t n) {
+void round_through(const float* in, std::size_t n, float* out) {
   T block[256];
   for (std::size_t i = 0; i < n; i += 256) {
     const std::size_t m = n - i < 256 ? n - i : 256;
-    round_to(x + i, m, block);
-    widen(block, m, x + i);
+    round_to(in + i, m, block);
+    widen(block, m, out + i);
   }
+}
+template <half_float T>
+void round_through(float* x, std::size_t n) {
+  round_through<T>(x, n, x);
 }
 
 }  // namespace dtrain
