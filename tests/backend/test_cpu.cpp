@@ -2,6 +2,8 @@
 #include "support/gradcheck.hpp"
 #include "support/helpers.hpp"
 
+#include <dtrain/backend/opaque.hpp>
+
 using namespace dtrain;
 
 BOOST_AUTO_TEST_SUITE(cpu_backend)
@@ -352,6 +354,165 @@ BOOST_AUTO_TEST_CASE(direct_gemm_declines_the_shapes_it_is_not_for) {
 }
 
 // DTRAIN_CPU_ISA picks the kernels' set: any set up to the CPU's; one above it, or a misspelt one, is named.
+// The bfloat16 GEMM (AVX512_BF16): operands rounded to bfloat16 to nearest even (B after alpha), products
+// summed in float32. Every transpose, odd k, k over several depth blocks, columns over several passes and
+// not whole vectors, wider leading dimensions, alpha and beta: within float32 rounding of a float64 sum of
+// the rounded operands' products, measurably off the unrounded product (the rounding happens), padding
+// untouched, the same bits for 1, 2 and 3 threads, and a NaN reaching only its row.
+BOOST_AUTO_TEST_CASE(bf16_gemm_rounds_its_operands_and_sums_in_float32) {
+  if (!detail::bf16_gemm_available()) {
+    BOOST_TEST_MESSAGE("skipped: this CPU has no AVX512_BF16 (or DTRAIN_CPU_ISA is set below avx512)");
+    return;
+  }
+  struct bf16_case {
+    transpose ta, tb;
+    std::size_t m, n, k;
+    float alpha, beta;
+  };
+  const bf16_case cases[] = {{transpose::no, transpose::no, 64, 128, 301, 1.0f, 0.0f},
+                             {transpose::no, transpose::yes, 64, 130, 600, 1.0f, 1.0f},
+                             {transpose::yes, transpose::no, 300, 10, 64, 2.0f, 0.5f},
+                             {transpose::yes, transpose::yes, 37, 45, 7, 1.5f, -1.0f},
+                             {transpose::no, transpose::no, 20, 1100, 33, 1.0f, 0.0f},
+                             {transpose::no, transpose::no, 1, 1, 1, 1.0f, 0.0f},
+                             {transpose::no, transpose::no, 9, 7, 0, 1.0f, 0.5f},
+                             {transpose::no, transpose::no, 9, 7, 5, 0.0f, 0.0f}};
+  const int before = num_threads();
+  rng r(23);
+  const auto bf = [](double v) { return double(round_as(dtype::bfloat16, float(v))); };
+  for (const auto& [ta, tb, m, n, k, alpha, beta] : cases) {
+    BOOST_TEST_CONTEXT("ta " << int(ta) << " tb " << int(tb) << " m " << m << " n " << n << " k " << k << " alpha "
+                             << alpha << " beta " << beta) {
+      const std::size_t lda = (ta == transpose::yes ? m : k) + 3, ldb = (tb == transpose::yes ? k : n) + 2,
+                        ldc = n + 5;
+      const auto a = dtrain_test::random_vector((ta == transpose::yes ? k : m) * lda + 1, r);
+      const auto b = dtrain_test::random_vector((tb == transpose::yes ? n : k) * ldb + 1, r);
+      const auto c0 = dtrain_test::random_vector(m * ldc, r);
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        auto c = c0;
+        BOOST_TEST(detail::bf16_gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc));
+        results.push_back(c);
+      }
+      std::size_t wrong = 0, unrounded_off = 0, padding_touched = 0;
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < ldc; ++j) {
+          const std::size_t at = i * ldc + j;
+          if (j >= n) {
+            padding_touched += results[0][at] != c0[at];
+            continue;
+          }
+          double acc = 0, mag = 0, plain = 0;
+          for (std::size_t p = 0; p < k; ++p) {
+            const double av = ta == transpose::yes ? a[p * lda + i] : a[i * lda + p];
+            const double bv = tb == transpose::yes ? b[j * ldb + p] : b[p * ldb + j];
+            acc += bf(av) * bf(alpha * bv), mag += std::abs(av * alpha * bv), plain += av * alpha * bv;
+          }
+          const double tolerance = 1e-5 * (mag + std::abs(beta * c0[at]) + 1.0);
+          wrong += std::abs(results[0][at] - (acc + beta * double(c0[at]))) > tolerance;
+          unrounded_off += std::abs(results[0][at] - (plain + beta * double(c0[at]))) > tolerance;
+        }
+      BOOST_TEST(wrong == 0u);
+      if (k > 0 && alpha != 0.0f) BOOST_TEST(unrounded_off > 0u);
+      BOOST_TEST(padding_touched == 0u);
+      BOOST_TEST(results[0] == results[1], boost::test_tools::per_element());
+      BOOST_TEST(results[0] == results[2], boost::test_tools::per_element());
+    }
+  }
+  set_num_threads(before);
+  // a NaN in A spoils its row of C only
+  const std::size_t m = 4, n = 20, k = 9;
+  auto a = dtrain_test::random_vector(m * k, r);
+  const auto b = dtrain_test::random_vector(k * n, r);
+  a[2 * k + 3] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> c(m * n);
+  detail::bf16_gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) BOOST_TEST(std::isnan(c[i * n + j]) == (i == 2));
+}
+
+// A cpu backend value `with_gemm_dtype(bfloat16)` sends its GEMMs and convolutions to the bfloat16 kernels
+// (where the CPU has them: else the float32 ones); float32 values keep float32 products; the opaque
+// backend's value gives the cpu backend's bits.
+BOOST_AUTO_TEST_CASE(with_gemm_dtype_reaches_gemms_and_convolutions) {
+  rng r(29);
+  const std::size_t m = 16, n = 24, k = 40;
+  const auto a = dtrain_test::random_vector(m * k, r), b = dtrain_test::random_vector(k * n, r);
+  std::vector<float> plain(m * n), reduced(m * n), direct(m * n);
+  const cpu fp32, bf16 = fp32.with_gemm_dtype(dtype::bfloat16);
+  BOOST_TEST(int(bf16.gemm_dtype()) == int(dtype::bfloat16));
+  BOOST_TEST(int(fp32.gemm_dtype()) == int(dtype::float32));
+  fp32.gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, plain.data(), n);
+  bf16.gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, reduced.data(), n);
+  const bool available = detail::bf16_gemm_available();
+  if (available)
+    detail::bf16_gemm(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, direct.data(), n);
+  else
+    direct = plain;
+  BOOST_TEST(reduced == direct, boost::test_tools::per_element());
+  BOOST_TEST((reduced != plain) == available);
+
+  // convolutions: a strided one (im2col + GEMM) and a direct one (stride 1, an even channel count; its
+  // input gradient too): the bfloat16 device's results within float32 rounding of the float32 device's
+  // on operands rounded first, and off the unrounded ones (where the CPU has the unit; else the same)
+  auto rounded = [](std::vector<float> v) {
+    for (float& e : v) e = round_as(dtype::bfloat16, e);
+    return v;
+  };
+  auto check = [&](const std::vector<float>& got, const std::vector<float>& on_rounded,
+                   const std::vector<float>& on_plain) {
+    std::size_t far = 0, off = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      far += std::abs(got[i] - on_rounded[i]) > 1e-5f * (std::abs(on_rounded[i]) + 1.0f);
+      off += std::abs(got[i] - on_plain[i]) > 1e-4f * (std::abs(on_plain[i]) + 1.0f);
+    }
+    BOOST_TEST(far == 0u);
+    if (available) BOOST_TEST(off > 0u);
+    else BOOST_TEST(got == on_plain, boost::test_tools::per_element());
+  };
+  const std::size_t batch = 2;
+  auto forward_of = [&]<window_geometry G>() {
+    const auto x = dtrain_test::random_vector(batch * G.in_size(), r);
+    const auto w = dtrain_test::random_vector(G.kernel_values(), r);
+    auto conv = [&](const cpu& dev, const std::vector<float>& xs, const std::vector<float>& ws) {
+      std::vector<float> y(batch * G.out_size()), work(dev.conv2d_workspace<G>(batch));
+      dev.conv2d_forward<G, activation_kind::linear>(batch, xs.data(), ws.data(), nullptr, y.data(), nullptr,
+                                                      work.data());
+      return y;
+    };
+    check(conv(bf16, x, w), conv(fp32, rounded(x), rounded(w)), conv(fp32, x, w));
+  };
+  forward_of.operator()<window_geometry{7, 7, 4, 3, 3, 2, 2, 1, 1, 4, 4, 6}>();     // im2col
+  forward_of.operator()<window_geometry{6, 5, 8, 3, 3, 1, 1, 1, 1, 6, 5, 20}>();    // direct
+  {
+    constexpr window_geometry G{6, 5, 4, 3, 3, 1, 1, 1, 1, 6, 5, 18};  // direct, dx: 18 filters pack in pairs
+    const auto x = dtrain_test::random_vector(batch * G.in_size(), r);
+    const auto w = dtrain_test::random_vector(G.kernel_values(), r);
+    const auto dy = dtrain_test::random_vector(batch * G.out_size(), r);
+    auto dx_of = [&](const cpu& dev, const std::vector<float>& ws, std::vector<float> d) {
+      std::vector<float> y(batch * G.out_size()), work(dev.conv2d_workspace<G>(batch)),
+          scratch(dev.conv2d_backward_workspace<G>(batch, true)), gw(G.kernel_values()), dx(batch * G.in_size());
+      dev.conv2d_forward<G, activation_kind::linear>(batch, x.data(), ws.data(), nullptr, y.data(), nullptr,
+                                                      work.data());
+      dev.conv2d_backward<G, activation_kind::linear>(batch, nullptr, y.data(), d.data(), ws.data(), work.data(),
+                                                       scratch.data(), gw.data(), nullptr, dx.data());
+      return dx;
+    };
+    check(dx_of(bf16, w, dy), dx_of(fp32, rounded(w), rounded(dy)), dx_of(fp32, w, dy));
+  }
+
+  opaque o;
+  const opaque ob = o.with_gemm_dtype(dtype::bfloat16);
+  auto pa = o.allocate<float>(m * k), pb = o.allocate<float>(k * n), pc = o.allocate<float>(m * n);
+  o.upload(m * k, a.data(), pa.data());
+  o.upload(k * n, b.data(), pb.data());
+  ob.gemm(transpose::no, transpose::no, m, n, k, 1.0f, pa.data(), k, pb.data(), n, 0.0f, pc.data(), n);
+  std::vector<float> via_opaque(m * n);
+  o.download(m * n, pc.data(), via_opaque.data());
+  BOOST_TEST(via_opaque == reduced, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(cpu_isa_from_the_environment_is_checked_against_the_cpu) {
   using detail::cpu_isa;
   BOOST_TEST(int(detail::cpu_isa_from_env(nullptr, cpu_isa::avx2)) == int(cpu_isa::avx2));

@@ -49,6 +49,11 @@
 ///   `metric(op, ...)`, `update(op, ...)`.
 /// A model asks for `model_backend` (memory, BLAS-like, losses and metrics, updates) and each layer for
 /// the families it runs; `backend` is every family.
+///
+/// Optional: `b.with_gemm_dtype(d)`, a copy of b whose `gemm` and convolutions multiply operands of dtype
+/// `d` (rounded to it, products summed in float32) on the device's reduced-precision units; a mixed
+/// policy's autocasting layers run on it (`detail::with_gemm_dtype`). Without it, or where the device has
+/// no such units, they multiply in float32 the operands the model hands them (already cast).
 
 #include <concepts>
 #include <cstddef>
@@ -411,6 +416,12 @@ auto ensure(const B& b, Buffer& buf, std::size_t n) {
 }
 
 namespace detail {
+/// b with its GEMMs taking operands of dtype d where B offers that (see the file comment), else b.
+template <class B>
+B with_gemm_dtype(const B& b, dtype d) {
+  if constexpr (requires { { b.with_gemm_dtype(d) } -> std::same_as<B>; }) return b.with_gemm_dtype(d);
+  else return b;
+}
 /// `n` values of host memory that backend B copies to and from best: its pinned `host_buffer` where it
 /// has one (`b.allocate_host<T>(n)`), else a vector.
 template <class B, class T = float>

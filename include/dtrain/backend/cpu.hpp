@@ -121,7 +121,14 @@ struct cpu : detail::cpu_activation_kernels,
   /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k and op(B) k x n (cblas_sgemm's meaning).
   void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
             std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) const {
-    detail::planned_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    detail::planned_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, gemm_dtype_);
+  }
+  /// This backend with its GEMMs and convolutions multiplying operands of dtype `d` (a mixed_bfloat16
+  /// layer's: bfloat16 on AVX512_BF16; float32 multiplies elsewhere, and for float16).
+  cpu with_gemm_dtype(dtype d) const {
+    cpu c = *this;
+    c.gemm_dtype_ = d;
+    return c;
   }
   /// Every row of y (rows x cols) = x (cols).
   void broadcast_rows(std::size_t rows, std::size_t cols, const float* x, float* y) const {

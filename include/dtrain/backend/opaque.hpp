@@ -99,6 +99,12 @@ class opaque {
     cpu_.download(n, raw(p, n, "download"), host);
   }
   void synchronize() const {}
+  /// The cpu backend's reduced-precision GEMMs, behind the same checks.
+  opaque with_gemm_dtype(dtype d) const {
+    opaque o = *this;
+    o.cpu_ = cpu_.with_gemm_dtype(d);
+    return o;
+  }
 
   // ---- every kernel: the range checks of its row in backend/kernel_table.hpp, then the cpu kernel ------
 #define DTRAIN_OPAQUE_ARG(kernel, p) DTRAIN_OPAQUE_ARG_(kernel, DTRAIN_KERNEL_TABLE_UNPACK p)

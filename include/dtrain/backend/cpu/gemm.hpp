@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/backend/cpu/bf16_gemm.hpp"
 #include "dtrain/backend/cpu/blas.hpp"
 #include "dtrain/backend/cpu/direct_gemm.hpp"
 #include "dtrain/core/environment.hpp"
@@ -152,11 +153,13 @@ inline void blas_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, 
 }
 #endif
 
-/// Row-major `C = alpha op(A) op(B) + beta C`: the direct GEMM, else the engine in use.
+/// Row-major `C = alpha op(A) op(B) + beta C`: with `inputs` bfloat16, the bfloat16 GEMM where the CPU
+/// has one (operands rounded, products summed in float32); else the direct GEMM, else the engine in use.
 inline void planned_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                          const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                         std::size_t ldc) {
+                         std::size_t ldc, dtype inputs = dtype::float32) {
   if (m == 0 || n == 0) return;
+  if (inputs == dtype::bfloat16 && bf16_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   const gemm_engine engine = gemm_engine_in_use();  // (DTRAIN_GEMM is checked in every program)
   const cpu_isa isa = best_cpu_isa();
   if (direct_gemm(isa, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;

@@ -78,7 +78,7 @@ struct conv2d_kernels {
   }
 
   static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
-                      float* work) {
+                      float* work, dtype inputs = dtype::float32) {
     const std::size_t m = n * pixels;
     float* cols = work;
     // block by block (rows of the output that stay in cache): im2col, bias, GEMM, activation
@@ -91,14 +91,14 @@ struct conv2d_kernels {
         std::fill(yb, yb + (r1 - r0) * filters, 0.0f);
       for (std::size_t g = 0; g < G.groups; ++g)
         planned_gemm(transpose::no, transpose::no, r1 - r0, fg, kg, 1.0f, cols + r0 * k + g * kg, k, w + g * fg,
-                     filters, 1.0f, yb + g * fg, filters);
+                     filters, 1.0f, yb + g * fg, filters, inputs);
       if constexpr (needs_input(A)) std::memcpy(z + r0 * filters, yb, (r1 - r0) * filters * sizeof(float));
       activation_forward<A>(r1 - r0, filters, yb, yb);
     });
   }
 
   static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* cols,
-                       float* scratch, float* gw, float* gb, float* dx) {
+                       float* scratch, float* gw, float* gb, float* dx, dtype inputs = dtype::float32) {
     const std::size_t m = n * pixels;
     float* parts = scratch;
     // Fixed slices of the rows (their count from m alone, so the sums do not depend on the thread
@@ -117,7 +117,7 @@ struct conv2d_kernels {
         activation_backward<A>(r1 - r0, filters, z ? z + r0 * filters : nullptr, y + r0 * filters, db, db);
         for (std::size_t g = 0; g < G.groups; ++g)
           planned_gemm(transpose::yes, transpose::no, kg, fg, r1 - r0, 1.0f, cols + r0 * k + g * kg, k, db + g * fg,
-                       filters, 1.0f, pw + g * fg, filters);
+                       filters, 1.0f, pw + g * fg, filters, inputs);
         if (gb)
           for (std::size_t r = 0; r < r1 - r0; ++r)
             for (std::size_t f = 0; f < filters; ++f) pb[f] += db[r * filters + f];
@@ -134,7 +134,7 @@ struct conv2d_kernels {
     float* dcols = parts + max_slices * part;
     for (std::size_t g = 0; g < G.groups; ++g)
       planned_gemm(transpose::no, transpose::yes, m, kg, fg, 1.0f, dy + g * fg, filters, w + g * fg, filters, 0.0f,
-                   dcols + g * kg, k);
+                   dcols + g * kg, k, inputs);
     col2im(dcols, dx, n);
   }
 
@@ -187,10 +187,47 @@ inline void pad(std::size_t n, std::size_t h, std::size_t w, std::size_t c, std:
 /// k[ky][kx][ch][0..f), for n samples of `in` padded to (oh + kh - 1) x (ow + kw - 1) x c. One product per
 /// output row and kernel row: a pixel's kw taps are kw c consecutive values of `in`, the pixels c apart.
 /// `then(r0, r1)` runs on each block of output rows (sample, oy) once it is done, while it is in cache.
+/// With `inputs` bfloat16, an even c and the CPU's bfloat16 GEMM: the products on bfloat16 operands (the
+/// input packed in pairs of channels, which a pixel's taps never split; the kernel as the GEMM packs B).
 template <class Then>
 void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_t kh, std::size_t kw, std::size_t c,
-          std::size_t f, const float* in, const float* k, const float* bias, float* out, Then&& then) {
+          std::size_t f, const float* in, const float* k, const float* bias, float* out, Then&& then,
+          dtype inputs = dtype::float32) {
   const std::size_t hp = oh + kh - 1, wp = ow + kw - 1;
+#if DTRAIN_CPU_AVX
+  if (inputs == dtype::bfloat16 && c % 2 == 0 && bf16_gemm_available()) {
+    thread_local std::vector<std::uint32_t> in_pairs, kernel_pairs;
+    const std::size_t pairs = kw * c / 2, ldp = (f + 15) / 16 * 16, values = n * hp * wp * c;
+    in_pairs.resize(values / 2);
+    kernel_pairs.resize(kh * pairs * ldp);
+    std::uint32_t* ip = in_pairs.data();
+    std::uint32_t* kp = kernel_pairs.data();
+    for_rows(values / 2, 1, [&](std::size_t q0, std::size_t q1) {
+      for (std::size_t q = q0; q < q1; ++q) ip[q] = bf16::pair(in[2 * q], in[2 * q + 1]);
+    });
+    for (std::size_t ky = 0; ky < kh; ++ky)
+      bf16::pack_b(transpose::no, kw * c, f, 1.0f, k + ky * kw * c * f, f, kp + ky * pairs * ldp, ldp);
+    const int nv = product_vectors(cpu_isa::avx512, f);
+    for_row_blocks(n * oh, std::max<std::size_t>(1, 16384 / (ow * f)), [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        float* o = out + r * ow * f;
+        if (bias)
+          for (std::size_t x = 0; x < ow; ++x) std::memcpy(o + x * f, bias, f * sizeof(float));
+        const std::uint32_t* row = ip + (r / oh * hp + r % oh) * wp * c / 2;
+        for (std::size_t ky = 0; ky < kh; ++ky) {
+          const bf16::packed_problem q{ow, f, pairs, row + ky * wp * c / 2, c / 2, kp + ky * pairs * ldp, ldp, o, f,
+                                       bias || ky > 0};
+          if (nv == 4) bf16::block<4>(q, 0, ow, 0, f);
+          else if (nv == 2) bf16::block<2>(q, 0, ow, 0, f);
+          else bf16::block<1>(q, 0, ow, 0, f);
+        }
+      }
+      then(r0 * ow, r1 * ow);
+    });
+    return;
+  }
+#endif
+  (void)inputs;
   for_row_blocks(n * oh, std::max<std::size_t>(1, 16384 / (ow * f)), [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r) {
       float* o = out + r * ow * f;
@@ -211,7 +248,9 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
 /// workspace (which backward reads) and runs direct_conv::rows; the kernel gradient is one product per
 /// sample, output row and kernel row (A the padded input read strided), summed over the samples by
 /// sum_rows (fixed slices); the input gradient is the convolution of dy, padded by kernel - 1 - padding,
-/// with the kernel flipped and its channels swapped. The same interface as conv2d_kernels.
+/// with the kernel flipped and its channels swapped. The same interface as conv2d_kernels. With `inputs`
+/// bfloat16, forward and the input gradient multiply bfloat16 operands (direct_conv::rows); the kernel
+/// gradient multiplies float32 ones (its operands' pairs of k are pixels apart, not packed).
 template <window_geometry G, activation_kind A>
 struct direct_conv2d_kernels {
   static_assert(direct_conv2d_eligible(G));
@@ -225,7 +264,7 @@ struct direct_conv2d_kernels {
   }
 
   static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
-                      float* work) {
+                      float* work, dtype inputs = dtype::float32) {
     direct_conv::pad(n, G.h, G.w, G.c, G.pt, G.pl, hp, wp, x, work);
     direct_conv::rows(best_cpu_isa(), n, G.oh, G.ow, G.kh, G.kw, G.c, filters, work, w, b, y,
                       [&](std::size_t p0, std::size_t p1) {
@@ -233,11 +272,12 @@ struct direct_conv2d_kernels {
                         if constexpr (needs_input(A))
                           std::memcpy(z + p0 * filters, yb, (p1 - p0) * filters * sizeof(float));
                         activation_forward<A>(p1 - p0, filters, yb, yb);
-                      });
+                      },
+                      inputs);
   }
 
   static void backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* xp,
-                       float* scratch, float* gw, float* gb, float* dx) {
+                       float* scratch, float* gw, float* gb, float* dx, dtype inputs = dtype::float32) {
     const cpu_isa isa = best_cpu_isa();
     const std::size_t m = n * G.pixels();
     for_rows(m, filters, [&](std::size_t r0, std::size_t r1) {
@@ -267,7 +307,7 @@ struct direct_conv2d_kernels {
                 w[(((G.kh - 1 - ky) * G.kw + (G.kw - 1 - kx)) * G.c + ch) * filters + j];
     direct_conv::pad(n, G.oh, G.ow, filters, G.kh - 1 - G.pt, G.kw - 1 - G.pl, dhp, dwp, dy, dyp);
     direct_conv::rows(isa, n, G.h, G.w, G.kh, G.kw, filters, G.c, dyp, flipped, nullptr, dx,
-                      [](std::size_t, std::size_t) {});
+                      [](std::size_t, std::size_t) {}, inputs);
   }
 };
 
@@ -288,11 +328,11 @@ struct conv2d_transpose_kernels {
   static constexpr std::size_t workspace(std::size_t n) { return conv::workspace(n); }
 
   static void forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
-                      float* cols) {
+                      float* cols, dtype inputs = dtype::float32) {
     const std::size_t m = n * G.pixels(), rows = n * G.h * G.w;
     for (std::size_t g = 0; g < G.groups; ++g)
       planned_gemm(transpose::no, transpose::yes, m, kg, fg, 1.0f, x + g * fg, f, w + g * fg, f, 0.0f,
-                   cols + g * kg, k);
+                   cols + g * kg, k, inputs);
     conv::col2im(cols, y, n);
     if (b)
       for (std::size_t r = 0; r < rows; ++r)
@@ -302,7 +342,7 @@ struct conv2d_transpose_kernels {
   }
 
   static void backward(std::size_t n, const float* x, const float* z, const float* y, float* dy, const float* w,
-                       float* cols, float* gw, float* gb, float* dx) {
+                       float* cols, float* gw, float* gb, float* dx, dtype inputs = dtype::float32) {
     const std::size_t m = n * G.pixels(), rows = n * G.h * G.w;
     activation_backward<A>(rows, G.c, z, y, dy, dy);
     if (gb) {
@@ -313,10 +353,10 @@ struct conv2d_transpose_kernels {
     for_row_blocks(m, conv::block_rows, [&](std::size_t r0, std::size_t r1) { conv::im2col(dy, cols, r0, r1); });
     for (std::size_t g = 0; g < G.groups; ++g) {
       planned_gemm(transpose::yes, transpose::no, kg, fg, m, 1.0f, cols + g * kg, k, x + g * fg, f, 0.0f, gw + g * fg,
-                   f);
+                   f, inputs);
       if (dx)
         planned_gemm(transpose::no, transpose::no, m, fg, kg, 1.0f, cols + g * kg, k, w + g * fg, f, 0.0f,
-                     dx + g * fg, f);
+                     dx + g * fg, f, inputs);
     }
   }
 };
@@ -483,7 +523,18 @@ struct depthwise_conv2d_kernels {
 };
 
 /// The cpu backend's window family (`window_kernels`).
-struct cpu_window_kernels {
+/// Which operands a cpu backend value's GEMMs, and the convolutions made of them, multiply: float32 as
+/// given, or (`dtype::bfloat16`) rounded to bfloat16 on the CPU's bfloat16 dot products where it has
+/// them (cpu/bf16_gemm.hpp; float32 elsewhere). `cpu::with_gemm_dtype` sets it.
+class cpu_gemm_dtype {
+ public:
+  dtype gemm_dtype() const { return gemm_dtype_; }
+
+ protected:
+  dtype gemm_dtype_ = dtype::float32;
+};
+
+struct cpu_window_kernels : cpu_gemm_dtype {
   /// Floats of workspace a conv2d of window G needs for a batch of n: forward's (what it leaves there,
   /// backward reads: the im2col rows) and backward's own (scratch; larger with an input gradient).
   template <window_geometry G>
@@ -499,7 +550,7 @@ struct cpu_window_kernels {
   template <window_geometry G, activation_kind A>
   void conv2d_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
                       float* work) const {
-    detail::conv2d_kernels_of<G, A>::forward(n, x, w, b, y, z, work);
+    detail::conv2d_kernels_of<G, A>::forward(n, x, w, b, y, z, work, gemm_dtype_);
   }
   /// From d loss / d y (`dy`, overwritten): the kernel's gradient into `gw`, the bias' into `gb` (unless
   /// null: a convolution without bias) and, when `dx` is not null, d loss / d x. `work` is what the last
@@ -507,7 +558,7 @@ struct cpu_window_kernels {
   template <window_geometry G, activation_kind A>
   void conv2d_backward(std::size_t n, const float* z, const float* y, float* dy, const float* w, const float* work,
                        float* scratch, float* gw, float* gb, float* dx) const {
-    detail::conv2d_kernels_of<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx);
+    detail::conv2d_kernels_of<G, A>::backward(n, z, y, dy, w, work, scratch, gw, gb, dx, gemm_dtype_);
   }
   template <window_geometry G>
   std::size_t conv2d_transpose_workspace(std::size_t n) const {
@@ -518,14 +569,14 @@ struct cpu_window_kernels {
   template <window_geometry G, activation_kind A>
   void conv2d_transpose_forward(std::size_t n, const float* x, const float* w, const float* b, float* y, float* z,
                                 float* work) const {
-    detail::conv2d_transpose_kernels<G, A>::forward(n, x, w, b, y, z, work);
+    detail::conv2d_transpose_kernels<G, A>::forward(n, x, w, b, y, z, work, gemm_dtype_);
   }
   /// From d loss / d y (`dy`, overwritten) and the input x: the kernel's gradient into `gw`, the bias'
   /// into `gb` (unless null) and, when `dx` is not null, d loss / d x.
   template <window_geometry G, activation_kind A>
   void conv2d_transpose_backward(std::size_t n, const float* x, const float* z, const float* y, float* dy,
                                  const float* w, float* work, float* gw, float* gb, float* dx) const {
-    detail::conv2d_transpose_kernels<G, A>::backward(n, x, z, y, dy, w, work, gw, gb, dx);
+    detail::conv2d_transpose_kernels<G, A>::backward(n, x, z, y, dy, w, work, gw, gb, dx, gemm_dtype_);
   }
   template <window_geometry G>
   void max_pooling2d_forward(std::size_t n, const float* x, float* y, std::uint32_t* argmax) const {
