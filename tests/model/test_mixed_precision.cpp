@@ -119,6 +119,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_layer_reads_its_input_and_weights_cast, B, backe
   BOOST_TEST(m.dtype_policy().name() == std::string("mixed_bfloat16"));
 }
 
+/// An identity layer that records the GEMM dtype of the device it runs on, forward and backward; Autocast
+/// false: a layer that keeps float32.
+template <bool Autocast>
+struct device_probe {
+  static inline std::vector<dtype> seen;
+  template <class In, class B>
+  struct bind {
+    using input_shape = In;
+    using output_shape = In;
+    static constexpr const char* keras_name = "probe";
+    static constexpr const char* class_name = "Probe";
+    static constexpr bool autocast = Autocast;
+    static constexpr std::array<param_spec, 0> params{};
+    void initialize(std::span<float>, rng&) {}
+    void forward(layer_context<B>& ctx, const float* x, float* y, std::size_t n, const float*) const {
+      seen.push_back(ctx.device.gemm_dtype());
+      ctx.device.copy(n * In::size, x, y);
+    }
+    void backward(layer_context<B>& ctx, const float*, const float*, float* dy, float* dx, std::size_t n, const float*,
+                  float*) const {
+      seen.push_back(ctx.device.gemm_dtype());
+      if (dx) ctx.device.copy(n * In::size, dy, dx);
+    }
+    void regularization(layer_context<B>&, const float*, float*, float, float*) const {}
+  };
+};
+
+// Under a mixed policy an autocasting layer runs on the device whose GEMMs multiply the compute dtype
+// (forward and backward), a float32 layer on the float32 one; under float32 every layer on float32. (The
+// first probe's output gradient is not wanted, nothing before it trains: backward casts no gradient there.)
+BOOST_AUTO_TEST_CASE(autocasting_layers_run_on_the_compute_dtypes_gemms) {
+  using casting = device_probe<true>;
+  using keeping = device_probe<false>;
+  using net = sequential<input<4>, casting, dense<4, relu>, keeping, dense<3>>;
+  const auto [x, y] = problem(6);
+  for (dtype_policy policy : {dtype_policy("float32"), dtype_policy::mixed_bfloat16(), dtype_policy::mixed_float16()}) {
+    net m(3);
+    m.set_dtype_policy(policy);
+    compile(m);
+    casting::seen.clear(), keeping::seen.clear();
+    m.train_step(x, y);
+    const dtype d = policy.compute_dtype();
+    BOOST_TEST_CONTEXT(policy.name()) {
+      BOOST_TEST((casting::seen == std::vector<dtype>{d, d}));
+      BOOST_TEST((keeping::seen == std::vector<dtype>{dtype::float32, dtype::float32}));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(weight_gradients_are_cast_except_a_normalization_layers, B, backends) {
   const auto [x, y] = problem(12);
   for (dtype_policy policy : {dtype_policy::mixed_bfloat16(), dtype_policy::mixed_float16()}) {

@@ -32,6 +32,8 @@
 /// Optional: `static constexpr bool autocast = false` says the layer computes in float32 whatever the
 /// model's dtype policy (model/dtype_policy.hpp): its inputs and weights are read uncast (Keras' layers
 /// that turn autocast off, or compute in float32 inside: normalization, an embedding's index inputs).
+/// Under a mixed policy every other layer's `ctx.device` is the model's device with its GEMMs taking
+/// the compute dtype (backend.hpp's `with_gemm_dtype`), this one's the float32 device.
 ///
 /// Optional: non-trainable variables (Keras `non_trainable_weights`: batch normalization's moving
 /// statistics). `L::state` is a `std::array<param_spec, K>` of them (Keras order, after `params`), and

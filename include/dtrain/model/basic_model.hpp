@@ -395,10 +395,11 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     for (std::size_t o = 0; o < num_outputs; ++o) grad_at_[num_inputs + Graph::output_nodes[o]] = deltas_[o].data();
     const ptr penalty = scalar_ptr() + penalty_slot;
     this->device_.fill(1, 0.0f, penalty);
-    layer_context<B> ctx = context(true);
+    layer_context<B> plain_ctx = context(true), cast_ctx = cast_context(plain_ctx);
     each_reversed([&]<std::size_t I>() {
       const trace::scope traced("backward", this->names_[I]);
       constexpr auto src = Graph::template sources<I>;
+      layer_context<B>& ctx = context_of<I>(plain_ctx, cast_ctx);
       ctx.state = this->template state_ptr<I>();
       const ptr dy = grad_at_[num_inputs + I];
       add_activity_penalty<I>(n, dy, regularization_scale_ * loss_scale_);  // its gradient joins dy before the layer's backward
@@ -426,7 +427,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       // under a mixed policy, the gradient into a layer whose output was cast is cast too, and so are an
       // autocasting layer's weight gradients (Keras: the casts' gradients)
       const dtype compute = this->policy_.compute_dtype();
-      if (cast_[num_inputs + I]) this->device_.round_to(n * output_sizes[I], compute, dy, dy);
+      if (dy && cast_[num_inputs + I]) this->device_.round_to(n * output_sizes[I], compute, dy, dy);  // (null: not wanted)
       if constexpr (detail::merges_v<layer_type<I>>)
         l.backward(ctx, layer_inputs<I>(n), out_[I], dy, dx, n, weights<I>(), this->template grad_ptr<I>());
       else
@@ -677,6 +678,20 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                       }};
     return ctx;
   }
+  /// `ctx` on the device whose GEMMs multiply in the policy's compute dtype (detail::with_gemm_dtype), for
+  /// the autocasting layers of a mixed policy; `ctx` itself under float32.
+  layer_context<B> cast_context(const layer_context<B>& ctx) {
+    if (!this->policy_.mixed()) return ctx;
+    cast_device_.emplace(detail::with_gemm_dtype(this->device_, this->policy_.compute_dtype()));
+    layer_context<B> cast{*cast_device_, ctx.random, ctx.training};
+    cast.replicas = ctx.replicas;
+    return cast;
+  }
+  /// The context layer I runs in: the cast one when it autocasts.
+  template <std::size_t I>
+  layer_context<B>& context_of(layer_context<B>& plain, layer_context<B>& cast) const {
+    return detail::autocasts_v<layer_type<I>> ? cast : plain;
+  }
   /// The optimizer's step with this replica's (summed) gradients, unless someone else applies it (a
   /// parameter server, the central copy of the variables), whose values the strategy then hands over.
   void apply_update() {
@@ -812,7 +827,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
 
   void forward(tensors x, std::size_t n, bool training) {
     for (std::size_t k = 0; k < num_inputs; ++k) input_[k] = to_device(x[k], x_stage_[k]);
-    layer_context<B> ctx = context(training);
+    layer_context<B> plain_ctx = context(training), cast_ctx = cast_context(plain_ctx);
     const bool mixed = this->policy_.mixed();
     if (mixed) cast_weights();
     cast_at_.fill(cptr{});
@@ -825,6 +840,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
         return;
       }
       const ptr out = ensure(this->device_, outputs_[I], n * output_sizes[I]);
+      layer_context<B>& ctx = context_of<I>(plain_ctx, cast_ctx);
       ctx.state = this->template state_ptr<I>();
       if constexpr (detail::merges_v<layer_type<I>>)
         std::get<I>(this->layers_).forward(ctx, layer_inputs<I>(n), out, n, weights<I>());
@@ -1206,6 +1222,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
   // the source's output is not already in the compute dtype: an input, a model output); whether each
   // source's output of the last forward is in the compute dtype
   buffer_t<B, float> compute_params_;
+  std::optional<B> cast_device_;  // the device of cast_context
   std::array<buffer_t<B, float>, num_sources> cast_sources_;
   std::array<cptr, num_sources> cast_at_{};
   std::array<bool, num_sources> cast_{};
