@@ -9,7 +9,8 @@ request per line; each answer is one JSON line. By hand:
   DTRAIN_TF_THREADS=2 python bench/tf_train.py serve    # then type: cnn 64 2 0.25 7
   DTRAIN_TF_THREADS=2 python bench/tf_train.py rss cnn 64 2 30  # peak RSS of a training run, JSON
 
-Requests: `<model> <batch> <threads> <seconds per window> <windows>` (threads must equal DTRAIN_TF_THREADS);
+Requests: `<model> <batch> <threads> <seconds per window> <windows>` (threads must equal DTRAIN_TF_THREADS;
+the model's name may end in `:mixed_bfloat16` or `:mixed_float16`, Keras' dtype policy for the model);
 answers `{"ok": true, "ms_per_step": ..., "samples_per_s": ..., "mode": ...}`.
 
 The step is `model.train_on_batch(x, y)` of a model compiled with Adam(1e-3), SparseCategoricalCrossentropy
@@ -64,6 +65,8 @@ def resnet20():
 def make(model, batch, jit):
     """The Keras models of train_throughput.cpp, as TensorFlow's tutorials write them."""
     keras.utils.set_random_seed(0)
+    model, _, policy = model.partition(":")
+    keras.mixed_precision.set_dtype_policy(policy or "float32")  # the layers made below take it
     if model == "cnn":
         net = keras.Sequential([keras.Input((28, 28)), keras.layers.Reshape((28, 28, 1)),
                                 keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.Flatten(),

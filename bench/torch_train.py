@@ -7,7 +7,9 @@ per line; each answer is one JSON line. It can also be run by hand:
   /usr/bin/python3 bench/torch_train.py serve            # then type: cnn 64 2 0.25 7
   /usr/bin/python3 bench/torch_train.py rss cnn 64 2 50  # peak RSS of a training run, JSON
 
-Requests: `<model> <batch> <threads> <seconds per window> <windows>`; answers
+Requests: `<model> <batch> <threads> <seconds per window> <windows>`, the model's name followed by
+`:mixed_bfloat16` or `:mixed_float16` for autocast's mixed precision (forward and loss under
+`torch.autocast("cpu", dtype)`, a GradScaler for float16); answers
 `{"ok": true, "ms_per_step": ..., "samples_per_s": ..., "windows": [...]}`.
 
 The script serves two builds of torch: Debian's (/usr/bin/python3, OpenBLAS inside) and current torch from
@@ -68,6 +70,8 @@ def set_threads(threads):
 
 def make(model, batch):
     """The Keras models of train_throughput.cpp (channels first for conv, as torch wants)."""
+    model, _, policy = model.partition(":")
+    cast = {"": None, "mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}[policy]
     torch.manual_seed(0)
     if model == "cnn":
         net = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Flatten(),
@@ -96,7 +100,27 @@ def make(model, batch):
             correct = (out.argmax(1) == y).sum()
         return loss.item(), correct.item()
 
-    return step
+    if cast is None:
+        return step
+    scaler = torch.amp.GradScaler("cpu") if cast == torch.float16 else None
+
+    def mixed_step():  # PyTorch's recipe: autocast around forward and loss, backward outside it
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=cast):
+            out = net(x)
+            loss = loss_fn(out, y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            correct = (out.argmax(1) == y).sum()
+        return loss.item(), correct.item()
+
+    return mixed_step
 
 
 def measure(model, batch, threads, window_s, windows):

@@ -123,15 +123,18 @@ result time_steps(Model& model, std::size_t batch, const timing& t) {
 }
 
 template <class Net>
-result run_dtrain(std::size_t batch, int threads, const timing& t) {
+result run_dtrain(std::size_t batch, int threads, const std::string& precision, const timing& t) {
   dtrain::set_num_threads(threads);
   Net model(42);
+  model.set_dtype_policy(dtrain::dtype_policy(precision));
   return time_steps(model, batch, t);
 }
 
-result run_dtrain(const std::string& model, std::size_t batch, int threads, const timing& t) {
-  if (model == "cnn") return run_dtrain<cnn>(batch, threads, t);
-  return model == "mlp" ? run_dtrain<mlp>(batch, threads, t) : run_dtrain<resnet20>(batch, threads, t);
+result run_dtrain(const std::string& model, std::size_t batch, int threads, const std::string& precision,
+                  const timing& t) {
+  if (model == "cnn") return run_dtrain<cnn>(batch, threads, precision, t);
+  return model == "mlp" ? run_dtrain<mlp>(batch, threads, precision, t)
+                        : run_dtrain<resnet20>(batch, threads, precision, t);
 }
 
 /// Peak resident memory of this process, KiB (VmHWM).
@@ -406,6 +409,7 @@ void usage() {
       "                        [--models cnn,mlp,resnet20 (default cnn,mlp)]\n"
       "                        [--batches 32,64,256] [--threads 1,2] [--window SECONDS] [--windows N]\n"
       "                        [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
+      "                        [--precision float32,mixed_bfloat16 (the default; also mixed_float16)]\n"
       "Trains each model at each batch size and thread count with dtrain, then current PyTorch and TensorFlow\n"
       "from PyPI (a venv made once under the build tree by bench/peers/venv.sh, or DTRAIN_PEER_VENV) and\n"
       "Debian's PyTorch, each in its best setting, interleaved, and prints one table. --no-torch: no peers.\n"
@@ -423,6 +427,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models{"cnn", "mlp"};
   std::vector<std::size_t> batches{32, 64, 256};
   std::vector<int> thread_counts{1, 2};
+  std::vector<std::string> precisions{"float32", "mixed_bfloat16"};
   const int rss_steps = 30;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -459,6 +464,8 @@ int main(int argc, char** argv) {
     } else if (a == "--device") {
       device = next();
       if (device != "cpu" && device != "cuda") usage(), std::exit(2);
+    } else if (a == "--precision") {
+      precisions = split(next());
     } else if (a == "--no-compile") {
       use_compile = false;
     } else if (a == "--stat") {
@@ -477,6 +484,12 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "train_throughput: --models, --batches and --threads need at least one value\n"), 2;
   for (int th : thread_counts)
     if (th < 1) return std::fprintf(stderr, "train_throughput: --threads: %d is not a positive count\n", th), 2;
+  for (const auto& p : precisions) try {
+      dtrain::dtype_policy{p};
+    } catch (const std::exception& e) {
+      return std::fprintf(stderr, "train_throughput: --precision: %s\n", e.what()), 2;
+    }
+  if (precisions.empty()) return std::fprintf(stderr, "train_throughput: --precision needs at least one value\n"), 2;
 
   if (device == "cuda") {
 #ifdef DTRAIN_BENCH_CUDA
@@ -496,6 +509,10 @@ int main(int argc, char** argv) {
               DTRAIN_BENCH_FLAGS);
   std::printf("# timing: warm-up %.1f s, then median of %d windows of ~%.2f s each\n", t.warmup_s, t.windows,
               t.window_s);
+  std::printf("# precision: the dtype policy (torch: the step's forward and loss under autocast to bfloat16 /"
+              " float16 with GradScaler for float16; tensorflow: keras.mixed_precision.set_dtype_policy);"
+              " dtrain's bfloat16 GEMMs: %s\n",
+              dtrain::detail::bf16_gemm_available() ? "AVX512_BF16" : "none (this CPU multiplies in float32)");
 
   // The peers: current torch and TensorFlow from PyPI (the peer venv), Debian's torch while it is there.
   std::optional<py_peer> torch, deb_torch;
@@ -537,8 +554,8 @@ int main(int argc, char** argv) {
     std::printf("# deb torch column n/a: --no-torch\n");
   }
 
-  std::printf("\n%-8s %6s %8s %13s %15s %12s %12s %12s %9s %9s %9s\n", "model", "batch", "threads", "dtrain smp/s",
-              "dtrain ms/step", "torch smp/s", "tf smp/s", "deb torch", "/torch", "/tf", "/deb");
+  std::printf("\n%-8s %6s %8s %-15s %13s %15s %12s %12s %12s %9s %9s %9s\n", "model", "batch", "threads", "precision",
+              "dtrain smp/s", "dtrain ms/step", "torch smp/s", "tf smp/s", "deb torch", "/torch", "/tf", "/deb");
   struct cnn_row {
     std::size_t batch;
     int threads;
@@ -546,21 +563,41 @@ int main(int argc, char** argv) {
     std::optional<result> torch, tf;
   };
   std::vector<cnn_row> cnn_rows;
+  struct mixed_row {
+    std::string model, precision;
+    std::size_t batch;
+    int threads;
+    double ratio;
+  };
+  std::vector<mixed_row> mixed_rows;  // dtrain under a mixed policy against its float32 row
   for (const auto& m : models)
     for (auto b : batches)
       for (int th : thread_counts) {
-        const result d = run_dtrain(m, b, th, t);
-        std::optional<result> pt, pf, pd;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
-        if (torch) pt = torch->run(m, b, std::to_string(th), t);
-        if (tf.contains(th)) pf = tf[th]->run(m, b, std::to_string(th), t);
-        if (deb_torch) pd = deb_torch->run(m, b, std::to_string(th), t);
-        std::printf("%-8s %6zu %8d %13.0f %15.2f %12s %12s %12s %9s %9s %9s\n", m.c_str(), b, th, d.samples_per_s,
-                    d.ms_per_step, opt_fmt("%.0f", pt).c_str(), opt_fmt("%.0f", pf).c_str(),
-                    opt_fmt("%.0f", pd).c_str(), ratio(d.samples_per_s, pt).c_str(),
-                    ratio(d.samples_per_s, pf).c_str(), ratio(d.samples_per_s, pd).c_str());
-        std::fflush(stdout);
-        if (m == "cnn") cnn_rows.push_back({b, th, d, pt, pf});
+        std::optional<double> float32;
+        for (const auto& p : precisions) {
+          const result d = run_dtrain(m, b, th, p, t);
+          // the peers' model names carry the policy: "cnn" (float32) or "cnn:mixed_bfloat16"
+          const std::string pm = p == "float32" ? m : m + ":" + p;
+          std::optional<result> pt, pf, pd;  // not `c ? run() : nullopt`: GCC 12 then warns maybe-uninitialized
+          if (torch) pt = torch->run(pm, b, std::to_string(th), t);
+          if (tf.contains(th)) pf = tf[th]->run(pm, b, std::to_string(th), t);
+          if (deb_torch) pd = deb_torch->run(pm, b, std::to_string(th), t);
+          std::printf("%-8s %6zu %8d %-15s %13.0f %15.2f %12s %12s %12s %9s %9s %9s\n", m.c_str(), b, th, p.c_str(),
+                      d.samples_per_s, d.ms_per_step, opt_fmt("%.0f", pt).c_str(), opt_fmt("%.0f", pf).c_str(),
+                      opt_fmt("%.0f", pd).c_str(), ratio(d.samples_per_s, pt).c_str(),
+                      ratio(d.samples_per_s, pf).c_str(), ratio(d.samples_per_s, pd).c_str());
+          std::fflush(stdout);
+          if (p == "float32") float32 = d.samples_per_s;
+          else if (float32) mixed_rows.push_back({m, p, b, th, d.samples_per_s / *float32});
+          if (m == "cnn" && p == "float32") cnn_rows.push_back({b, th, d, pt, pf});
+        }
       }
+  if (!mixed_rows.empty()) {
+    std::printf("\n# dtrain under a mixed policy against dtrain float32 (samples/s ratio, the rows above):\n");
+    std::printf("%-8s %6s %8s %-15s %10s\n", "model", "batch", "threads", "precision", "/float32");
+    for (const auto& r : mixed_rows)
+      std::printf("%-8s %6zu %8d %-15s %9.2fx\n", r.model.c_str(), r.batch, r.threads, r.precision.c_str(), r.ratio);
+  }
   torch.reset(), deb_torch.reset(), tf.clear();
   dtrain::set_num_threads(2);
 
