@@ -133,7 +133,8 @@ inline void pack_a(transpose ta, std::size_t m, std::size_t k, const float* a, s
       const std::size_t i1 = std::min(m, i0 + pack_block);
       std::size_t q = 0;
       if (i1 - i0 == pack_block)
-        for (; (q + pack_block) * 2 <= k; q += pack_block) pack_a_transposed_block(a + 2 * q * lda + i0, lda, out + i0 * pairs + q, pairs);
+        for (; (q + pack_block) * 2 <= k; q += pack_block)
+          pack_a_transposed_block(a + 2 * q * lda + i0, lda, out + i0 * pairs + q, pairs);
       for (; q < pairs; ++q)
         for (std::size_t i = i0; i < i1; ++i)
           out[i * pairs + q] = pair(a[2 * q * lda + i], 2 * q + 1 < k ? a[(2 * q + 1) * lda + i] : 0.0f);
@@ -171,7 +172,8 @@ inline void pack_b(transpose tb, std::size_t k, std::size_t n, float alpha, cons
       const std::size_t j1 = std::min(n, j0 + pack_block);
       std::size_t q = 0;
       if (j1 - j0 == pack_block && alpha == 1.0f)
-        for (; (q + pack_block) * 2 <= k; q += pack_block) pack_b_transposed_block(b + j0 * ldb + 2 * q, ldb, out + q * ldp + j0, ldp);
+        for (; (q + pack_block) * 2 <= k; q += pack_block)
+          pack_b_transposed_block(b + j0 * ldb + 2 * q, ldb, out + q * ldp + j0, ldp);
       for (; q < pairs; ++q)
         for (std::size_t j = j0; j < j1; ++j) out[q * ldp + j] = pair(at(2 * q, j), at(2 * q + 1, j));
     }
