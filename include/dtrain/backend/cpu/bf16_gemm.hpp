@@ -6,7 +6,7 @@
 /// lane, the products of one pair of bfloat16 values from each operand, added to the lane).
 ///
 /// Both operands are packed first, k in pairs: op(A) row by row (a pair: a(i, 2q), a(i, 2q + 1)), op(B)
-/// pair-row by pair-row, each column's pair in one 32-bit element, columns padded to whole vectors with
+/// pair-row by pair-row, each column's pair in one 32-bit element, columns padded to whole tiles with
 /// zeros. The tiles are the direct GEMM's (one pair of A broadcast against a few vectors of B per step, C
 /// in registers, k in blocks of `direct_gemm_depth` summed from zero and then added to C), so a sum does
 /// not depend on the thread count. Each pair is stored with its later k in the low half: the instruction
@@ -142,8 +142,8 @@ inline void pack_a(transpose ta, std::size_t m, std::size_t k, const float* a, s
   });
 }
 
-/// op(B) (k x n) times alpha, packed: pair-row q's column j at out[q * ldp + j], ldp = n rounded up to
-/// 16 (the padding zero).
+/// op(B) (k x n) times alpha, packed: pair-row q's column j at out[q * ldp + j], ldp at least n (the
+/// padding zero; packed_columns(n) for the tiles).
 inline void pack_b(transpose tb, std::size_t k, std::size_t n, float alpha, const float* b, std::size_t ldb,
                    std::uint32_t* out, std::size_t ldp) {
   const std::size_t pairs = (k + 1) / 2;
@@ -199,6 +199,13 @@ struct packed_problem {
   std::size_t ldc;
   bool accumulate;
 };
+
+/// The columns of packed B for C of n columns: n rounded up to whole tiles (the tiles read every
+/// vector of their last one, and the padding is zero).
+inline std::size_t packed_columns(std::size_t n) {
+  const std::size_t tile = std::size_t(product_vectors(cpu_isa::avx512, n)) * 16;
+  return (n + tile - 1) / tile * tile;
+}
 
 /// Pairs of k per pass over C: the float32 kernels' depth.
 inline constexpr std::size_t depth = direct_gemm_depth / 2;
@@ -300,7 +307,7 @@ inline bool bf16_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, 
     return true;
   }
   thread_local std::vector<std::uint32_t> packed_a, packed_b;
-  const std::size_t pairs = (k + 1) / 2, ldp = (n + 15) / 16 * 16;
+  const std::size_t pairs = (k + 1) / 2, ldp = bf16::packed_columns(n);
   packed_a.resize(m * pairs);
   packed_b.resize(pairs * ldp);
   bf16::pack_a(ta, m, k, a, lda, packed_a.data());

@@ -197,7 +197,7 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
 #if DTRAIN_CPU_AVX
   if (inputs == dtype::bfloat16 && c % 2 == 0 && bf16_gemm_available()) {
     thread_local std::vector<std::uint32_t> in_pairs, kernel_pairs;
-    const std::size_t pairs = kw * c / 2, ldp = (f + 15) / 16 * 16, values = n * hp * wp * c;
+    const std::size_t pairs = kw * c / 2, ldp = bf16::packed_columns(f), values = n * hp * wp * c;
     in_pairs.resize(values / 2);
     kernel_pairs.resize(kh * pairs * ldp);
     std::uint32_t* ip = in_pairs.data();
