@@ -5,9 +5,9 @@
 /// summed in float32, at twice the multiplies per instruction of float32 FMAs (`vdpbf16ps`: per float
 /// lane, the products of one pair of bfloat16 values from each operand, added to the lane).
 ///
-/// Both operands are packed first, k in pairs: op(A) row by row (a pair: a(i, 2q), a(i, 2q + 1)), op(B)
-/// pair-row by pair-row, each column's pair in one 32-bit element, columns padded to whole tiles with
-/// zeros. The tiles are the direct GEMM's (one pair of A broadcast against a few vectors of B per step, C
+/// Both operands are packed first, k in pairs (a pair: a(i, 2q), a(i, 2q + 1)), each pair in one 32-bit
+/// element: op(B) pair-row by pair-row, columns padded to whole tiles with zeros; op(A) row by row, or,
+/// transposed, pair-row by pair-row as B (a contiguous pass either way). The tiles are the direct GEMM's (one pair of A broadcast against a few vectors of B per step, C
 /// in registers, k in blocks of `direct_gemm_depth` summed from zero and then added to C), so a sum does
 /// not depend on the thread count. Each pair is stored with its later k in the low half: the instruction
 /// adds the high half's product first, so a lane sums its products in k's order, one rounding each, as
@@ -71,13 +71,6 @@ DTRAIN_AVX512 DTRAIN_ISA_OP void store_transposed(__m512i (&rows)[16], std::uint
   avx512::transpose(v);
   for (int l = 0; l < 16; ++l) _mm512_storeu_si512(out + l * ld, _mm512_castps_si512(v[l]));
 }
-/// op(A) transposed, 16 rows (i) x 16 pairs (q): from a(i, p) = a[p lda + i] with p from 0, into
-/// out[i * ld + q].
-DTRAIN_AVX512 inline void pack_a_transposed_block(const float* a, std::size_t lda, std::uint32_t* out, std::size_t ld) {
-  __m512i rows[16];
-  for (int q = 0; q < 16; ++q) rows[q] = pairs_of(avx512::load(a + 2 * q * lda), avx512::load(a + (2 * q + 1) * lda));
-  store_transposed(rows, out, ld);
-}
 /// The 16 pairs of 32 consecutive floats.
 DTRAIN_AVX512 DTRAIN_ISA_OP __m512i pairs_along(const float* p) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -101,43 +94,26 @@ DTRAIN_AVX512 inline void pack_rows(const float* first, const float* second, std
     _mm512_storeu_si512(out + 16 * t, pairs_of(avx512::load(first + 16 * t), avx512::load(second + 16 * t)));
 }
 #else
-inline void pack_a_transposed_block(const float*, std::size_t, std::uint32_t*, std::size_t) {}
 inline void pack_b_transposed_block(const float*, std::size_t, std::uint32_t*, std::size_t) {}
 inline void pack_row(const float*, std::size_t, std::uint32_t*) {}
 inline void pack_rows(const float*, const float*, std::size_t, std::uint32_t*) {}
 #endif
 
-/// Rows of a block the transposed packings walk together: each pass over k reads a few cache lines of
-/// every row and writes whole lines, where one row at a time would stride through all of memory.
+/// Columns of B in a block the transposed packing walks together: each pass over k reads a few cache
+/// lines of every row and writes whole lines, where one row at a time would stride through all of memory.
 inline constexpr std::size_t pack_block = 16;
 
-/// op(A) (m x k) packed: row i's pair q at out[i * pairs + q], pairs = ceil(k / 2) (an odd k's last pair
-/// ends in zero).
-inline void pack_a(transpose ta, std::size_t m, std::size_t k, const float* a, std::size_t lda, std::uint32_t* out) {
+/// A (m x k, row-major) packed: row i's pair q at out[i * pairs + q], pairs = ceil(k / 2) (an odd k's
+/// last pair ends in zero). (A transposed is packed as B is: pack_b.)
+inline void pack_a(std::size_t m, std::size_t k, const float* a, std::size_t lda, std::uint32_t* out) {
   const std::size_t pairs = (k + 1) / 2;
-  if (ta == transpose::no) {
-    for_rows(m, k, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t i = r0; i < r1; ++i) {
-        const float* row = a + i * lda;
-        std::uint32_t* o = out + i * pairs;
-        pack_row(row, k / 32, o);
-        for (std::size_t q = k / 32 * 16; q < k / 2; ++q) o[q] = pair(row[2 * q], row[2 * q + 1]);
-        if (k % 2) o[k / 2] = pair(row[k - 1], 0.0f);
-      }
-    });
-    return;
-  }
-  // transposed: a(i, p) = a[p lda + i]; blocks of 16 x 16 pairs by the vector transpose where it can
-  for_rows((m + pack_block - 1) / pack_block, k * pack_block, [&](std::size_t b0, std::size_t b1) {
-    for (std::size_t i0 = b0 * pack_block; i0 < std::min(m, b1 * pack_block); i0 += pack_block) {
-      const std::size_t i1 = std::min(m, i0 + pack_block);
-      std::size_t q = 0;
-      if (i1 - i0 == pack_block)
-        for (; (q + pack_block) * 2 <= k; q += pack_block)
-          pack_a_transposed_block(a + 2 * q * lda + i0, lda, out + i0 * pairs + q, pairs);
-      for (; q < pairs; ++q)
-        for (std::size_t i = i0; i < i1; ++i)
-          out[i * pairs + q] = pair(a[2 * q * lda + i], 2 * q + 1 < k ? a[(2 * q + 1) * lda + i] : 0.0f);
+  for_rows(m, k, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t i = r0; i < r1; ++i) {
+      const float* row = a + i * lda;
+      std::uint32_t* o = out + i * pairs;
+      pack_row(row, k / 32, o);
+      for (std::size_t q = k / 32 * 16; q < k / 2; ++q) o[q] = pair(row[2 * q], row[2 * q + 1]);
+      if (k % 2) o[k / 2] = pair(row[k - 1], 0.0f);
     }
   });
 }
@@ -187,12 +163,12 @@ inline void pack_b(transpose tb, std::size_t k, std::size_t n, float alpha, cons
 #if DTRAIN_CPU_AVX
 namespace dtrain::detail::bf16 {
 
-/// A packed problem: C (m x n, ldc) = A B (+ C when `accumulate`), A's row i pairs at a + i * ap, B's
-/// pair-row q at b + q * bp.
+/// A packed problem: C (m x n, ldc) = A B (+ C when `accumulate`), A's row i pair q at a[i ap + q aq],
+/// B's pair-row q at b + q * bp.
 struct packed_problem {
   std::size_t m, n, pairs;
   const std::uint32_t* a;
-  std::size_t ap;
+  std::size_t ap, aq;
   const std::uint32_t* b;
   std::size_t bp;
   float* c;
@@ -214,7 +190,7 @@ inline constexpr std::size_t depth = direct_gemm_depth / 2;
 /// float32 tile: they stay in registers at any optimisation level); `cols` valid columns when Partial.
 template <int NV, int MR, bool Partial, std::size_t... I>
 DTRAIN_AVX512_BF16 inline void tile(std::index_sequence<I...>, std::size_t pairs, const std::uint32_t* a,
-                                    std::size_t ap, const std::uint32_t* b, std::size_t bp, float* c,
+                                    std::size_t ap, std::size_t aq, const std::uint32_t* b, std::size_t bp, float* c,
                                     std::size_t ldc, bool accumulate, std::size_t cols) {
   static_assert(sizeof...(I) == std::size_t(MR * NV));
   __m512 acc[MR * NV] = {((void)I, _mm512_setzero_ps())...};
@@ -222,7 +198,8 @@ DTRAIN_AVX512_BF16 inline void tile(std::index_sequence<I...>, std::size_t pairs
     const std::uint32_t* bq = b + q * bp;
     __m512bh bv[NV];
     ((I < std::size_t(NV) ? void(bv[I] = __m512bh(_mm512_loadu_si512(bq + I * 16))) : void()), ...);
-    ((acc[I] = _mm512_dpbf16_ps(acc[I], __m512bh(_mm512_set1_epi32(int(a[(I / NV) * ap + q]))), bv[I % NV])), ...);
+    const std::uint32_t* aq_ = a + q * aq;
+    ((acc[I] = _mm512_dpbf16_ps(acc[I], __m512bh(_mm512_set1_epi32(int(aq_[(I / NV) * ap]))), bv[I % NV])), ...);
   }
   (avx512::tile_out<Partial>(c + (I / NV) * ldc + (I % NV) * 16, acc[I], accumulate,
                              direct::lanes_left(cols, (I % NV) * 16)),
@@ -232,12 +209,12 @@ DTRAIN_AVX512_BF16 inline void tile(std::index_sequence<I...>, std::size_t pairs
 /// `rows` (1 to avx512::mr_of<NV>) rows of tiles: the full tile, else tiles of 4, 2 and 1 rows.
 template <int NV, bool Partial>
 DTRAIN_AVX512_BF16 inline void tile_rows(std::size_t rows, std::size_t pairs, const std::uint32_t* a, std::size_t ap,
-                                         const std::uint32_t* b, std::size_t bp, float* c, std::size_t ldc,
-                                         bool accumulate, std::size_t cols) {
+                                         std::size_t aq, const std::uint32_t* b, std::size_t bp, float* c,
+                                         std::size_t ldc, bool accumulate, std::size_t cols) {
   constexpr int full = avx512::mr_of<NV>;
   auto run = [&]<int R>(std::size_t done) {
-    tile<NV, R, Partial>(std::make_index_sequence<R * NV>{}, pairs, a + done * ap, ap, b, bp, c + done * ldc, ldc,
-                         accumulate, cols);
+    tile<NV, R, Partial>(std::make_index_sequence<R * NV>{}, pairs, a + done * ap, ap, aq, b, bp, c + done * ldc,
+                         ldc, accumulate, cols);
   };
   if (rows == std::size_t(full)) return run.template operator()<full>(0);
   std::size_t done = 0;
@@ -259,11 +236,11 @@ DTRAIN_AVX512_BF16 inline void block(const packed_problem& q, std::size_t r0, st
       const std::size_t rows = std::min(rows_per_tile, r1 - r);
       for (std::size_t s = s0; s < s1; s += cols_per_tile) {
         const std::size_t cols = std::min(cols_per_tile, s1 - s);
-        const std::uint32_t* a = q.a + r * q.ap + p0;
+        const std::uint32_t* a = q.a + r * q.ap + p0 * q.aq;
         const std::uint32_t* b = q.b + p0 * q.bp + s;
         float* c = q.c + r * q.ldc + s;
-        if (cols == cols_per_tile) tile_rows<NV, false>(rows, kc, a, q.ap, b, q.bp, c, q.ldc, accumulate, cols);
-        else tile_rows<NV, true>(rows, kc, a, q.ap, b, q.bp, c, q.ldc, accumulate, cols);
+        if (cols == cols_per_tile) tile_rows<NV, false>(rows, kc, a, q.ap, q.aq, b, q.bp, c, q.ldc, accumulate, cols);
+        else tile_rows<NV, true>(rows, kc, a, q.ap, q.aq, b, q.bp, c, q.ldc, accumulate, cols);
       }
     }
   }
@@ -310,9 +287,13 @@ inline bool bf16_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, 
   const std::size_t pairs = (k + 1) / 2, ldp = bf16::packed_columns(n);
   packed_a.resize(m * pairs);
   packed_b.resize(pairs * ldp);
-  bf16::pack_a(ta, m, k, a, lda, packed_a.data());
+  // op(A) row-major: a row's pairs together; transposed: packed as B is (pair-row q holds every row's q),
+  // one contiguous pass where gathering rows would be a transpose
+  if (ta == transpose::no) bf16::pack_a(m, k, a, lda, packed_a.data());
+  else bf16::pack_b(transpose::no, k, m, 1.0f, a, lda, packed_a.data(), m);
+  const std::size_t ap = ta == transpose::no ? pairs : 1, aq = ta == transpose::no ? 1 : m;
   bf16::pack_b(tb, k, n, alpha, b, ldb, packed_b.data(), ldp);
-  bf16::run({m, n, pairs, packed_a.data(), pairs, packed_b.data(), ldp, c, ldc, beta != 0.0f});
+  bf16::run({m, n, pairs, packed_a.data(), ap, aq, packed_b.data(), ldp, c, ldc, beta != 0.0f});
   return true;
 #else
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,

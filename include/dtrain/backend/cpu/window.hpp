@@ -215,8 +215,8 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
           for (std::size_t x = 0; x < ow; ++x) std::memcpy(o + x * f, bias, f * sizeof(float));
         const std::uint32_t* row = ip + (r / oh * hp + r % oh) * wp * c / 2;
         for (std::size_t ky = 0; ky < kh; ++ky) {
-          const bf16::packed_problem q{ow, f, pairs, row + ky * wp * c / 2, c / 2, kp + ky * pairs * ldp, ldp, o, f,
-                                       bias || ky > 0};
+          const bf16::packed_problem q{ow,  f, pairs, row + ky * wp * c / 2, c / 2, 1, kp + ky * pairs * ldp,
+                                       ldp, o, f, bias || ky > 0};
           if (nv == 4) bf16::block<4>(q, 0, ow, 0, f);
           else if (nv == 2) bf16::block<2>(q, 0, ow, 0, f);
           else bf16::block<1>(q, 0, ow, 0, f);
