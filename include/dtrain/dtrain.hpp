@@ -34,6 +34,7 @@
 #include "dtrain/layers/depthwise_conv2d.hpp"
 #include "dtrain/layers/dropout.hpp"
 #include "dtrain/layers/embedding.hpp"
+#include "dtrain/layers/in_float32.hpp"
 #include "dtrain/layers/input.hpp"
 #include "dtrain/layers/merging.hpp"
 #include "dtrain/layers/normalization.hpp"

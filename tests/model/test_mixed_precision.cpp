@@ -191,6 +191,31 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(weight_gradients_are_cast_except_a_normalization_l
   }
 }
 
+// in_float32<L> (Keras' dtype="float32" on a layer): under a mixed policy its weight gradients stay float32
+// while its neighbours' are cast; under float32 it is L itself, bit for bit.
+BOOST_AUTO_TEST_CASE_TEMPLATE(in_float32_keeps_one_layer_in_float32, B, backends) {
+  using kept = sequential<input<4>, dense<5, relu>, in_float32<dense<6, relu>>, dense<3>>;
+  using plain = sequential<input<4>, dense<5, relu>, dense<6, relu>, dense<3>>;
+  const auto [x, y] = problem(12);
+  on<kept, B> m(9);
+  on<plain, B> reference(9);
+  BOOST_TEST(m.get_weights() == reference.get_weights(), tt::per_element());
+  const tensor p = m.predict(x), q = reference.predict(x);
+  BOOST_TEST(std::vector<float>(p.begin(), p.end()) == std::vector<float>(q.begin(), q.end()), tt::per_element());
+  m.set_dtype_policy(dtype_policy::mixed_bfloat16());
+  compile(m);
+  m.train_step(x, y);
+  const std::vector<float> g = to_host(m.gradients());
+  const auto& ls = m.layers();
+  const auto slice = [&](std::size_t layer) {
+    const auto first = g.begin() + std::ptrdiff_t(ls[layer].offset);
+    return std::vector<float>(first, first + std::ptrdiff_t(ls[layer].param_count));
+  };
+  BOOST_TEST(representable(dtype::bfloat16, slice(0)));
+  BOOST_TEST(!representable(dtype::bfloat16, slice(1)));  // in_float32
+  BOOST_TEST(representable(dtype::bfloat16, slice(2)));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_model_trains_under_either_mixed_policy_as_in_float32, B, backends) {
   const auto [x, y] = problem(96);
   auto data = data::from_tensor_slices(x, y) | data::batch(16);
