@@ -242,5 +242,46 @@ BOOST_AUTO_TEST_CASE(saving_replaces_a_file_whole_or_not_at_all) {
   BOOST_TEST(leftovers == 0u);
 }
 
+// The dtype policy goes into the file as Keras writes it (the model's and each layer's DTypePolicy; an
+// in_float32 layer's float32) and comes back with load_keras; a policy dtrain cannot compute in is refused
+// naming it, the model untouched.
+BOOST_AUTO_TEST_CASE(the_dtype_policy_is_written_and_read_back) {
+  using mixed = sequential<input<4>, dense<5, relu>, in_float32<dense<3>>>;
+  temp_dir t;
+  mixed m(1);
+  m.set_dtype_policy(dtype_policy::mixed_bfloat16());
+  const json c = checkpoint::keras_config(m);
+  BOOST_TEST(c["config"]["dtype"]["config"]["name"] == "mixed_bfloat16");
+  BOOST_TEST(c["config"]["dtype"]["class_name"] == "DTypePolicy");
+  BOOST_TEST(layer_config(c, "dense")["config"]["dtype"]["config"]["name"] == "mixed_bfloat16");
+  BOOST_TEST(layer_config(c, "dense_1")["config"]["dtype"]["config"]["name"] == "float32");
+  checkpoint::save_keras(m, t.path / "mixed.keras");
+  const auto back = checkpoint::load_keras<mixed>(t.path / "mixed.keras");
+  BOOST_TEST(back.dtype_policy().name() == std::string("mixed_bfloat16"));
+  BOOST_TEST(back.get_weights() == m.get_weights());
+  mixed plain(2);
+  checkpoint::save_keras(plain, t.path / "plain.keras");
+  mixed into(3);
+  into.set_dtype_policy(dtype_policy::mixed_float16());
+  checkpoint::load_keras(into, t.path / "plain.keras");
+  BOOST_TEST(into.dtype_policy().name() == std::string("float32"));
+
+  json odd = c;  // a policy dtrain has no kernels for
+  odd["config"]["dtype"]["config"]["name"] = "int8";
+  const auto w = m.get_weights();
+  const auto weights = checkpoint::detail::h5_image(checkpoint::weight_views(m, w), "weights");
+  const std::string text = odd.dump();
+  const auto zip =
+      dtrain::detail::zip_archive({{"config.json", text}, {"model.weights.h5", {weights.data(), weights.size()}}}, "m");
+  std::ofstream(t.path / "int8.keras", std::ios::binary).write(zip.data(), std::streamsize(zip.size()));
+  mixed target(4);
+  const auto before = target.get_weights();
+  const std::string e = error_of([&] { checkpoint::load_keras(target, t.path / "int8.keras"); });
+  BOOST_TEST(contains(e, "int8.keras"), e);
+  BOOST_TEST(contains(e, "\"int8\""), e);
+  BOOST_TEST(target.get_weights() == before);
+  BOOST_TEST(target.dtype_policy().name() == std::string("float32"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 #endif

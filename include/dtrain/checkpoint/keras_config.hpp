@@ -20,6 +20,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/layers/concepts.hpp"
+#include "dtrain/model/dtype_policy.hpp"
 
 namespace dtrain::checkpoint {
 
@@ -54,8 +55,15 @@ static_assert(config_writer<json_config>);
 template <class L>
 concept has_keras_config = requires(json_config& c) { L::get_config(c); };
 
-inline json dtype_policy() {
-  return {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", "float32"}}}, {"registered_name", nullptr}};
+/// Keras' DTypePolicy object of policy `name` ("float32", "mixed_bfloat16", ...).
+inline json dtype_policy(const std::string& name = "float32") {
+  return {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", name}}}, {"registered_name", nullptr}};
+}
+/// The policy layer L has in model m: float32 for a layer that declares it (in_float32), else the model's.
+template <class L, class Model>
+std::string layer_dtype_policy(const Model& m) {
+  if constexpr (requires { L::dtype_policy_name; }) return L::dtype_policy_name;
+  else return m.dtype_policy().name();
 }
 /// Keras' shape of a batch of `dims`: [null, dims...].
 inline json batch_shape(const std::vector<std::size_t>& dims) {
@@ -85,7 +93,7 @@ json layer_entry(const Model& m, const std::string& name, const std::vector<std:
   using L = typename Model::template layer_type<I>;
   static_assert(has_keras_config<L>, "save_keras / load_keras: a layer of the model has no get_config (its Keras "
                                      "config; layers/concepts.hpp), so it cannot be written as Keras has it");
-  json config = {{"name", name}, {"dtype", dtype_policy()}};  // (trainable: Keras' default; not every layer takes it)
+  json config = {{"name", name}, {"dtype", dtype_policy(layer_dtype_policy<L>(m))}};  // (trainable: Keras' default)
   json_config c{&config};
   L::get_config(c);
   const auto& src = Model::graph_type::template sources<I>;
@@ -127,7 +135,7 @@ nlohmann::json keras_config(const Model& m) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (layers.push_back(detail::layer_entry<Model, I>(m, infos[I].name, shapes, functional)), ...);
   }(std::make_index_sequence<Model::depth>{});
-  json config = {{"name", Model::graph_type::name}, {"trainable", true}, {"dtype", detail::dtype_policy()},
+  json config = {{"name", Model::graph_type::name}, {"trainable", true}, {"dtype", detail::dtype_policy(m.dtype_policy().name())},
                  {"layers", std::move(layers)}};
   if constexpr (functional) {
     json ins = json::array(), outs = json::array();
@@ -191,6 +199,24 @@ inline json same_layer_as(json theirs, const json& mine) {
 inline std::string brief(const json& v) {
   const std::string s = v.dump();
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+/// The dtype policy of the model in a file's config.json (Keras 3: a DTypePolicy object; older files: its
+/// name, or none: float32). One dtrain cannot compute in (say "int8") is an io_error naming it.
+inline ::dtrain::dtype_policy file_dtype_policy(const json& theirs, const std::string& file) {
+  const json& d = theirs["config"].contains("dtype") ? theirs["config"]["dtype"] : json("float32");
+  std::string name = "float32";
+  if (d.is_string()) name = d.get<std::string>();
+  else if (d.is_object() && d.contains("config") && d["config"].is_object() && d["config"].contains("name") &&
+           d["config"]["name"].is_string())
+    name = d["config"]["name"].get<std::string>();
+  else if (!d.is_null())
+    throw io_error("load_keras: " + file + ": config.json has a model dtype dtrain cannot read: " + brief(d));
+  try {
+    return ::dtrain::dtype_policy(name);
+  } catch (const config_error& e) {
+    throw io_error("load_keras: " + file + ": the model's " + e.what());
+  }
 }
 
 /// Checks the architecture in the file's config.json against the model's (`mine`, keras_config): the

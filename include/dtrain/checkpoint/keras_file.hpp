@@ -185,6 +185,7 @@ void load_keras(Model& m, const std::filesystem::path& path) {
     throw io_error(file + ": config.json is not JSON (" + e.what() + ")");
   }
   detail::check_architecture(keras_config(m), theirs, path.string());
+  const ::dtrain::dtype_policy policy = detail::file_dtype_policy(theirs, path.string());
   const auto* weights = zip.find("model.weights.h5");
   if (!weights)
     throw io_error(file + " has no model.weights.h5 (dtrain reads a .keras file's weights in Keras' default HDF5 "
@@ -193,6 +194,7 @@ void load_keras(Model& m, const std::filesystem::path& path) {
   std::vector<float> staged(l.weight_count);
   detail::h5_read(image, weight_views(l, staged), staged, path.string());
   m.set_weights(staged);
+  m.set_dtype_policy(policy);
 }
 
 /// `keras.saving.load_model(path)` as a `Model` (seeded as `Model()` is, then every weight read).

@@ -19,6 +19,7 @@ struct in_float32 {
     using base = bind_t<L, In, B>;
     using base::base;
     static constexpr bool autocast = false;  // (layers/concepts.hpp: the model casts nothing for it)
+    static constexpr const char* dtype_policy_name = "float32";  // its policy in Keras files
   };
 };
 
