@@ -246,19 +246,23 @@ DTRAIN_AVX512_BF16 inline void block(const packed_problem& q, std::size_t r0, st
   }
 }
 
+/// Rows [r0, r1) and columns [s0, s1) of a packed problem on this thread, in tiles of the vectors
+/// product_vectors gives for its columns.
+inline void product(const packed_problem& q, std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
+  const int nv = product_vectors(cpu_isa::avx512, q.n);
+  if (nv == 4) block<4>(q, r0, r1, s0, s1);
+  else if (nv == 2) block<2>(q, r0, r1, s0, s1);
+  else block<1>(q, r0, r1, s0, s1);
+}
+
 /// The packed problem split over the thread budget as the float32 GEMM splits, in passes of
 /// own_gemm_columns columns (a block of packed B stays in the L2 cache).
 inline void run(const packed_problem& q) {
-  const int nv = product_vectors(cpu_isa::avx512, q.n);
-  const std::size_t rows = nv == 4 ? avx512::mr_of<4> : nv == 2 ? avx512::mr_of<2> : avx512::mr_of<1>;
-  direct::split(q.m >= q.n, q.m, q.n, 2 * q.pairs, rows, std::size_t(nv) * 16,
+  const product_tile tile = product_tile_of(cpu_isa::avx512, q.n);
+  direct::split(q.m >= q.n, q.m, q.n, 2 * q.pairs, tile.rows, tile.cols,
                 [&](std::size_t r0, std::size_t r1, std::size_t s0, std::size_t s1) {
-                  for (std::size_t s = s0; s < s1; s += own_gemm_columns) {
-                    const std::size_t e = std::min(s1, s + own_gemm_columns);
-                    if (nv == 4) block<4>(q, r0, r1, s, e);
-                    else if (nv == 2) block<2>(q, r0, r1, s, e);
-                    else block<1>(q, r0, r1, s, e);
-                  }
+                  for (std::size_t s = s0; s < s1; s += own_gemm_columns)
+                    product(q, r0, r1, s, std::min(s1, s + own_gemm_columns));
                 });
 }
 
@@ -274,15 +278,7 @@ inline bool bf16_gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, 
                       std::size_t ldc) {
 #if DTRAIN_CPU_AVX
   if (!bf16_gemm_available()) return false;
-  if (m == 0 || n == 0) return true;
-  if (beta != 0.0f && beta != 1.0f)
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 0.0f)
-      for (std::size_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
-    return true;
-  }
+  if (!scale_c_first(m, n, k, alpha, beta, c, ldc)) return true;
   thread_local std::vector<std::uint32_t> packed_a, packed_b;
   const std::size_t pairs = (k + 1) / 2, ldp = bf16::packed_columns(n);
   packed_a.resize(m * pairs);

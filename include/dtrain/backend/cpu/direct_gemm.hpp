@@ -219,6 +219,21 @@ inline void product_block(cpu_isa isa, const direct_gemm_problem& q, std::size_t
   }
 }
 
+/// What C = alpha op(A) op(B) + beta C needs before a product: C scaled by a beta other than 0 and 1, or,
+/// when there is no product (m, n, k or alpha 0), C zeroed for beta 0. Returns whether a product remains,
+/// to be written over C (beta 0) or added to it.
+inline bool scale_c_first(std::size_t m, std::size_t n, std::size_t k, float alpha, float beta, float* c,
+                          std::size_t ldc) {
+  if (m == 0 || n == 0) return false;
+  if (beta != 0.0f && beta != 1.0f)
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
+  if (k != 0 && alpha != 0.0f) return true;
+  if (beta == 0.0f)
+    for (std::size_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+  return false;
+}
+
 /// Row-major C = alpha op(A) op(B) + beta C for any shape, on dtrain's kernels: the direct GEMM's tiles
 /// (AVX-512, AVX2) or the baseline's loops, A read where it is (transposed or not). op(B), times
 /// alpha, is packed row-major (k x n) first when B is transposed or alpha is not 1; C is scaled by beta
@@ -228,15 +243,7 @@ inline void product_block(cpu_isa isa, const direct_gemm_problem& q, std::size_t
 inline void own_gemm(cpu_isa isa, transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k,
                      float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta,
                      float* c, std::size_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (beta != 0.0f && beta != 1.0f)
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] *= beta;
-  if (k == 0 || alpha == 0.0f) {
-    if (beta == 0.0f)
-      for (std::size_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
-    return;
-  }
+  if (!scale_c_first(m, n, k, alpha, beta, c, ldc)) return;
   thread_local std::vector<float> packed_b;
   if (tb == transpose::yes) {
     packed_b.resize(k * n);

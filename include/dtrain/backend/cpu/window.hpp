@@ -194,49 +194,45 @@ void rows(cpu_isa isa, std::size_t n, std::size_t oh, std::size_t ow, std::size_
           std::size_t f, const float* in, const float* k, const float* bias, float* out, Then&& then,
           dtype inputs = dtype::float32) {
   const std::size_t hp = oh + kh - 1, wp = ow + kw - 1;
+  // bfloat16: the input and the kernel rows packed once, then the same loop with the paired tiles
+  const bool paired = DTRAIN_CPU_AVX && inputs == dtype::bfloat16 && c % 2 == 0 && bf16_gemm_available();
+  thread_local std::vector<std::uint32_t> in_pairs, kernel_pairs;
+  [[maybe_unused]] const std::size_t pairs = kw * c / 2;
+  [[maybe_unused]] std::size_t ldp = 0;
 #if DTRAIN_CPU_AVX
-  if (inputs == dtype::bfloat16 && c % 2 == 0 && bf16_gemm_available()) {
-    thread_local std::vector<std::uint32_t> in_pairs, kernel_pairs;
-    const std::size_t pairs = kw * c / 2, ldp = bf16::packed_columns(f), values = n * hp * wp * c;
+  if (paired) {
+    ldp = bf16::packed_columns(f);
+    const std::size_t values = n * hp * wp * c;
     in_pairs.resize(values / 2);
     kernel_pairs.resize(kh * pairs * ldp);
-    std::uint32_t* ip = in_pairs.data();
-    std::uint32_t* kp = kernel_pairs.data();
+    std::uint32_t* into = in_pairs.data();
     for_rows(values / 2, 1, [&](std::size_t q0, std::size_t q1) {
-      for (std::size_t q = q0; q < q1; ++q) ip[q] = bf16::pair(in[2 * q], in[2 * q + 1]);
+      for (std::size_t q = q0; q < q1; ++q) into[q] = bf16::pair(in[2 * q], in[2 * q + 1]);
     });
     for (std::size_t ky = 0; ky < kh; ++ky)
-      bf16::pack_b(transpose::no, kw * c, f, 1.0f, k + ky * kw * c * f, f, kp + ky * pairs * ldp, ldp);
-    const int nv = product_vectors(cpu_isa::avx512, f);
-    for_row_blocks(n * oh, std::max<std::size_t>(1, 16384 / (ow * f)), [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        float* o = out + r * ow * f;
-        if (bias)
-          for (std::size_t x = 0; x < ow; ++x) std::memcpy(o + x * f, bias, f * sizeof(float));
-        const std::uint32_t* row = ip + (r / oh * hp + r % oh) * wp * c / 2;
-        for (std::size_t ky = 0; ky < kh; ++ky) {
-          const bf16::packed_problem q{ow,  f, pairs, row + ky * wp * c / 2, c / 2, 1, kp + ky * pairs * ldp,
-                                       ldp, o, f, bias || ky > 0};
-          if (nv == 4) bf16::block<4>(q, 0, ow, 0, f);
-          else if (nv == 2) bf16::block<2>(q, 0, ow, 0, f);
-          else bf16::block<1>(q, 0, ow, 0, f);
-        }
-      }
-      then(r0 * ow, r1 * ow);
-    });
-    return;
+      bf16::pack_b(transpose::no, kw * c, f, 1.0f, k + ky * kw * c * f, f, kernel_pairs.data() + ky * pairs * ldp, ldp);
   }
 #endif
-  (void)inputs;
+  // (this thread's buffers: the pool's threads have buffers of their own under the same names)
+  [[maybe_unused]] const std::uint32_t *ip = in_pairs.data(), *kp = kernel_pairs.data();
   for_row_blocks(n * oh, std::max<std::size_t>(1, 16384 / (ow * f)), [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r) {
       float* o = out + r * ow * f;
       if (bias)
         for (std::size_t x = 0; x < ow; ++x) std::memcpy(o + x * f, bias, f * sizeof(float));
-      const float* row = in + (r / oh * hp + r % oh) * wp * c;
-      for (std::size_t ky = 0; ky < kh; ++ky)
-        product_block(isa, {ow, f, kw * c, row + ky * wp * c, c, 1, k + ky * kw * c * f, f, o, f, bias || ky > 0},
-                      0, ow, 0, f);
+      const std::size_t first = (r / oh * hp + r % oh) * wp * c;  // the row's first input value
+      for (std::size_t ky = 0; ky < kh; ++ky) {
+        const std::size_t at = first + ky * wp * c;
+#if DTRAIN_CPU_AVX
+        if (paired) {
+          bf16::product({ow, f, pairs, ip + at / 2, c / 2, 1, kp + ky * pairs * ldp, ldp, o, f, bias || ky > 0}, 0,
+                        ow, 0, f);
+          continue;
+        }
+#endif
+        product_block(isa, {ow, f, kw * c, in + at, c, 1, k + ky * kw * c * f, f, o, f, bias || ky > 0}, 0, ow, 0,
+                        f);
+      }
     }
     then(r0 * ow, r1 * ow);
   });
