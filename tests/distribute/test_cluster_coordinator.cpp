@@ -194,12 +194,14 @@ BOOST_AUTO_TEST_CASE(a_functions_error_is_raised_by_join_on_every_task) {
 
 BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
   const job j(1, 1);
-  std::string no_optimizer, outside;
+  std::string no_optimizer, outside, clipnorm;
   j.run(
       [&](parameter_server_strategy& s) {
         auto model = s.make_model<net>(3);
         cluster_coordinator c(s);
         no_optimizer = dtrain_test::error_of([&] { c.schedule([] {}); });
+        // each ps task holds part of the gradients: no norm to clip by
+        clipnorm = dtrain_test::error_of([&] { s.make_optimizer(sgd{{.global_clipnorm = 1.0f}}); });
         auto& optimizer = s.make_optimizer(sgd{});
         outside = dtrain_test::error_of([&] { optimizer.apply_gradients(model.gradients(), model.parameters()); });
       },
@@ -209,6 +211,7 @@ BOOST_AUTO_TEST_CASE(misuse_is_a_clear_error) {
       });
   BOOST_TEST(no_optimizer.find("make_optimizer") != std::string::npos, no_optimizer);
   BOOST_TEST(outside.find("inside a function scheduled") != std::string::npos, outside);
+  BOOST_TEST(clipnorm.find("global_clipnorm are not supported under parameter_server_strategy") != std::string::npos, clipnorm);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -28,7 +28,8 @@ struct outcome {
 template <class B = cpu, class Comm = comm::ring_tcp>
 std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2,
                            communication_options o = {.timeout = std::chrono::seconds(20),
-                                                      .connect_timeout = std::chrono::seconds(20)}) {
+                                                      .connect_timeout = std::chrono::seconds(20)},
+                           const any_optimizer& optimizer = adam{{.learning_rate = 0.01f}}) {
   std::vector<outcome> out(static_cast<std::size_t>(p));
   auto [x, y] = three_class_problem(48);
   dtrain_test::on_workers<B, Comm>(p, [&](auto& s, int r) {
@@ -36,7 +37,7 @@ std::vector<outcome> train(int p, std::uint64_t seed = 3, int epochs = 2,
                  (device_communicator<Comm, B> && o.implementation != communication_options::implementation_type::ring));
     static_assert(std::is_same_v<typename decltype(s.template make_model<net>())::backend_type, B>);
     auto model = s.template make_model<net>(seed + std::uint64_t(r));  // different seeds: the chief's weights win
-    model.compile({.optimizer = adam{{.learning_rate = 0.01f}},
+    model.compile({.optimizer = optimizer,
                    .loss = sparse_categorical_crossentropy{{.from_logits = true}},
                    .metrics = {accuracy{}, mean_iou{{.num_classes = 3, .sparse_y_pred = false}}}});
     auto ds = data::from_tensor_slices(x, y) | data::shuffle(48, 7) | data::batch(12);
@@ -142,6 +143,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(n_workers_train_like_one_worker_with_the_global_ba
   const auto one = train(1);
   for (int p : {2, 3}) {
     BOOST_TEST_CONTEXT("p = " << p) { check_like_one(train<B>(p), one); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(clipped_and_accumulated_updates_train_like_one_worker) {
+  // Every worker clips (and accumulates) the summed gradients: the same global gradient as one worker's.
+  // SGD, as Adam's steps hardly depend on the gradients' scale; the clipping norms are below the
+  // gradients' (the runs differ from unclipped ones).
+  const communication_options o{.timeout = std::chrono::seconds(20), .connect_timeout = std::chrono::seconds(20)};
+  const any_optimizer plain = sgd{{.learning_rate = 0.5f}};
+  for (const any_optimizer& opt :
+       {any_optimizer(sgd{{.learning_rate = 0.5f, .global_clipnorm = 0.05f}}),
+        any_optimizer(sgd{{.learning_rate = 0.5f, .clipnorm = 0.02f, .gradient_accumulation_steps = 2}})}) {
+    const auto one = train(1, 3, 2, o, opt);
+    BOOST_TEST(!dtrain_test::weights_close(one[0].weights, train(1, 3, 2, o, plain)[0].weights, 1e-3f, 1e-3f));
+    for (int p : {2, 3}) {
+      BOOST_TEST_CONTEXT("p = " << p << ", " << checkpoint::detail::optimizer_config(opt).dump()) {
+        check_like_one(train(p, 3, 2, o, opt), one);
+      }
+    }
   }
 }
 

@@ -159,7 +159,25 @@ optimizers = [
                                                            ema_momentum=0.7, ema_overwrite_frequency=4),
      ocfg("SGD", learning_rate=0.05, momentum=0.5, nesterov=False, use_ema=True, ema_momentum=0.7,
           ema_overwrite_frequency=4)),
+    ("sgd clipnorm", keras.optimizers.SGD(learning_rate=0.05, momentum=0.5, clipnorm=1.5),
+     ocfg("SGD", learning_rate=0.05, momentum=0.5, nesterov=False, clipnorm=1.5)),
+    ("adam clipvalue", keras.optimizers.Adam(learning_rate=0.02, clipvalue=0.4),
+     ocfg("adam", learning_rate=0.02, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False, clipvalue=0.4)),
+    ("sgd global_clipnorm", keras.optimizers.SGD(learning_rate=0.05, global_clipnorm=2.0),
+     ocfg("SGD", learning_rate=0.05, momentum=0.0, nesterov=False, global_clipnorm=2.0)),
+    ("adam gradient_accumulation_steps 3, clipnorm", keras.optimizers.Adam(learning_rate=0.02, gradient_accumulation_steps=3,
+                                                                          clipnorm=1.0),
+     ocfg("adam", learning_rate=0.02, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False, clipnorm=1.0,
+          gradient_accumulation_steps=3)),
+    ("adamw gradient_accumulation_steps 2 under a schedule", keras.optimizers.AdamW(
+        learning_rate=keras.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5), weight_decay=0.1,
+        gradient_accumulation_steps=2),
+     ocfg("adamw", learning_rate={"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 0.05,
+          "decay_steps": 2, "decay_rate": 0.5, "staircase": False}}, weight_decay=0.1, beta_1=0.9, beta_2=0.999,
+          epsilon=1e-7, amsgrad=False, gradient_accumulation_steps=2)),
 ]
+# the 40 parameters as Keras variables of these sizes (clipnorm clips each by its own norm)
+variables = [10, 25, 5]
 
 S = keras.optimizers.schedules
 at = [0, 1, 3, 7, 10, 11, 25, 40, 100]
@@ -220,7 +238,8 @@ def view(t, p):
 with open(os.path.join(d, "cases.json"), "w") as f:
     json.dump([{"loss": c, **view(t, p)} for _, _, c, t, p in cases] +
               [{"metric": c, "batches": [view(t, p) for t, p in bs]} for _, _, c, bs in metrics] +
-              [{"optimizer": c, "params": start.tolist(), "grads": [g.tolist() for g in steps]} for _, _, c in optimizers] +
+              [{"optimizer": c, "params": start.tolist(), "grads": [g.tolist() for g in steps], "variables": variables}
+               for _, _, c in optimizers] +
               [{"schedule": c, "steps": at} for _, _, c in schedules] +
               [{"fit": c, "weights": np.concatenate([w.ravel() for w in start_weights]).tolist(), "x": fx.ravel().tolist(),
                 "y": y.ravel().tolist(), "y_shape": list(y.shape), "batch_size": 8, "epochs": 2,
@@ -260,11 +279,12 @@ for (what, schedule, _), got in zip(schedules, ours[len(cases) + len(metrics) + 
     else:
         print(f"{what} schedule: the rates at {len(at)} steps within {err:.1e} of Keras {keras.__version__}")
 for (what, opt, _), got in zip(optimizers, ours[len(cases) + len(metrics):]):
-    var = keras.Variable(start)
+    cuts = np.cumsum(variables)[:-1]
+    var = [keras.Variable(v) for v in np.split(start, cuts)]
     for g in steps:
-        opt.apply_gradients([(jnp.asarray(g), var)])
-    opt.finalize_variable_values([var])
-    want, have = np.asarray(var), np.asarray(got["params"])
+        opt.apply_gradients([(jnp.asarray(gv), v) for gv, v in zip(np.split(g, cuts), var)])
+    opt.finalize_variable_values(var)
+    want, have = np.concatenate([np.asarray(v) for v in var]), np.asarray(got["params"])
     err = float(np.max(np.abs(have - want) / (1.0 + np.abs(want))))
     if err > 1e-5:
         failures.append(f"{what}: parameters after {len(steps)} steps differ by {err:.2e} (Keras {want[:3]}, dtrain {have[:3]})")

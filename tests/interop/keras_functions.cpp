@@ -4,8 +4,8 @@
 //     -> {"per_row": the per-row losses, "grad": the gradient of their sum with respect to y_pred}, or
 //   {"metric": <compile config>, "batches": [{"y_true", "true_shape", "y_pred", "shape"}, ...]}
 //     -> {"result": the metric after every batch, "state": its (total, count)}, or
-//   {"optimizer": <compile config>, "params": [...], "grads": [[...], ...]}
-//     -> {"params": the parameters after one apply_gradients per gradient list, then
+//   {"optimizer": <compile config>, "params": [...], "grads": [[...], ...], "variables": [sizes...]}
+//     -> {"params": the parameters (variables of those sizes) after one apply_gradients per gradient list, then
 //     finalize_variable_values (with use_ema: the moving average)}, or
 //   {"schedule": <a learning rate's config>, "steps": [...]} -> {"rates": the rate at each step}, or
 //   {"fit": <loss config>, "weights": [kernel (4, 3), bias (3)], "x": [...] (n, 4), "y": [...], "y_shape": [...],
@@ -36,7 +36,8 @@ int main(int argc, char** argv) try {
     if (c.contains("optimizer")) {
       any_optimizer o = checkpoint::detail::optimizer_from(c.at("optimizer"));
       auto p = c.at("params").get<std::vector<float>>();
-      for (const auto& g : c.at("grads")) o.apply_gradients(g.get<std::vector<float>>(), p);
+      const auto variables = c.value("variables", std::vector<std::size_t>{});
+      for (const auto& g : c.at("grads")) o.apply_gradients(g.get<std::vector<float>>(), p, variables);
       o.finalize_variable_values(p);
       out.push_back({{"params", p}});
       continue;

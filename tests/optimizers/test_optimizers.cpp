@@ -7,13 +7,17 @@ using dtrain_test::backends;
 namespace tt = boost::test_tools;
 
 namespace {
-/// One step of `o` on parameters `p` with gradients `g`, both in backend B's memory.
+/// One step of `o` on parameters `p` with gradients `g` (laid out in `variables`), both in backend B's
+/// memory; returns the gradients as the step left them.
 template <class B, class O>
-void step_on(O& o, const std::vector<float>& g, std::vector<float>& p) {
+std::vector<float> step_on(O& o, const std::vector<float>& g, std::vector<float>& p,
+                           std::span<const std::size_t> variables = {}) {
   const B dev;
   auto gd = dtrain_test::upload(dev, g), pd = dtrain_test::upload(dev, p);
-  o.apply_gradients(device_span<float, B>(dev, gd.data(), g.size()), device_span<float, B>(dev, pd.data(), p.size()));
+  o.apply_gradients(device_span<float, B>(dev, gd.data(), g.size()), device_span<float, B>(dev, pd.data(), p.size()),
+                    variables);
   p = dtrain_test::download(dev, pd);
+  return dtrain_test::download(dev, gd);
 }
 
 /// Two steps on p = (1, -2) with gradients g1 then g2; returns p.
@@ -147,6 +151,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(use_ema_keeps_the_average_and_finalize_swaps_it_in
   BOOST_CHECK_THROW(sgd({.ema_momentum = 1.5f}), value_error);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(clipnorm_clipvalue_and_global_clipnorm, B, backends) {
+  // SGD with learning rate 1 moves p by -g': the clipped gradients. Two variables: (3, 4) of norm 5 and
+  // (0, 0, 12) of norm 12; the global norm is 13.
+  const std::vector<float> g{3.0f, 4.0f, 0.0f, 0.0f, 12.0f};
+  const std::size_t variables[] = {2, 3};
+  auto clipped = [&](sgd_options o, bool laid_out = true) {
+    o.learning_rate = 1.0f;
+    sgd opt(o);
+    std::vector<float> p(5, 0.0f);
+    BOOST_TEST(step_on<B>(opt, g, p, laid_out ? variables : std::span<const std::size_t>{}) == g, tt::per_element());  // the caller's gradients are left alone
+    for (float& x : p) x = -x;
+    return p;
+  };
+  auto near = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i], tt::tolerance(1e-6f));
+  };
+  // each variable by its own norm: the first scaled by 2.5 / 5, the second by 2.5 / 12
+  near(clipped({.clipnorm = 2.5f}), {1.5f, 2.0f, 0.0f, 0.0f, 2.5f});
+  near(clipped({.clipnorm = 6.0f}), {3.0f, 4.0f, 0.0f, 0.0f, 6.0f});  // the first is under the norm: kept
+  near(clipped({.clipnorm = 6.5f}, false), {1.5f, 2.0f, 0.0f, 0.0f, 6.0f});  // no layout: one variable, norm 13
+  near(clipped({.global_clipnorm = 6.5f}), {1.5f, 2.0f, 0.0f, 0.0f, 6.0f});
+  near(clipped({.global_clipnorm = 26.0f}), g);
+  near(clipped({.clipvalue = 3.5f}), {3.0f, 3.5f, 0.0f, 0.0f, 3.5f});
+  // a gradient that is not finite: Keras' global scale is NaN, so is the step
+  sgd nan_step{{.learning_rate = 1.0f, .global_clipnorm = 1.0f}};
+  std::vector<float> p(2, 0.0f);
+  step_on<B>(nan_step, {std::numeric_limits<float>::infinity(), 1.0f}, p);
+  BOOST_TEST(std::isnan(p[1]));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gradient_accumulation_updates_with_the_mean_every_k_calls, B, backends) {
+  // four calls with accumulation over 2 = Adam's two updates with the means of each pair
+  rng r(5);
+  const auto g = dtrain_test::random_vector(4 * 6, r);
+  auto call = [&](int i) { return std::vector<float>(g.begin() + i * 6, g.begin() + (i + 1) * 6); };
+  adam accumulating{{.learning_rate = 0.1f, .gradient_accumulation_steps = 2}}, plain{{.learning_rate = 0.1f}};
+  std::vector<float> p(6, 1.0f), q(6, 1.0f);
+  step_on<B>(accumulating, call(0), p);
+  BOOST_TEST(p == std::vector<float>(6, 1.0f), tt::per_element());  // the first call only accumulates
+  step_on<B>(accumulating, call(1), p);
+  adam resumed{{.learning_rate = 0.1f, .gradient_accumulation_steps = 2}};
+  step_on<B>(accumulating, call(2), p);
+  resumed.set_state(accumulating.state());  // mid-accumulation: the sum so far is state
+  step_on<B>(resumed, call(3), p);
+  for (int pair : {0, 2}) {
+    std::vector<float> mean(6);
+    for (std::size_t j = 0; j < 6; ++j) mean[j] = (call(pair)[j] + call(pair + 1)[j]) * 0.5f;
+    step_on<B>(plain, mean, q);
+  }
+  for (std::size_t j = 0; j < 6; ++j) BOOST_TEST(p[j] == q[j], tt::tolerance(1e-6f));
+  BOOST_TEST(resumed.iterations() == 4);  // every call counts, as Keras' counter does
+  BOOST_TEST(resumed.state().slots.size() == 3 * 6u);  // m, v, the accumulated gradients
+}
+
 BOOST_AUTO_TEST_CASE(schedules) {
   exponential_decay e{.initial_learning_rate = 0.1f, .decay_steps = 10, .decay_rate = 0.5f};
   BOOST_TEST(e(0) == 0.1f);
@@ -211,6 +269,12 @@ BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_state) {
   BOOST_CHECK_THROW(sgd{{.momentum = 1.5f}}, value_error);
   BOOST_CHECK_THROW(adam{{.beta_1 = 1.0f}}, value_error);
   BOOST_CHECK_THROW(rmsprop{{.rho = -0.1f}}, value_error);
+  BOOST_CHECK_THROW(sgd({.clipnorm = 1.0f, .clipvalue = 1.0f}), value_error);  // Keras allows one of the three
+  BOOST_CHECK_THROW(adam{{.global_clipnorm = -1.0f}}, value_error);
+  BOOST_CHECK_THROW(adam{{.gradient_accumulation_steps = 1}}, value_error);
+  const std::size_t two[] = {1, 1};
+  std::vector<float> q(3);
+  BOOST_CHECK_THROW(adam{}.apply_gradients(std::vector<float>(3), q, two), shape_error);  // variables of 2 for 3
   adam a;
   std::vector<float> p(3);
   BOOST_CHECK_THROW(a.apply_gradients(std::vector<float>(2), p), shape_error);

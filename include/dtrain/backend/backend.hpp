@@ -29,7 +29,8 @@
 ///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x), `round_to` (each value of x
 ///   rounded to the nearest one of a dtype, as core/float16.hpp rounds: a mixed-precision policy's casts),
-///   `scale` (x *= alpha in place: BLAS' scal).
+///   `scale` (x *= alpha in place: BLAS' scal), `clip` (each value of x clamped to [lo, hi] in place, NaN
+///   kept: Keras' `ops.clip`).
 /// - `activation_kernels`: `activation_forward<A>` (y from x) / `activation_backward<A>` (dx from dy),
 ///   each also in place (y = x, dx = dy), and `leaky_relu_*`.
 /// - `window_kernels`: `conv2d_forward<G, A>` / `conv2d_backward<G, A>` (the bias and its gradient
@@ -291,6 +292,7 @@ concept blas_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.sum(n, cp, p);
   b.round_to(n, dtype::bfloat16, cp, p);
   b.scale(n, s, p);
+  b.clip(n, s, s, p);
 };
 
 /// Elementwise activations (out of place or in place) and leaky_relu.

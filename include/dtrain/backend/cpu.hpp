@@ -107,6 +107,12 @@ struct cpu : detail::cpu_activation_kernels,
       for (std::size_t i = b; i < e; ++i) x[i] *= alpha;
     });
   }
+  /// x = x clamped to [lo, hi], in place; a NaN stays NaN.
+  void clip(std::size_t n, float lo, float hi, float* x) const {
+    detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    });
+  }
   /// y = x, each value rounded to the nearest value of `to` (y may be x).
   void round_to(std::size_t n, dtype to, const float* x, float* y) const {
     detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {

@@ -77,7 +77,8 @@
     (P, const float, x, rows * cols), (P, float, y, cols))                                                    \
   K((), (), void, sum, (V, std::size_t, n), (P, const float, x, n), (P, float, out, 1))                       \
   K((), (), void, round_to, (V, std::size_t, n), (V, dtype, to), (P, const float, x, n), (P, float, y, n))   \
-  K((), (), void, scale, (V, std::size_t, n), (V, float, alpha), (P, float, x, n))
+  K((), (), void, scale, (V, std::size_t, n), (V, float, alpha), (P, float, x, n))                           \
+  K((), (), void, clip, (V, std::size_t, n), (V, float, lo), (V, float, hi), (P, float, x, n))
 
 #define DTRAIN_ACTIVATION_KERNELS(K)                                                                           \
   K((template <activation_kind A>), (<A>), void, activation_forward, (V, std::size_t, rows),                  \

@@ -104,6 +104,11 @@ inline json optimizer_config(const any_optimizer& o) {
     c["use_ema"] = opt->options.use_ema;
     c["ema_momentum"] = opt->options.ema_momentum;
     c["ema_overwrite_frequency"] = opt->options.ema_overwrite_frequency ? json(opt->options.ema_overwrite_frequency) : json();
+    const auto set = [](auto v) { return v ? json(v) : json(); };  // Keras writes None for an option not set
+    c["clipnorm"] = set(opt->options.clipnorm);
+    c["clipvalue"] = set(opt->options.clipvalue);
+    c["global_clipnorm"] = set(opt->options.global_clipnorm);
+    c["gradient_accumulation_steps"] = set(opt->options.gradient_accumulation_steps);
     return entry(opt->name(), std::move(c));
   };
   if (const auto* ls = o.target<loss_scale_optimizer>()) {
@@ -142,23 +147,28 @@ inline any_optimizer optimizer_from(const json& j) {
   const learning_rate_schedule lr = schedule_from(c.at("learning_rate"));
   auto f = [&](const char* key) { return option<float>(c, key); };
   auto b = [&](const char* key) { return option<bool>(c, key); };
-  // Keras' moving average of the weights (files written before it have none)
-  auto ema = [&](auto opts) {
-    if (c.contains("use_ema")) opts.use_ema = b("use_ema");
-    if (c.contains("ema_momentum")) opts.ema_momentum = f("ema_momentum");
-    if (c.contains("ema_overwrite_frequency") && !c.at("ema_overwrite_frequency").is_null())
-      opts.ema_overwrite_frequency = option<std::int64_t>(c, "ema_overwrite_frequency");
+  // Keras' options every optimizer has (moving average, clipping, accumulation; older files may lack them)
+  auto common = [&](auto opts) {
+    const auto set = [&](const char* key) { return c.contains(key) && !c.at(key).is_null(); };
+    if (set("use_ema")) opts.use_ema = b("use_ema");
+    if (set("ema_momentum")) opts.ema_momentum = f("ema_momentum");
+    if (set("ema_overwrite_frequency")) opts.ema_overwrite_frequency = option<std::int64_t>(c, "ema_overwrite_frequency");
+    if (set("clipnorm")) opts.clipnorm = f("clipnorm");
+    if (set("clipvalue")) opts.clipvalue = f("clipvalue");
+    if (set("global_clipnorm")) opts.global_clipnorm = f("global_clipnorm");
+    if (set("gradient_accumulation_steps"))
+      opts.gradient_accumulation_steps = option<std::int64_t>(c, "gradient_accumulation_steps");
     return opts;
   };
-  if (name == adam{}.name()) return adam{ema(adam_options{lr, f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
+  if (name == adam{}.name()) return adam{common(adam_options{lr, f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
   if (name == adamw{}.name())
-    return adamw{ema(adamw_options{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
-  if (name == sgd{}.name()) return sgd{ema(sgd_options{lr, f("momentum"), b("nesterov")})};
-  if (name == rmsprop{}.name()) return rmsprop{ema(rmsprop_options{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")})};
-  if (name == adagrad{}.name()) return adagrad{ema(adagrad_options{lr, f("initial_accumulator_value"), f("epsilon")})};
-  if (name == adamax{}.name()) return adamax{ema(adamax_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
-  if (name == nadam{}.name()) return nadam{ema(nadam_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
-  if (name == lion{}.name()) return lion{ema(lion_options{lr, f("beta_1"), f("beta_2")})};
+    return adamw{common(adamw_options{lr, f("weight_decay"), f("beta_1"), f("beta_2"), f("epsilon"), b("amsgrad")})};
+  if (name == sgd{}.name()) return sgd{common(sgd_options{lr, f("momentum"), b("nesterov")})};
+  if (name == rmsprop{}.name()) return rmsprop{common(rmsprop_options{lr, f("rho"), f("momentum"), f("epsilon"), b("centered")})};
+  if (name == adagrad{}.name()) return adagrad{common(adagrad_options{lr, f("initial_accumulator_value"), f("epsilon")})};
+  if (name == adamax{}.name()) return adamax{common(adamax_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
+  if (name == nadam{}.name()) return nadam{common(nadam_options{lr, f("beta_1"), f("beta_2"), f("epsilon")})};
+  if (name == lion{}.name()) return lion{common(lion_options{lr, f("beta_1"), f("beta_2")})};
   throw value_error("unknown optimizer '" + name + "'");
 }
 

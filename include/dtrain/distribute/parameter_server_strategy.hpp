@@ -197,6 +197,17 @@ class parameter_server_strategy final : public default_strategy, public replica_
       }
     });
   }
+  /// The optimizer options the ps tasks cannot honour, each holding part of the variables: a moving average
+  /// (nothing would swap it in) and the norm clippings (which need a variable's, or every, gradient).
+  static void refuse_on_ps_tasks(const any_optimizer& o, const std::string& who) {
+    if (o.use_ema())
+      throw usage_error(who + ": use_ema is not supported under parameter_server_strategy (the ps tasks would keep "
+                        "the average, and nothing swaps it in)");
+    const gradient_clipping c = o.clipping();
+    if (c.clipnorm > 0.0f || c.global_clipnorm > 0.0f)
+      throw usage_error(who + ": clipnorm and global_clipnorm are not supported under parameter_server_strategy: each "
+                        "ps task holds only its share of the gradients; clipvalue clips each value where it is");
+  }
   /// Sends the ps tasks their values (their regions of `weights`), the optimizer's config and its state
   /// (`state.slots`: each slot over the `params` trainable values, as an optimizer lays them out).
   /// Returns false when they held values already (a coordinator that restarted): those are kept.
@@ -620,7 +631,9 @@ class ps_optimizer {
 template <class O>
 ps_optimizer& parameter_server_strategy::make_optimizer(O o) {
   if (optimizer_) throw usage_error("parameter_server_strategy: make_optimizer was called already (one per strategy)");
-  optimizer_ = std::make_unique<ps_optimizer>(*this, any_optimizer(std::move(o)));
+  any_optimizer made(std::move(o));
+  refuse_on_ps_tasks(made, "make_optimizer");
+  optimizer_ = std::make_unique<ps_optimizer>(*this, std::move(made));
   return *optimizer_;
 }
 
@@ -630,8 +643,6 @@ inline void parameter_server_strategy::initialise_for_closures() {
   if (!optimizer_)
     throw usage_error("cluster_coordinator::schedule: make the optimizer with strategy.make_optimizer(...) first: the "
                       "ps tasks apply it");
-  if (optimizer_->optimizer().use_ema())
-    throw usage_error("cluster_coordinator: use_ema is not supported under parameter_server_strategy");
   const auto config = checkpoint::detail::optimizer_config(optimizer_->optimizer());
   if (config.is_null())
     throw usage_error("cluster_coordinator: the optimizer runs on the ps tasks, which rebuild it from its Keras config, "
@@ -699,9 +710,7 @@ class ps_model : public M {
     if (!o.class_weight.empty() || !o.sample_weight.empty())
       throw usage_error("fit: class_weight and sample_weight options are not supported under parameter_server_strategy; "
                         "the workers' datasets yield (x, y, sample_weight) batches instead");
-    if (m.optimizer().use_ema())
-      throw usage_error("fit: use_ema is not supported under parameter_server_strategy (the ps tasks would keep the "
-                        "average, and nothing swaps it in)");
+    parameter_server_strategy::refuse_on_ps_tasks(m.optimizer(), "fit");
     const auto config = checkpoint::detail::optimizer_config(m.optimizer());
     if (config.is_null())
       throw usage_error("fit: the optimizer runs on the ps tasks, which rebuild it from its Keras config, and "

@@ -699,7 +699,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     loss_scale_optimizer* ls = loss_scaling();
     if (!sync_ || !sync_->applies_update()) {
       if (ls) apply_scaled(*ls);
-      else opt_.apply_gradients(this->gradients(), this->parameters());
+      else opt_.apply_gradients(this->gradients(), this->parameters(), this->trainable_variable_sizes());
     } else if (ls) {
       ls->update_scale(gradients_finite());  // another replica steps (central storage): the scale follows alike
     }
@@ -730,7 +730,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     const float s = ls.dynamic_scale();
     if (!ls.update_scale(gradients_finite())) return;
     this->device_.scale(param_count, 1.0f / s, this->grad_base());
-    ls.inner_optimizer().apply_gradients(this->gradients(), this->parameters());
+    ls.inner_optimizer().apply_gradients(this->gradients(), this->parameters(), this->trainable_variable_sizes());
   }
   /// The first layer that takes input k.
   std::string first_taker(std::size_t k) const {

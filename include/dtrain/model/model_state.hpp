@@ -127,6 +127,24 @@ class model_state {
     for (std::size_t i = 0; i < depth; ++i) o[i + 1] = o[i] + param_sizes[i];
     return o;
   }();
+  static constexpr auto variable_sizes = [] {
+    constexpr std::size_t count = [] {
+      std::size_t c = 0;
+      [&]<std::size_t... I>(std::index_sequence<I...>) { ((c += layer_type<I>::params.size()), ...); }
+      (std::make_index_sequence<depth>{});
+      return c;
+    }();
+    std::array<std::size_t, count> sizes{};
+    std::size_t at = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((
+           [&] {
+             for (const auto& p : layer_type<I>::params) sizes[at++] = p.size();
+           }()),
+       ...);
+    }(std::make_index_sequence<depth>{});
+    return sizes;
+  }();
   /// Non-trainable variables follow every trainable parameter in the weights buffer.
   static constexpr std::array<std::size_t, depth + 1> state_offsets = [] {
     std::array<std::size_t, depth + 1> o{};
@@ -207,6 +225,9 @@ class model_state {
   /// backend's memory: a `std::span` on the cpu backend.
   span_t<B, float> parameters() { return span_of<float>(params_.data(), param_count); }
   span_t<B, const float> parameters() const { return span_of<const float>(params_.data(), param_count); }
+  /// The sizes of the variables `parameters()` holds, in order (Keras' `trainable_variables`, each
+  /// flattened): what an optimizer's `clipnorm` clips one by one.
+  static constexpr std::span<const std::size_t> trainable_variable_sizes() { return variable_sizes; }
   /// Gradients of the last `train_step` / `value_and_gradients`, laid out like `parameters()`.
   span_t<B, float> gradients() { return span_of<float>(grad_base(), param_count); }
   span_t<B, const float> gradients() const { return span_of<const float>(grad_base(), param_count); }

@@ -17,9 +17,13 @@ struct adam_options {
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
   bool amsgrad = false;
+  float clipnorm = 0.0f;                    // Keras' gradient clipping (optimizer.hpp; 0: not set)
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
   bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
   float ema_momentum = 0.99f;
   std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (optimizer.hpp)
 };
 
 struct adamw_options {
@@ -29,9 +33,13 @@ struct adamw_options {
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
   bool amsgrad = false;
+  float clipnorm = 0.0f;                    // Keras' gradient clipping (optimizer.hpp; 0: not set)
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
   bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
   float ema_momentum = 0.99f;
   std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (optimizer.hpp)
 };
 
 namespace detail {
@@ -63,9 +71,13 @@ struct adamax_options {
   float beta_1 = 0.9f;
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
+  float clipnorm = 0.0f;                    // Keras' gradient clipping (optimizer.hpp; 0: not set)
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
   bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
   float ema_momentum = 0.99f;
   std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (optimizer.hpp)
 };
 using nadam_options = adamax_options;
 

@@ -85,6 +85,8 @@ class loss_scale_optimizer {
   optimizer_variables& variables() { return inner_.variables(); }
   bool use_ema() const { return inner_.use_ema(); }
   std::optional<op::ema> ema_step(std::int64_t t) const { return inner_.ema_step(t); }
+  gradient_clipping clipping() const { return inner_.clipping(); }
+  std::int64_t gradient_accumulation_steps() const { return inner_.gradient_accumulation_steps(); }
   float learning_rate() const { return inner_.learning_rate(); }
   void set_learning_rate(float lr) { inner_.set_learning_rate(lr); }
   bool learning_rate_is_constant() const { return inner_.learning_rate_is_constant(); }

@@ -13,8 +13,18 @@
 /// a moving average of the weights (`op::ema`, one more slot after the algorithm's; the first step's
 /// average is the weights) replaces them every `ema_overwrite_frequency` steps, and at the end of `fit`
 /// (`finalize_variable_values`, as Keras' fit calls it).
+///
+/// And Keras' gradient options, in Keras' order within a step: with `gradient_accumulation_steps` = k
+/// (0: none, else at least 2) the gradients of k - 1 calls are summed in one more slot and the k-th call
+/// updates with the mean of the k; the gradients the update uses are then clipped by at most one of
+/// `clipnorm` (each variable's gradient scaled down to this L2 norm), `clipvalue` (each value clamped to
+/// [-clipvalue, clipvalue]) and `global_clipnorm` (all of them scaled down together to this norm; 0: none).
+/// Every replica clips the summed gradients it is handed, so all of them clip the same global gradient.
+/// `iterations` counts every call, as Keras' does: a schedule reads it, the update's step number (Adam's
+/// bias correction) and the moving average count updates.
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -24,7 +34,7 @@
 #include <vector>
 
 #include "dtrain/backend/backend.hpp"
-#include "dtrain/backend/cpu/updates.hpp"
+#include "dtrain/backend/cpu.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/replica_group.hpp"
 #include "dtrain/optimizers/schedules.hpp"
@@ -121,10 +131,58 @@ class optimizer_slots {
   std::vector<float> host_;
 };
 
-/// An optimizer's variables: its step count and its slot values.
+/// An optimizer's variables: its step count and its slot values (the algorithm's, then the moving
+/// average's, then the accumulated gradients'), and room for the clipped gradients, which are not state.
 struct optimizer_variables {
   std::int64_t iterations = 0;
   optimizer_slots slots;
+  optimizer_slots scratch;
+};
+
+/// Keras' gradient clipping options (0: not set), as every optimizer's options carry them.
+struct gradient_clipping {
+  float clipnorm = 0.0f;
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
+
+  bool any() const { return clipnorm > 0.0f || clipvalue > 0.0f || global_clipnorm > 0.0f; }
+  void validate(const std::string& who) const {
+    for (float v : {clipnorm, clipvalue, global_clipnorm})
+      if (!(v >= 0.0f) || !std::isfinite(v))
+        throw value_error(who + ": clipnorm, clipvalue and global_clipnorm must be positive and finite (0: not set)");
+    if ((clipnorm > 0.0f) + (clipvalue > 0.0f) + (global_clipnorm > 0.0f) > 1)
+      throw value_error(who + ": only one of clipnorm, clipvalue and global_clipnorm can be set (got " +
+                        std::to_string(clipnorm) + ", " + std::to_string(clipvalue) + ", " +
+                        std::to_string(global_clipnorm) + ")");
+  }
+
+  /// Clips the `n` gradients at `g` (in place) on backend b, `variables` giving the sizes of the
+  /// variables they are laid out in (empty: one variable); `norms` has room for one float per variable.
+  template <class B>
+  void apply(const B& b, std::size_t n, std::span<const std::size_t> variables, pointer_t<B, float> g,
+             pointer_t<B, float> norms) const {
+    if (clipvalue > 0.0f) return b.clip(n, -clipvalue, clipvalue, g);
+    if constexpr (!requires { b.l2(n, 1.0f, 0.0f, pointer_t<B, const float>(g), g, norms); }) {
+      throw usage_error(std::string("clipnorm and global_clipnorm need the backend's l2 kernel, which ") + B::name +
+                        " has not");
+    } else {
+      const std::size_t one[] = {n};
+      if (variables.empty() || global_clipnorm > 0.0f) variables = one;
+      b.fill(variables.size(), 0.0f, norms);
+      for (std::size_t i = 0, at = 0; i < variables.size(); at += variables[i++])
+        b.l2(variables[i], 1.0f, 0.0f, pointer_t<B, const float>(g + at), pointer_t<B, float>{}, norms + i);
+      std::vector<float> sums(variables.size());
+      b.download(sums.size(), pointer_t<B, const float>(norms), sums.data());
+      for (std::size_t i = 0, at = 0; i < variables.size(); at += variables[i++]) {
+        const float norm = std::sqrt(sums[i]);
+        // Keras' arithmetic: clip_by_global_norm's scale (NaN for a norm that is not finite), _clip_by_norm's ratio
+        const float factor = global_clipnorm > 0.0f
+                                 ? global_clipnorm * std::min(1.0f / norm, 1.0f / global_clipnorm) + (norm - norm)
+                                 : clipnorm / std::max(norm, clipnorm);
+        if (factor != 1.0f) b.scale(variables[i], factor, g + at);
+      }
+    }
+  }
 };
 
 namespace detail {
@@ -141,25 +199,20 @@ namespace detail {
 template <class O>
 class gradient_steps {
  public:
-  /// One step over a whole parameter buffer in host memory, with the host's update kernels...
-  void apply_gradients(std::span<const float> grads, std::span<float> params) {
-    const std::size_t n = params.size();
-    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots, const std::optional<op::ema>& ema) {
-      float* s = slots.host((slot_count(step) + (ema ? 1 : 0)) * n);
-      update_kernel(step, n, grads.data(), s, params.data());
-      if (ema) update_kernel(*ema, n, params.data(), s + slot_count(step) * n, params.data());
-    });
+  /// One step over a whole parameter buffer in host memory, with the host's kernels...
+  /// `variables`: the sizes of the variables the buffers hold, in order (what `clipnorm` clips one by one;
+  /// a model's `trainable_variable_sizes()`); empty: one variable.
+  void apply_gradients(std::span<const float> grads, std::span<float> params,
+                       std::span<const std::size_t> variables = {}) {
+    apply(cpu{}, grads.data(), grads.size(), params.data(), params.size(), variables,
+          [](optimizer_slots& s, std::size_t n) { return s.host(n); });
   }
   /// ...or in a backend's memory (a model's `gradients()` and `parameters()`), with its own.
   template <class G, update_kernels B>
-  void apply_gradients(device_span<G, B> grads, device_span<float, B> params) {
+  void apply_gradients(device_span<G, B> grads, device_span<float, B> params, std::span<const std::size_t> variables = {}) {
     const B& b = params.device();
-    const std::size_t n = params.size();
-    apply(grads.size(), n, [&](const auto& step, optimizer_slots& slots, const std::optional<op::ema>& ema) {
-      const pointer_t<B, float> s = slots.on(b, (slot_count(step) + (ema ? 1 : 0)) * n);
-      b.update(step, n, grads.data(), s, params.data());
-      if (ema) b.update(*ema, n, pointer_t<B, const float>(params.data()), s + slot_count(step) * n, params.data());
-    });
+    apply(b, pointer_t<B, const float>(grads.data()), grads.size(), params.data(), params.size(), variables,
+          [&](optimizer_slots& s, std::size_t n) { return s.on(b, n); });
   }
   /// Keras' `finalize_variable_values`: with `use_ema`, the parameters take their moving average (what
   /// `fit` does at its end). Nothing before the first step.
@@ -185,25 +238,62 @@ class gradient_steps {
   void variables_replaced() { replica_copies_.clear(); }
 
  private:
-  /// Checks the sizes, picks the variables this replica steps, and runs `update(step, slots)`.
-  template <class Update>
-  void apply(std::size_t ng, std::size_t n, Update update) {
+  /// Checks the sizes, picks the variables this replica steps, and makes the step on backend b: the
+  /// gradients accumulated or clipped as asked, the update, the moving average. `slots_of(s, k)` gives
+  /// k values of slots s where b reaches them.
+  template <class B, class Slots>
+  void apply(const B& b, pointer_t<B, const float> g, std::size_t ng, pointer_t<B, float> p, std::size_t n,
+             std::span<const std::size_t> variables, Slots slots_of) {
     O& self = static_cast<O&>(*this);
     if (ng != n)
       throw shape_error(self.name() + ".apply_gradients: " + std::to_string(ng) + " gradients for " +
                         std::to_string(n) + " parameters");
+    std::size_t total = 0;
+    for (std::size_t v : variables) total += v;
+    if (!variables.empty() && total != n)
+      throw shape_error(self.name() + ".apply_gradients: variables of " + std::to_string(total) + " values in all for " +
+                        std::to_string(n) + " parameters");
     if (current_local_replica() < 0) replica_copies_.clear();  // a step outside a run: the copies fall behind
     optimizer_variables& v = replica_owned_ ? self.variables() : replica_copies_.get(self.variables(), copy_of);
-    const std::optional<op::ema> ema = self.ema_step(v.iterations);
-    std::visit([&](const auto& step) { update(step, v.slots, ema); }, optimizer_op(self.begin_step(n, v)));
+    const std::int64_t every = self.gradient_accumulation_steps(), calls = v.iterations;
+    const std::optional<op::ema> ema = self.ema_step(every ? calls / every : calls);
+    const gradient_clipping clip = self.clipping();
+    std::visit(
+        [&](const auto& step) {
+          const std::size_t k = slot_count(step), averages = ema ? 1 : 0;
+          const pointer_t<B, float> s = slots_of(v.slots, (k + averages + (every ? 1 : 0)) * n);
+          const pointer_t<B, float> summed = s + (k + averages) * n;  // (accumulating only)
+          if (every && (calls + 1) % every != 0) {
+            b.axpy(n, 1.0f, g, summed);
+          } else {
+            pointer_t<B, const float> use = g;
+            if (every || clip.any()) {
+              const std::size_t norms = clip.any() ? std::max<std::size_t>(variables.size(), 1) : 0;
+              const pointer_t<B, float> room = slots_of(v.scratch, (every ? 0 : n) + norms);
+              const pointer_t<B, float> work = every ? summed : room;
+              if (every) {  // Keras' (g + accumulated) / steps
+                b.axpy(n, 1.0f, g, summed);
+                b.scale(n, 1.0f / static_cast<float>(every), summed);
+              } else {
+                b.copy(n, g, work);
+              }
+              if (clip.any()) clip.apply(b, n, variables, work, room + (every ? 0 : n));
+              use = work;
+            }
+            b.update(step, n, use, s, p);
+            if (every) b.fill(n, 0.0f, summed);
+          }
+          if (ema) b.update(*ema, n, pointer_t<B, const float>(p), s + k * n, p);
+        },
+        optimizer_op(self.begin_step(n, v)));
   }
 
   /// Where the moving average of `n` parameters starts in the slots; none before the first step.
   std::optional<std::size_t> average_at(std::size_t n) {
     O& self = static_cast<O&>(*this);
     const optimizer_variables& v = self.variables();
-    const std::size_t at = self.slots() * n;
-    if (!self.use_ema() || v.iterations == 0 || v.slots.size() != at + n) return std::nullopt;
+    const std::size_t at = self.slots() * n, accumulated = self.gradient_accumulation_steps() ? n : 0;
+    if (!self.use_ema() || v.iterations == 0 || v.slots.size() != at + n + accumulated) return std::nullopt;
     return at;
   }
 
@@ -225,6 +315,10 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
   basic_optimizer(Options o = {}) : options(std::move(o)) {
     if (!(options.ema_momentum >= 0.0f && options.ema_momentum <= 1.0f) || options.ema_overwrite_frequency < 0)
       throw value_error("optimizer: ema_momentum must be in [0, 1] and ema_overwrite_frequency not negative");
+    clipping().validate("optimizer");
+    if (options.gradient_accumulation_steps < 0 || options.gradient_accumulation_steps == 1)
+      throw value_error("optimizer: gradient_accumulation_steps must be at least 2 (0: none), got " +
+                        std::to_string(options.gradient_accumulation_steps));
   }
 
   Options options;
@@ -251,6 +345,10 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
 
   /// Whether the weights' moving average is kept (an extra slot after `slots()`).
   bool use_ema() const { return options.use_ema; }
+  /// Keras' clipnorm, clipvalue and global_clipnorm.
+  gradient_clipping clipping() const { return {options.clipnorm, options.clipvalue, options.global_clipnorm}; }
+  /// Calls per update (0: every call updates); the accumulated gradients are one more slot.
+  std::int64_t gradient_accumulation_steps() const { return options.gradient_accumulation_steps; }
   /// The moving average's update after step `iterations` + 1 (Keras: momentum 0 on the first step).
   std::optional<op::ema> ema_step(std::int64_t iterations) const {
     if (!options.use_ema) return std::nullopt;
@@ -258,17 +356,19 @@ class basic_optimizer : public detail::gradient_steps<Derived> {
     return op::ema{iterations == 0 ? 0.0f : options.ema_momentum, overwrite};
   }
 
-  /// Starts the next step of variables `v` over `n` parameters: checks that v's slots fit them, advances
-  /// v's `iterations` and returns the step for the backend, which updates `v.slots` with it.
+  /// Starts the next call of variables `v` over `n` parameters: checks that v's slots fit them, advances
+  /// v's `iterations` and returns the step for the backend, which updates `v.slots` with it (when the
+  /// call updates: its step number counts updates).
   auto begin_step(std::size_t n, optimizer_variables& v) const {
     const Derived& self = static_cast<const Derived&>(*this);
-    const std::size_t need = (self.slots() + (options.use_ema ? 1 : 0)) * n;
+    const std::int64_t every = options.gradient_accumulation_steps;
+    const std::size_t need = (self.slots() + (options.use_ema ? 1 : 0) + (every ? 1 : 0)) * n;
     if (v.slots.size() != need && (v.slots.size() != 0 || v.iterations != 0))
       throw value_error(self.name() + ": the restored optimizer state has " + std::to_string(v.slots.size()) +
                         " slot values but this model needs " + std::to_string(need));
     const float lr = options.learning_rate(v.iterations);
     ++v.iterations;
-    return self.step(lr, v.iterations);
+    return self.step(lr, every ? (v.iterations - 1) / every + 1 : v.iterations);
   }
   /// The optimizer's own variables (replica 0's under a mirrored strategy).
   optimizer_variables& variables() { return vars_; }
@@ -322,6 +422,8 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
   std::size_t slots() const { return self_->slots(); }
   bool use_ema() const { return self_->use_ema(); }
   std::optional<op::ema> ema_step(std::int64_t iterations) const { return self_->ema_step(iterations); }
+  gradient_clipping clipping() const { return self_->clipping(); }
+  std::int64_t gradient_accumulation_steps() const { return self_->gradient_accumulation_steps(); }
 
  private:
   struct concept_t {
@@ -332,6 +434,8 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
     virtual std::size_t slots() const = 0;
     virtual bool use_ema() const = 0;
     virtual std::optional<op::ema> ema_step(std::int64_t) const = 0;
+    virtual gradient_clipping clipping() const = 0;
+    virtual std::int64_t gradient_accumulation_steps() const = 0;
     virtual float learning_rate() const = 0;
     virtual void set_learning_rate(float) = 0;
     virtual bool learning_rate_is_constant() const = 0;
@@ -349,6 +453,8 @@ class any_optimizer : public detail::gradient_steps<any_optimizer> {
     std::size_t slots() const override { return o_.slots(); }
     bool use_ema() const override { return o_.use_ema(); }
     std::optional<op::ema> ema_step(std::int64_t t) const override { return o_.ema_step(t); }
+    gradient_clipping clipping() const override { return o_.clipping(); }
+    std::int64_t gradient_accumulation_steps() const override { return o_.gradient_accumulation_steps(); }
     float learning_rate() const override { return o_.learning_rate(); }
     void set_learning_rate(float lr) override { o_.set_learning_rate(lr); }
     bool learning_rate_is_constant() const override { return o_.learning_rate_is_constant(); }

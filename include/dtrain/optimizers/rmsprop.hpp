@@ -13,9 +13,13 @@ struct rmsprop_options {
   float momentum = 0.0f;
   float epsilon = 1e-7f;
   bool centered = false;
+  float clipnorm = 0.0f;                    // Keras' gradient clipping (optimizer.hpp; 0: not set)
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
   bool use_ema = false;                     // Keras' moving average of the weights (optimizer.hpp)
   float ema_momentum = 0.99f;
   std::int64_t ema_overwrite_frequency = 0;  // 0: None (the average replaces the weights when fit ends)
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (optimizer.hpp)
 };
 
 class rmsprop : public basic_optimizer<rmsprop, rmsprop_options> {

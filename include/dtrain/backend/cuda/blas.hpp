@@ -36,6 +36,9 @@ DTRAIN_KERNEL void dtrain_axpy(long long n, float a, const float* x, float* y) {
 DTRAIN_KERNEL void dtrain_scale(long long n, float a, float* x) {
   for (long long i = first_index(); i < n; i += grid_stride()) x[i] *= a;
 }
+DTRAIN_KERNEL void dtrain_clip(long long n, float lo, float hi, float* x) {
+  for (long long i = first_index(); i < n; i += grid_stride()) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+}
 DTRAIN_KERNEL void dtrain_multiply(long long n, const float* x, const float* y, float* z) {
   for (long long i = first_index(); i < n; i += grid_stride()) z[i] = x[i] * y[i];
 }
@@ -128,7 +131,7 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
 #define DTRAIN_CUDA_BLAS_KERNELS(X)                                                                           \
   X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_axpy) X(dtrain_multiply)                      \
   X(dtrain_broadcast_rows) X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles)             \
-  X(dtrain_sum_finish) X(dtrain_round_to) X(dtrain_scale)
+  X(dtrain_sum_finish) X(dtrain_round_to) X(dtrain_scale) X(dtrain_clip)
 
 namespace dtrain::cuda_detail {
 
@@ -157,6 +160,9 @@ class cuda_blas_kernels {
     self().template run<&kernels::dtrain_multiply>(n, n, x, y, z);
   }
   void scale(std::size_t n, float a, pointer<float> x) const { self().template run<&kernels::dtrain_scale>(n, n, a, x); }
+  void clip(std::size_t n, float lo, float hi, pointer<float> x) const {
+    self().template run<&kernels::dtrain_clip>(n, n, lo, hi, x);
+  }
   void round_to(std::size_t n, dtype to, pointer<const float> x, pointer<float> y) const {
     self().template run<&kernels::dtrain_round_to>(n, n, to == dtype::bfloat16 ? 1 : to == dtype::float16 ? 2 : 0, x, y);
   }
