@@ -298,7 +298,7 @@ class gradient_steps {
   }
 
   static optimizer_variables copy_of(const optimizer_variables& own) {
-    optimizer_variables c{own.iterations, {}};
+    optimizer_variables c{own.iterations, {}, {}};
     c.slots.assign(own.slots.values());  // reaches each replica's device at its first step
     return c;
   }
