@@ -28,6 +28,7 @@
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/concepts.hpp"
+#include "dtrain/layers/conv1d.hpp"
 #include "dtrain/layers/conv2d.hpp"
 #include "dtrain/layers/conv2d_transpose.hpp"
 #include "dtrain/layers/dense.hpp"

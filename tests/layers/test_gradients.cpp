@@ -51,6 +51,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_kernel_shapes_dilation_groups, B, backends)
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv1d_and_global_pooling1d, B, backends) {
+  for (std::size_t n : {1, 3}) {
+    check_layer_gradients<conv1d<3, 3>, shape<7, 2>, B>("conv1d valid", n);
+    check_layer_gradients<conv1d<2, 3, gelu, padding::causal>, shape<6, 3>, B>("conv1d causal gelu", n);
+    check_layer_gradients<conv1d<2, 2, dtrain::tanh, padding::causal, dilation_rate<2>, strides<2>>, shape<7, 2>, B>(
+        "conv1d causal dilated strided", n);
+    check_layer_gradients<conv1d<4, 3, relu, padding::same, groups<2>, use_bias<false>>, shape<5, 4>, B>(
+        "conv1d same groups, no bias", n);
+    check_layer_gradients<global_average_pooling1d<>, shape<5, 3>, B>("global_average_pooling1d", n);
+    check_layer_gradients<global_max_pooling1d<true>, shape<4, 2>, B>("global_max_pooling1d keepdims", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<conv2d_transpose<3, 3>, shape<4, 3, 2>, B>("conv2d_transpose valid", n);

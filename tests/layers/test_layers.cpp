@@ -22,6 +22,11 @@ static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, dilation_rate<2, 3>>, sha
 static_assert(std::is_same_v<bind_t<conv2d<8, 3, relu, dilation_rate<2>, padding::same>, shape<10, 9, 2>>::output_shape,
                              shape<10, 9, 8>>);
 static_assert(std::is_same_v<conv2d<8, 3>, conv2d<8, kernel_size{3, 3}>>);
+static_assert(std::is_same_v<bind_t<conv1d<8, 3>, shape<10, 4>>::output_shape, shape<8, 8>>);
+static_assert(std::is_same_v<bind_t<conv1d<8, 3, relu, padding::causal, strides<2>>, shape<10, 4>>::output_shape, shape<5, 8>>);
+static_assert(param_count_v<bind_t<conv1d<6, 3, relu, groups<2>>, shape<10, 4>>> == 3 * 2 * 6 + 6);
+static_assert(std::is_same_v<bind_t<global_average_pooling1d<>, shape<10, 4>>::output_shape, shape<4>>);
+static_assert(std::is_same_v<bind_t<global_max_pooling1d<true>, shape<10, 4>>::output_shape, shape<1, 4>>);
 static_assert(param_count_v<bind_t<conv2d<6, kernel_size{1, 3}, relu, groups<3>>, shape<5, 5, 9>>> == 1 * 3 * 3 * 6 + 6);
 static_assert(std::is_same_v<bind_t<max_pooling2d<kernel_size{2, 3}>, shape<7, 7, 3>>::output_shape, shape<3, 2, 3>>);
 // Keras' Conv2DTranspose lengths: valid (in - 1) s + span (in s when the span is smaller), same in s
@@ -126,6 +131,42 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_matches_a_direct_convolution, B, backends) 
               }
           BOOST_TEST(y[((s * 3 + oy) * 2 + ox) * 2 + f] == acc, boost::test_tools::tolerance(1e-4));
         }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv1d_matches_a_direct_convolution, B, backends) {
+  // Keras' Conv1D: out[t] = b + sum_k,c x[t * stride + k * dilation - left][c] kernel[k][c][f], the
+  // steps outside the input zero; causal pads (kernel - 1) * dilation steps on the left only.
+  auto check = [&]<class Spec, std::size_t Steps, std::size_t Out>(std::size_t kernel, std::size_t stride,
+                                                                    std::size_t dilation, std::size_t left, const char* what) {
+    using L = bind_t<Spec, shape<Steps, 3>>;
+    static_assert(std::is_same_v<typename L::output_shape, shape<Out, 2>>);
+    rng r(4);
+    std::vector<float> p(param_count_v<L>);
+    L{}.initialize(p, r);
+    for (auto& v : p) v += 0.1f * r.normal();
+    const std::size_t n = 2;
+    const auto x = dtrain_test::random_vector(n * Steps * 3, r);
+    const auto y = run_forward<Spec, shape<Steps, 3>, B>(x, n, p);
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t t = 0; t < Out; ++t)
+        for (std::size_t f = 0; f < 2; ++f) {
+          double acc = p[kernel * 3 * 2 + f];
+          for (std::size_t k = 0; k < kernel; ++k)
+            for (std::size_t c = 0; c < 3; ++c) {
+              const long at = long(t * stride + k * dilation) - long(left);
+              if (at < 0 || at >= long(Steps)) continue;
+              acc += double(x[(s * Steps + std::size_t(at)) * 3 + c]) * p[(k * 3 + c) * 2 + f];
+            }
+          BOOST_TEST_CONTEXT(what << ", sample " << s << " step " << t) {
+            BOOST_TEST(y[(s * Out + t) * 2 + f] == acc, boost::test_tools::tolerance(1e-4));
+          }
+        }
+  };
+  check.template operator()<conv1d<2, 3>, 7, 5>(3, 1, 1, 0, "valid");
+  check.template operator()<conv1d<2, 3, linear, padding::causal>, 7, 7>(3, 1, 1, 2, "causal");
+  check.template operator()<conv1d<2, 3, linear, padding::causal, dilation_rate<2>>, 7, 7>(3, 1, 2, 4, "causal dilated");
+  check.template operator()<conv1d<2, 2, linear, padding::causal, strides<2>>, 7, 4>(2, 2, 1, 1, "causal strided");
+  check.template operator()<conv1d<2, 4, linear, padding::same, strides<2>>, 7, 4>(4, 2, 1, 1, "same strided");
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding_global_pooling_and_leaky_relu_by_hand, B, backends) {

@@ -30,6 +30,14 @@ template <class T, class = void>
 struct is_groups : std::false_type {};
 template <class T>
 struct is_groups<T, std::void_t<decltype(T::is_groups)>> : std::true_type {};
+/// The option conv1d binds its conv2d with: the window is conv1d's (causal padding allowed).
+struct conv1d_window {
+  static constexpr bool is_conv1d_window = true;
+};
+template <class T, class = void>
+struct is_conv1d_window : std::false_type {};
+template <class T>
+struct is_conv1d_window<T, std::void_t<decltype(T::is_conv1d_window)>> : std::true_type {};
 }  // namespace detail
 
 template <std::size_t Filters, kernel_size Kernel, class Activation = linear, class... Options>
@@ -40,7 +48,8 @@ struct conv2d {
   static_assert(((detail::is_regularizer<Options>::value || detail::is_strides<Options>::value ||
                   detail::is_padding<Options>::value || detail::is_use_bias<Options>::value ||
                   detail::is_dilation_rate<Options>::value || detail::is_groups<Options>::value ||
-                  detail::is_bias_regularizer<Options>::value || detail::is_activity_regularizer<Options>::value) &&
+                  detail::is_bias_regularizer<Options>::value || detail::is_activity_regularizer<Options>::value ||
+                  detail::is_conv1d_window<Options>::value) &&
                  ...),
                 "conv2d: options are strides<...>, padding::valid | padding::same, dilation_rate<...>, "
                 "groups<G>, use_bias<false>, regularizers such as l2<>, bias_regularizer<...> and "
@@ -59,7 +68,9 @@ struct conv2d {
   struct bind {
     using activity_regularizer = detail::activity_regularizer_of<Options...>;
     static_assert(window_kernels<B>, "conv2d: the backend lacks the window kernels (window_kernels)");
-    using geo = detail::window2d<In, detail::window_layer::conv2d, Kernel, stride_type, padding_type, dilation_type>;
+    static constexpr auto layer = (detail::is_conv1d_window<Options>::value || ...) ? detail::window_layer::conv1d
+                                                                                     : detail::window_layer::conv2d;
+    using geo = detail::window2d<In, layer, Kernel, stride_type, padding_type, dilation_type>;
     static_assert(geo::c % group_count == 0, "conv2d: groups<G> must divide the input's channels");
     using input_shape = In;
     using output_shape = shape<geo::oh, geo::ow, Filters>;

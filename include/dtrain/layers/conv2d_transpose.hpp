@@ -53,6 +53,7 @@ struct conv2d_transpose {
                 "activity_regularizer<...>");
   using stride_type = typename detail::find_option<detail::is_strides, strides<1>, Options...>::type;
   using padding_type = typename detail::find_option<detail::is_padding, padding::valid, Options...>::type;
+  static_assert(!padding_type::is_causal, "padding::causal is conv1d's only");
   using dilation_type = typename detail::find_option<detail::is_dilation_rate, dilation_rate<1>, Options...>::type;
   using regularizer = typename detail::find_option<detail::is_regularizer, no_regularizer, Options...>::type;
   using bias_regularizer = detail::bias_regularizer_of<Options...>;

@@ -1,10 +1,11 @@
 #pragma once
 /// \file
 /// What the layers that slide a 2-D window over (height, width, channels) share: the window's size
-/// `kernel_size`, the options `strides<...>`, `padding::valid | padding::same` and `dilation_rate<...>`
-/// with their traits, and `detail::window2d`, a layer's window geometry by TF's rules (its output extent,
-/// padding and the `window_geometry` the backend's kernels take). Used by layers/conv2d.hpp,
-/// layers/conv2d_transpose.hpp, layers/depthwise_conv2d.hpp and layers/pooling.hpp.
+/// `kernel_size`, the options `strides<...>`, `padding::valid | padding::same | padding::causal` and
+/// `dilation_rate<...>` with their traits, and `detail::window2d`, a layer's window geometry by TF's rules (its output extent,
+/// padding and the `window_geometry` the backend's kernels take). Used by layers/conv2d.hpp (and
+/// conv1d, a conv2d over one row), layers/conv2d_transpose.hpp, layers/depthwise_conv2d.hpp and
+/// layers/pooling.hpp.
 
 #include <array>
 #include <cstddef>
@@ -41,15 +42,24 @@ struct dilation_rate {
   static constexpr std::size_t h = H, w = W;
 };
 
-/// Padding modes, as Keras' padding="valid" | "same" (TF: extra padding goes bottom/right).
+/// Padding modes, as Keras' padding="valid" | "same" (TF: extra padding goes bottom/right) | "causal"
+/// (conv1d only: (taps - 1) * dilation zeros before the sequence, none after, so output step t sees
+/// input steps up to t).
 namespace padding {
 struct valid {
   static constexpr bool is_padding = true;
   static constexpr bool is_same = false;
+  static constexpr bool is_causal = false;
 };
 struct same {
   static constexpr bool is_padding = true;
   static constexpr bool is_same = true;
+  static constexpr bool is_causal = false;
+};
+struct causal {
+  static constexpr bool is_padding = true;
+  static constexpr bool is_same = false;
+  static constexpr bool is_causal = true;
 };
 }  // namespace padding
 
@@ -72,8 +82,10 @@ struct is_dilation_rate<T, std::void_t<decltype(T::is_dilation_rate)>> : std::tr
 struct window_axis {
   std::size_t out, pad;
 };
-constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s, bool same) {
-  if (!same) return {in >= k ? (in - k) / s + 1 : 0, 0};
+template <class Padding>
+constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s) {
+  if (Padding::is_causal) return {in ? (in - 1) / s + 1 : 0, k - 1};
+  if (!Padding::is_same) return {in >= k ? (in - k) / s + 1 : 0, 0};
   const std::size_t out = (in + s - 1) / s;
   const std::size_t need = (out - 1) * s + k;
   return {out, need > in ? (need - in) / 2 : 0};
@@ -85,12 +97,13 @@ template <kernel_size K, class Strides, class Padding, class C>
 void window_config(C& c, const char* size_key) {
   c.set(size_key, std::array<std::size_t, 2>{K.h, K.w});
   c.set("strides", std::array<std::size_t, 2>{Strides::h, Strides::w});
-  c.set("padding", Padding::is_same ? "same" : "valid");
+  c.set("padding", Padding::is_causal ? "causal" : Padding::is_same ? "same" : "valid");
   c.set("data_format", "channels_last");
 }
 
 /// The layers built on a 2-D window, so that a misplaced one is named in its compile error.
 enum class window_layer {
+  conv1d,
   conv2d,
   conv2d_transpose,
   depthwise_conv2d,
@@ -118,8 +131,8 @@ struct window2d {
   static constexpr std::size_t h = dim(0), w = dim(1), c = dim(2);
   static constexpr std::size_t sh = Strides::h, sw = Strides::w, dh = Dilation::h, dw = Dilation::w;
   static constexpr std::size_t span_h = (K.h - 1) * dh + 1, span_w = (K.w - 1) * dw + 1;
-  static constexpr window_axis ay = window(h, span_h, sh, Padding::is_same),
-                               ax = window(w, span_w, sw, Padding::is_same);
+  static_assert(!Padding::is_causal || L == window_layer::conv1d, "padding::causal is conv1d's only");
+  static constexpr window_axis ay = window<Padding>(h, span_h, sh), ax = window<Padding>(w, span_w, sw);
   static constexpr std::size_t oh = ay.out, ow = ax.out, pt = ay.pad, pl = ax.pad;
   static_assert(!rank3 || Padding::is_same || (h >= span_h && w >= span_w),
                 "2-D window layer: the window is larger than the input");

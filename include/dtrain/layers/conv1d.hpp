@@ -1,0 +1,85 @@
+#pragma once
+/// \file
+/// `conv1d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv1D` over (steps, channels), and
+/// `global_average_pooling1d<>` / `global_max_pooling1d<>`: Keras `GlobalAveragePooling1D` /
+/// `GlobalMaxPooling1D` over the steps. A sequence is an image of one row: conv1d is conv2d's kernels over
+/// (1, steps, channels) with a (1, Kernel) window, its kernel (Kernel, in_channels / groups, filters) as
+/// Keras stores it. Options: `strides<S>`, `padding::valid` (default) / `padding::same` /
+/// `padding::causal` (output step t sees input steps up to t), `dilation_rate<D>`, `groups<G>`,
+/// `use_bias<false>`, regularizers, as conv2d's.
+
+#include <array>
+
+#include "dtrain/layers/conv2d.hpp"
+#include "dtrain/layers/pooling.hpp"
+
+namespace dtrain {
+
+template <std::size_t Filters, std::size_t Kernel, class Activation = linear, class... Options>
+struct conv1d {
+  using conv = conv2d<Filters, kernel_size{1, Kernel}, Activation, Options..., detail::conv1d_window>;
+
+  template <class In, class B>
+  struct bind : conv::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B> {
+    static_assert(In::rank == 2, "conv1d expects a rank-2 input (steps, channels)");
+    using base = typename conv::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B>;
+    using input_shape = In;
+    using output_shape = shape<base::geo::ow, Filters>;
+    static constexpr const char* keras_name = "conv1d";
+    static constexpr const char* class_name = "Conv1D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("filters", Filters);
+      c.set("kernel_size", std::array<std::size_t, 1>{Kernel});
+      c.set("strides", std::array<std::size_t, 1>{conv::stride_type::w});
+      c.set("padding", conv::padding_type::is_causal ? "causal" : conv::padding_type::is_same ? "same" : "valid");
+      c.set("data_format", "channels_last");
+      c.set("dilation_rate", std::array<std::size_t, 1>{conv::dilation_type::w});
+      c.set("groups", conv::group_count);
+      c.set("activation", Activation::name);
+      c.set("use_bias", conv::bias);
+      detail::regularizers_config<typename conv::regularizer, typename conv::bias_regularizer,
+                                  typename base::activity_regularizer>(c);
+    }
+    static constexpr auto params = [] {
+      constexpr param_spec kernel{"kernel", 3, {Kernel, base::geo::c / conv::group_count, Filters, 0}};
+      if constexpr (conv::bias) return std::array<param_spec, 2>{kernel, {"bias", 1, {Filters, 0, 0, 0}}};
+      else return std::array<param_spec, 1>{kernel};
+    }();
+  };
+};
+
+namespace detail {
+/// One window over all steps: (steps, c) becomes (c), or (1, c) with KeepDims.
+template <bool Max, bool KeepDims>
+struct global_pooling1d {
+  template <class In>
+  static constexpr window_geometry steps() {
+    static_assert(In::rank == 2, "global pooling 1D: the input must be (steps, channels)");
+    constexpr std::size_t w = In::dims[0], c = In::rank == 2 ? In::dims[1] : 1;
+    return {1, w, c, 1, w, 1, w, 0, 0, 1, 1, c};
+  }
+
+  template <class In, class B>
+  struct bind : pooling_layer<Max, steps<In>(), In,
+                              std::conditional_t<KeepDims, shape<1, In::dims[In::rank - 1]>, shape<In::dims[In::rank - 1]>>, B> {
+    static constexpr const char* keras_name = Max ? "global_max_pooling1d" : "global_average_pooling1d";
+    static constexpr const char* class_name = Max ? "GlobalMaxPooling1D" : "GlobalAveragePooling1D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("data_format", "channels_last");
+      c.set("keepdims", KeepDims);
+    }
+  };
+};
+}  // namespace detail
+
+/// Keras `layers.GlobalMaxPooling1D(keepdims=KeepDims)`.
+template <bool KeepDims = false>
+struct global_max_pooling1d : detail::global_pooling1d<true, KeepDims> {};
+
+/// Keras `layers.GlobalAveragePooling1D(keepdims=KeepDims)`.
+template <bool KeepDims = false>
+struct global_average_pooling1d : detail::global_pooling1d<false, KeepDims> {};
+
+}  // namespace dtrain
