@@ -27,6 +27,7 @@
 #include "dtrain/callbacks/tensorboard.hpp"
 
 #include "dtrain/layers/activations.hpp"
+#include "dtrain/layers/attention.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/conv1d.hpp"
 #include "dtrain/layers/conv2d.hpp"

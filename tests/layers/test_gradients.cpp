@@ -64,6 +64,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv1d_and_global_pooling1d, B, backends) {
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_with_and_without_the_causal_mask, B, backends) {
+  for (std::size_t n : {1, 2}) {
+    check_layer_gradients<multi_head_attention<2, 3>, shape<4, 5>, B>("attention", n);
+    check_layer_gradients<multi_head_attention<3, 2, use_causal_mask<true>>, shape<5, 4>, B>("attention causal", n);
+    check_layer_gradients<multi_head_attention<2, 4, value_dim<3>, use_bias<false>>, shape<3, 8>, B>(
+        "attention value_dim 3, no bias", n);
+    check_layer_gradients<multi_head_attention<1, 6, use_causal_mask<true>>, shape<1, 6>, B>("attention of one step", n);
+    check_layer_gradients<position_embedding<6>, shape<4, 3>, B>("position_embedding", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<conv2d_transpose<3, 3>, shape<4, 3, 2>, B>("conv2d_transpose valid", n);

@@ -26,6 +26,9 @@ static_assert(std::is_same_v<bind_t<conv1d<8, 3>, shape<10, 4>>::output_shape, s
 static_assert(std::is_same_v<bind_t<conv1d<8, 3, relu, padding::causal, strides<2>>, shape<10, 4>>::output_shape, shape<5, 8>>);
 static_assert(param_count_v<bind_t<conv1d<6, 3, relu, groups<2>>, shape<10, 4>>> == 3 * 2 * 6 + 6);
 static_assert(std::is_same_v<bind_t<global_average_pooling1d<>, shape<10, 4>>::output_shape, shape<4>>);
+static_assert(std::is_same_v<bind_t<multi_head_attention<4, 8>, shape<16, 32>>::output_shape, shape<16, 32>>);
+static_assert(param_count_v<bind_t<multi_head_attention<4, 8, value_dim<6>>, shape<16, 32>>> ==
+              2 * (32 * 4 * 8 + 4 * 8) + 32 * 4 * 6 + 4 * 6 + 4 * 6 * 32 + 32);
 static_assert(std::is_same_v<bind_t<global_max_pooling1d<true>, shape<10, 4>>::output_shape, shape<1, 4>>);
 static_assert(param_count_v<bind_t<conv2d<6, kernel_size{1, 3}, relu, groups<3>>, shape<5, 5, 9>>> == 1 * 3 * 3 * 6 + 6);
 static_assert(std::is_same_v<bind_t<max_pooling2d<kernel_size{2, 3}>, shape<7, 7, 3>>::output_shape, shape<3, 2, 3>>);
@@ -167,6 +170,68 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv1d_matches_a_direct_convolution, B, backends) 
   check.template operator()<conv1d<2, 3, linear, padding::causal, dilation_rate<2>>, 7, 7>(3, 1, 2, 4, "causal dilated");
   check.template operator()<conv1d<2, 2, linear, padding::causal, strides<2>>, 7, 4>(2, 2, 1, 1, "causal strided");
   check.template operator()<conv1d<2, 4, linear, padding::same, strides<2>>, 7, 4>(4, 2, 1, 1, "same strided");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_matches_the_textbook_formula, B, backends) {
+  // softmax(q k^T / sqrt(key_dim)) v per head, in double, with every step masked after the query's when
+  // causal; q, k, v and the output are the einsum projections of Keras' kernels (d, h, k) and (h, v, d).
+  constexpr std::size_t T = 4, D = 5, H = 2, K = 3, V = 2;
+  auto check = [&]<class Spec>(bool causal, const char* what) {
+    using L = bind_t<Spec, shape<T, D>>;
+    rng r(6);
+    std::vector<float> p(param_count_v<L>);
+    L{}.initialize(p, r);
+    for (auto& v : p) v += 0.1f * r.normal();
+    const std::size_t n = 2;
+    const auto x = dtrain_test::random_vector(n * T * D, r);
+    const auto y = run_forward<Spec, shape<T, D>, B>(x, n, p);
+    const float *wq = p.data(), *bq = wq + D * H * K, *wk = bq + H * K, *bk = wk + D * H * K, *wv = bk + H * K,
+                *bv = wv + D * H * V, *wo = bv + H * V, *bo = wo + H * V * D;
+    for (std::size_t s = 0; s < n; ++s) {
+      const float* xs = x.data() + s * T * D;
+      auto proj = [&](const float* w, const float* b, std::size_t h, std::size_t j, std::size_t t, std::size_t width) {
+        double a = b[h * width + j];
+        for (std::size_t e = 0; e < D; ++e) a += double(xs[t * D + e]) * w[(e * H + h) * width + j];
+        return a;
+      };
+      std::vector<double> heads(T * H * V, 0.0);
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t t = 0; t < T; ++t) {
+          std::vector<double> w(T);
+          double top = -1e300, total = 0.0;
+          for (std::size_t u = 0; u < T; ++u) {
+            double dot = 0.0;
+            for (std::size_t j = 0; j < K; ++j) dot += proj(wq, bq, h, j, t, K) * proj(wk, bk, h, j, u, K);
+            w[u] = causal && u > t ? -1e300 : dot / std::sqrt(double(K));
+            top = std::max(top, w[u]);
+          }
+          for (auto& e : w) total += e = std::exp(e - top);
+          for (std::size_t u = 0; u < T; ++u)
+            for (std::size_t j = 0; j < V; ++j) heads[(t * H + h) * V + j] += w[u] / total * proj(wv, bv, h, j, u, V);
+        }
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t e = 0; e < D; ++e) {
+          double out = bo[e];
+          for (std::size_t hv = 0; hv < H * V; ++hv) out += heads[t * H * V + hv] * wo[hv * D + e];
+          BOOST_TEST_CONTEXT(what << ", sample " << s << " step " << t) {
+            BOOST_TEST(y[(s * T + t) * D + e] == out, boost::test_tools::tolerance(1e-4));
+          }
+        }
+    }
+  };
+  check.template operator()<multi_head_attention<H, K, value_dim<V>>>(false, "attention");
+  check.template operator()<multi_head_attention<H, K, value_dim<V>, use_causal_mask<true>>>(true, "causal attention");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(position_embedding_gives_its_first_rows_whatever_the_input, B, backends) {
+  using spec = position_embedding<5>;
+  using L = bind_t<spec, shape<3, 2>>;
+  std::vector<float> p(param_count_v<L>);
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = float(i) + 0.5f;
+  rng r(2);
+  const auto y = run_forward<spec, shape<3, 2>, B>(dtrain_test::random_vector(2 * 3 * 2, r), 2, p);
+  for (std::size_t s = 0; s < 2; ++s)
+    for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(y[s * 6 + i] == p[i]);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(zero_padding_global_pooling_and_leaky_relu_by_hand, B, backends) {

@@ -46,6 +46,31 @@ static_assert(residual::weight_count == residual::param_count + 2 * 4);
 static_assert(std::is_same_v<merges::layer_type<4>::output_shape, shape<8>>);  // the concatenation
 static_assert(std::is_same_v<merges::output_shape, shape<3>>);
 
+// A one-block causal transformer as GPT has it: tokens and positions embedded and added, causal
+// self-attention added back to its input, layer normalization, a dense head per step.
+struct tokens;
+struct positions;
+struct embedded;
+struct attended;
+constexpr std::size_t steps = 6, vocab = 5;
+using transformer = functional<input<steps>, node<tokens, embedding<vocab, 8>>, node<positions, position_embedding<steps>>,
+                               node<embedded, add, tokens, positions>,
+                               node<attended, multi_head_attention<2, 4, use_causal_mask<true>>>,
+                               node<void, add, embedded, attended>, layer_normalization<>, dense<vocab>>;
+static_assert(std::is_same_v<transformer::output_shape, shape<steps, vocab>>);
+
+/// Random token sequences and, at every step, the token one step back (the first step's own): only
+/// attention to the step before tells it.
+std::pair<tensor, tensor> previous_tokens(std::size_t n, std::uint64_t seed) {
+  rng r(seed);
+  tensor x = zeros({n, steps}), y = zeros({n, steps});
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t t = 0; t < steps; ++t) x(i, t) = float(r.below(vocab));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t t = 0; t < steps; ++t) y(i, t) = x(i, t == 0 ? 0 : t - 1);
+  return {x, y};
+}
+
 std::pair<tensor, tensor> problem(std::size_t n, std::size_t features, std::uint64_t seed) {
   rng r(seed);
   tensor x = zeros({n, features}), y = zeros({n});
@@ -112,6 +137,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_residual_block_has_its_gradients_and_trains, B, 
   const auto last = t.evaluate(x2, y2, {.verbose = 0});
   BOOST_TEST(last["loss"] < 0.5f * first["loss"]);
   BOOST_TEST(last["accuracy"] > 0.9f);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_causal_transformer_block_has_its_gradients_and_learns_the_previous_token, B, backends) {
+  on<transformer, B> m(2);
+  auto [x, y] = previous_tokens(4, 3);
+  const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true}};
+  m.value_and_gradients(x, y, loss);
+  const std::vector<float> analytic = to_host(m.gradients());
+  std::vector<float> params = m.get_weights();
+  auto f = [&]() -> double {
+    m.set_weights(params);
+    return loss(y, m(x, true))();
+  };
+  dtrain_test::check_gradient("transformer", params, analytic, f, 400);
+  // a loss per step; the previous token is learnt at every step
+  on<transformer, B> t(2);
+  auto [x2, y2] = previous_tokens(256, 4);
+  t.compile({.optimizer = adam{{.learning_rate = 0.02f}}, .loss = sparse_categorical_crossentropy{{.from_logits = true}},
+             .metrics = {accuracy{}}});
+  t.fit(x2, y2, {.epochs = 30, .verbose = 0, .batch_size = 32});
+  BOOST_TEST(t.evaluate(x2, y2, {.verbose = 0})["accuracy"] > 0.95f);
 }
 
 BOOST_AUTO_TEST_CASE(a_chain_written_as_a_functional_model_trains_bitwise_like_the_sequential) {

@@ -104,4 +104,44 @@ struct embedding {
   };
 };
 
+/// `position_embedding<SequenceLength>`: KerasHub's `layers.PositionEmbedding(sequence_length)`, a learned
+/// table `embeddings` (SequenceLength, features) whose first `steps` rows are the layer's output for an
+/// input (steps, features), steps <= SequenceLength, in every sample. The input's values are not read:
+/// as in KerasHub, the model adds the two (`add` of x and position_embedding(x) in a functional model).
+template <std::size_t SequenceLength>
+struct position_embedding {
+  static_assert(SequenceLength > 0, "position_embedding: sequence_length must be positive");
+
+  template <class In, class B>
+  struct bind {
+    static_assert(In::rank == 2, "position_embedding expects a rank-2 input (steps, features)");
+    static_assert(In::dims[0] <= SequenceLength, "position_embedding: the input has more steps than sequence_length");
+    using input_shape = In;
+    using output_shape = In;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
+    static constexpr const char* keras_name = "position_embedding";
+    static constexpr const char* class_name = "PositionEmbedding";
+    static constexpr std::size_t steps = In::dims[0], features = In::rank == 2 ? In::dims[1] : 1;
+    template <class C>
+    static void get_config(C& c) {
+      c.set("sequence_length", SequenceLength);
+    }
+    static constexpr std::array<param_spec, 1> params{{{"embeddings", 2, {SequenceLength, features, 0, 0}}}};
+
+    void initialize(std::span<float> p, rng& r) { detail::glorot_uniform(p, SequenceLength, features, r); }
+
+    void forward(layer_context<B>& ctx, cptr, ptr y, std::size_t n, cptr p) {
+      ctx.device.broadcast_rows(n, In::size, p, y);
+    }
+    void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr, ptr g) {
+      const B& dev = ctx.device;
+      dev.column_sums(n, In::size, dy, g);
+      if constexpr (SequenceLength > steps) dev.fill((SequenceLength - steps) * features, 0.0f, g + In::size);
+      if (dx) dev.fill(n * In::size, 0.0f, dx);
+    }
+    void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
+  };
+};
+
 }  // namespace dtrain
