@@ -466,12 +466,56 @@ def make_optimizers():
     return cases
 
 
+def make_sequence_layers():
+    """Layers over (steps, features); drawn after every other case, so theirs keep their random inputs."""
+    cases = []
+
+    def conv1d(x, k, b, stride=1, dilation=1, padding="valid"):
+        xt = x.permute(0, 2, 1)  # (n, channels, steps)
+        span = (k.shape[0] - 1) * dilation + 1
+        if padding == "causal":
+            xt = F.pad(xt, (span - 1, 0))
+        elif padding == "same":
+            xt = F.pad(xt, same_pads(x.shape[1], span, stride))
+        wt = k.permute(2, 1, 0)  # (K, cin, cout) -> (cout, cin, K)
+        return F.conv1d(xt, wt, b, stride=stride, dilation=dilation).permute(0, 2, 1)
+
+    x = randn(2, 7, 3)
+    k, b = randn(3, 3, 4, scale=0.5), randn(4, scale=0.1)
+    cases.append(layer_case("conv1d_causal_dilation2", lambda x, k, b: conv1d(x, k, b, dilation=2, padding="causal"),
+                            x, [k, b]))
+    k4 = randn(4, 3, 4, scale=0.5)
+    cases.append(layer_case("conv1d_same_s2", lambda x, k, b: conv1d(x, k, b, stride=2, padding="same"), x, [k4, b]))
+    cases.append(layer_case("global_average_pooling1d", lambda x: x.mean(dim=1), x, []))
+
+    # MultiHeadAttention as Keras computes it (einsum projections of kernels (d, h, k) and (h, v, d)),
+    # the attention by torch's scaled_dot_product_attention
+    def attention(x, wq, bq, wk, bk, wv, bv, wo, bo, causal):
+        q = torch.einsum("ntd,dhk->nhtk", x, wq) + bq[None, :, None, :]
+        k = torch.einsum("ntd,dhk->nhtk", x, wk) + bk[None, :, None, :]
+        v = torch.einsum("ntd,dhk->nhtk", x, wv) + bv[None, :, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.einsum("nhtv,hvd->ntd", o, wo) + bo
+
+    x = randn(2, 4, 6)
+    H, K, V, D = 2, 3, 2, 6
+    weights = [randn(D, H, K, scale=0.4), randn(H, K, scale=0.1), randn(D, H, K, scale=0.4), randn(H, K, scale=0.1),
+               randn(D, H, V, scale=0.4), randn(H, V, scale=0.1), randn(H, V, D, scale=0.4), randn(D, scale=0.1)]
+    for causal in (False, True):
+        cases.append(layer_case("multi_head_attention" + ("_causal" if causal else ""),
+                                lambda x, *w, c=causal: attention(x, *w, c), x, weights))
+    return cases
+
+
 def main():
+    layers = make_layers()
+    losses = make_losses()
+    optimizers = make_optimizers()
     golden = {
         "generator": "tests/golden/make_golden.py (torch " + torch.__version__ + ", float64)",
-        "layers": make_layers(),
-        "losses": make_losses(),
-        "optimizers": make_optimizers(),
+        "layers": layers + make_sequence_layers(),
+        "losses": losses,
+        "optimizers": optimizers,
     }
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden.json")
     with open(path, "w") as f:

@@ -1,4 +1,5 @@
-// Golden values from PyTorch (float64) for layers (forward and backward), losses (value and gradient) and
+// Golden values from PyTorch (float64; attention by its scaled_dot_product_attention) for layers (forward
+// and backward), losses (value and gradient) and
 // optimizers (two steps), computed on every backend of the suite. The reference is tests/golden/golden.json, written by tests/golden/make_golden.py
 // (its header says how to run it and the conventions it follows).
 #include "support/gradcheck.hpp"
@@ -137,6 +138,12 @@ const std::map<std::string, std::function<void(const json&)>> layer_checks{
     {"zero_padding2d_0_1_3_2", check_layer<B, zero_padding2d<0, 1, 3, 2>, conv_in>},
     {"leaky_relu_0.3", check_layer<B, leaky_relu<0.3f>, act_in>},
     {"layer_normalization", check_layer<B, layer_normalization<1e-3f>, shape<2, 5>>},
+    {"conv1d_causal_dilation2", check_layer<B, conv1d<4, 3, linear, padding::causal, dilation_rate<2>>, shape<7, 3>>},
+    {"conv1d_same_s2", check_layer<B, conv1d<4, 4, linear, strides<2>, padding::same>, shape<7, 3>>},
+    {"global_average_pooling1d", check_layer<B, global_average_pooling1d<>, shape<7, 3>>},
+    {"multi_head_attention", check_layer<B, multi_head_attention<2, 3, value_dim<2>>, shape<4, 6>>},
+    {"multi_head_attention_causal",
+     check_layer<B, multi_head_attention<2, 3, value_dim<2>, use_causal_mask<true>>, shape<4, 6>>},
     {"batch_normalization_training", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
     {"batch_normalization_inference", check_layer<B, batch_normalization<{.momentum = 0.9f}>, shape<3, 2, 3>>},
     {"embedding", check_layer<B, embedding<6, 3>, shape<4>>},
