@@ -62,6 +62,28 @@ def resnet20():
     return keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(h)))
 
 
+def transformer(steps=128, vocab=256, width=256):
+    """train_throughput.cpp's two GPT blocks: Keras' MultiHeadAttention with use_causal_mask, a learned
+    position table added to the token embeddings (KerasHub's PositionEmbedding), normalization first."""
+    layers = keras.layers
+
+    class PositionEmbedding(layers.Layer):
+        def build(self, shape):
+            self.table = self.add_weight(shape=tuple(shape[1:]), initializer="glorot_uniform")
+
+        def call(self, x):
+            return x + self.table
+
+    inputs = keras.Input((steps,), dtype="int32")
+    h = PositionEmbedding()(layers.Embedding(vocab, width)(inputs))
+    for _ in range(2):
+        z = layers.LayerNormalization(epsilon=1e-3)(h)
+        h = layers.Add()([h, layers.MultiHeadAttention(4, width // 4)(z, z, use_causal_mask=True)])
+        z = layers.LayerNormalization(epsilon=1e-3)(h)
+        h = layers.Add()([h, layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(z))])
+    return keras.Model(inputs, layers.Dense(vocab)(layers.LayerNormalization(epsilon=1e-3)(h)))
+
+
 def make(model, batch, jit):
     """The Keras models of train_throughput.cpp, as TensorFlow's tutorials write them."""
     keras.utils.set_random_seed(0)
@@ -79,9 +101,13 @@ def make(model, batch, jit):
     elif model == "resnet20":
         net = resnet20()
         x = np.random.rand(batch, 28, 28).astype("float32")
+    elif model == "transformer":
+        net = transformer()
+        x = np.random.randint(0, 256, (batch, 128)).astype("int32")
     else:
         raise ValueError(f"unknown model {model!r}")
-    y = np.random.randint(0, 10, (batch,)).astype("int64")
+    y = np.random.randint(0, 256 if model == "transformer" else 10, x.shape[:2] if model == "transformer" else (batch,))
+    y = y.astype("int64")
     net.compile(optimizer=keras.optimizers.Adam(1e-3),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"], jit_compile=jit)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch peer of bench/train_throughput: the same two Keras models trained the same way.
+"""PyTorch peer of bench/train_throughput: the same Keras models trained the same way.
 
 train_throughput starts this script as a co-process (one per torch setting) and sends it one request
 per line; each answer is one JSON line. It can also be run by hand:
@@ -68,6 +68,39 @@ def set_threads(threads):
         OPENBLAS.openblas_set_num_threads(threads)
 
 
+class DecoderBlock(nn.Module):
+    """train_throughput.cpp's GPT block: normalization first, causal attention by scaled_dot_product_attention,
+    a GELU feed-forward; Keras' LayerNormalization epsilon (1e-3)."""
+
+    def __init__(self, width=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width, eps=1e-3), nn.LayerNorm(width, eps=1e-3)
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        z = self.ln1(x)
+        q, k, v = (f(z).view(b, t, self.heads, d // self.heads).transpose(1, 2) for f in (self.q, self.k, self.v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, steps=128, vocab=256, width=256):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Parameter(torch.randn(steps, width) * 0.02)
+        self.blocks = nn.Sequential(DecoderBlock(width), DecoderBlock(width))
+        self.ln = nn.LayerNorm(width, eps=1e-3)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, x):
+        return self.head(self.ln(self.blocks(self.tokens(x) + self.positions)))
+
+
 def make(model, batch):
     """The Keras models of train_throughput.cpp (channels first for conv, as torch wants)."""
     model, _, policy = model.partition(":")
@@ -83,9 +116,12 @@ def make(model, batch):
     elif model == "resnet20":
         net = ResNet20()
         x = torch.rand(batch, 1, 28, 28)
+    elif model == "transformer":
+        net = Transformer()
+        x = torch.randint(0, 256, (batch, 128))
     else:
         raise ValueError(f"unknown model {model!r}")
-    y = torch.randint(0, 10, (batch,))
+    y = torch.randint(0, 256, (batch, 128)) if model == "transformer" else torch.randint(0, 10, (batch,))
     # Keras' Adam defaults: lr 1e-3, betas (0.9, 0.999), epsilon 1e-7.
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
@@ -93,11 +129,11 @@ def make(model, batch):
     def step():
         opt.zero_grad()
         out = net(x)
-        loss = loss_fn(out, y)
+        loss = loss_fn(out.flatten(0, -2), y.flatten())  # (a sequence model: a loss per step)
         loss.backward()
         opt.step()
         with torch.no_grad():
-            correct = (out.argmax(1) == y).sum()
+            correct = (out.argmax(-1) == y).sum()
         return loss.item(), correct.item()
 
     if cast is None:
@@ -108,7 +144,7 @@ def make(model, batch):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=cast):
             out = net(x)
-            loss = loss_fn(out, y)
+            loss = loss_fn(out.flatten(0, -2), y.flatten())
         if scaler:
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -117,7 +153,7 @@ def make(model, batch):
             loss.backward()
             opt.step()
         with torch.no_grad():
-            correct = (out.argmax(1) == y).sum()
+            correct = (out.argmax(-1) == y).sum()
         return loss.item(), correct.item()
 
     return mixed_step

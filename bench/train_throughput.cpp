@@ -1,6 +1,6 @@
 // train_throughput: samples/s of full training steps (forward, backward, optimizer) of Keras models (the
-// tutorial's CNN, an MLP, ResNet-20), dtrain against PyTorch and TensorFlow in the same invocation. See
-// bench/README.md for the columns.
+// tutorial's CNN, an MLP, ResNet-20, a two-block GPT-style transformer), dtrain against PyTorch and
+// TensorFlow in the same invocation. See bench/README.md for the columns.
 //
 //   cmake --build build --target train_throughput && build/bench/train_throughput [--quick] [--no-torch]
 //   build/bench/train_throughput --device cuda     # on a GPU: the cuda backend against PyTorch on that GPU
@@ -54,7 +54,28 @@ using cnn = dtrain::sequential<dtrain::input<28, 28>, dtrain::reshape<28, 28, 1>
 using mlp = dtrain::sequential<dtrain::input<784>, dtrain::dense<256, dtrain::relu>, dtrain::dense<256, dtrain::relu>,
                                dtrain::dense<10>>;
 using resnet20 = mnist_setup::resnet20;  // the examples' (examples/mnist_models.hpp)
-const std::vector<std::string> known_models{"cnn", "mlp", "resnet20"};
+
+/// GPT-2's decoder block (normalization first) twice: width 256, 4 causal heads of 64, a 1024-wide GELU
+/// feed-forward; sequences of 128 tokens of a 256-token vocabulary, the next token's logits at every step.
+namespace gpt {
+constexpr std::size_t steps = 128, vocab = 256, width = 256;
+template <int I>
+struct tag;
+template <int I>  // block I reads node tag<4 * I> and ends in tag<4 * I + 4>
+using decoder_block = dtrain::block<
+    dtrain::layer_normalization<>, dtrain::node<tag<4 * I + 1>, dtrain::multi_head_attention<4, 64, dtrain::use_causal_mask<true>>>,
+    dtrain::node<tag<4 * I + 2>, dtrain::add, tag<4 * I>, tag<4 * I + 1>>, dtrain::layer_normalization<>,
+    dtrain::dense<4 * width, dtrain::gelu>, dtrain::node<tag<4 * I + 3>, dtrain::dense<width>>,
+    dtrain::node<tag<4 * I + 4>, dtrain::add, tag<4 * I + 2>, tag<4 * I + 3>>>;
+struct tokens;
+struct positions;
+using transformer = dtrain::functional<dtrain::input<steps>, dtrain::node<tokens, dtrain::embedding<vocab, width>>,
+                                       dtrain::node<positions, dtrain::position_embedding<steps>>,
+                                       dtrain::node<tag<0>, dtrain::add, tokens, positions>, decoder_block<0>,
+                                       decoder_block<1>, dtrain::layer_normalization<>, dtrain::dense<vocab>>;
+}  // namespace gpt
+using gpt::transformer;
+const std::vector<std::string> known_models{"cnn", "mlp", "resnet20", "transformer"};
 
 constexpr const char* python = "/usr/bin/python3";
 constexpr const char* malloc_tunables =
@@ -82,15 +103,18 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/// Generated data: uniform [0, 1) pixels, uniform labels (throughput does not depend on the values).
+/// Generated data: uniform [0, 1) pixels, uniform labels (throughput does not depend on the values); for
+/// a sequence model, uniform tokens and a label per step.
 template <class Net>
 std::pair<dtrain::tensor, dtrain::tensor> make_batch(std::size_t batch) {
+  constexpr bool sequence = Net::output_shape::rank == 2;
+  constexpr std::size_t classes = Net::output_shape::dims[Net::output_shape::rank - 1];
   dtrain::extents ex{batch};
   for (auto d : Net::input_shape::dims) ex.push_back(d);
-  dtrain::tensor x = dtrain::zeros(ex), y = dtrain::zeros({batch});
+  dtrain::tensor x = dtrain::zeros(ex), y = sequence ? dtrain::zeros(ex) : dtrain::zeros({batch});
   dtrain::rng gen(7);
-  for (auto& v : x) v = gen.uniform();
-  for (auto& v : y) v = static_cast<float>(gen.below(10));
+  for (auto& v : x) v = sequence ? static_cast<float>(gen.below(classes)) : gen.uniform();
+  for (auto& v : y) v = static_cast<float>(gen.below(classes));
   return {std::move(x), std::move(y)};
 }
 
@@ -133,6 +157,7 @@ result run_dtrain(std::size_t batch, int threads, const std::string& precision, 
 result run_dtrain(const std::string& model, std::size_t batch, int threads, const std::string& precision,
                   const timing& t) {
   if (model == "cnn") return run_dtrain<cnn>(batch, threads, precision, t);
+  if (model == "transformer") return run_dtrain<transformer>(batch, threads, precision, t);
   return model == "mlp" ? run_dtrain<mlp>(batch, threads, precision, t)
                         : run_dtrain<resnet20>(batch, threads, precision, t);
 }
@@ -385,6 +410,7 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
     for (auto b : batches) {
       const auto run = [&](bool graph) {
         if (m == "cnn") return run_cuda<cnn>(b, graph, t);
+        if (m == "transformer") return run_cuda<transformer>(b, graph, t);
         return m == "mlp" ? run_cuda<mlp>(b, graph, t) : run_cuda<resnet20>(b, graph, t);
       };
       const result dg = run(true), dl = run(false);
@@ -406,7 +432,7 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
 void usage() {
   std::puts(
       "usage: train_throughput [--quick] [--no-torch] [--no-pypi] [--no-debian-torch] [--no-rss]\n"
-      "                        [--models cnn,mlp,resnet20 (default cnn,mlp)]\n"
+      "                        [--models cnn,mlp,resnet20,transformer (default cnn,mlp)]\n"
       "                        [--batches 32,64,256] [--threads 1,2] [--window SECONDS] [--windows N]\n"
       "                        [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
       "                        [--precision float32,mixed_bfloat16 (the default; also mixed_float16)]\n"
@@ -479,7 +505,7 @@ int main(int argc, char** argv) {
   }
   for (auto& m : models)
     if (std::find(known_models.begin(), known_models.end(), m) == known_models.end())
-      return std::fprintf(stderr, "unknown model %s (cnn, mlp, resnet20)\n", m.c_str()), 2;
+      return std::fprintf(stderr, "unknown model %s (cnn, mlp, resnet20, transformer)\n", m.c_str()), 2;
   if (models.empty() || batches.empty() || thread_counts.empty())
     return std::fprintf(stderr, "train_throughput: --models, --batches and --threads need at least one value\n"), 2;
   for (int th : thread_counts)
