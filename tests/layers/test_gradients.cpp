@@ -59,6 +59,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv1d_and_global_pooling1d, B, backends) {
         "conv1d causal dilated strided", n);
     check_layer_gradients<conv1d<4, 3, relu, padding::same, groups<2>, use_bias<false>>, shape<5, 4>, B>(
         "conv1d same groups, no bias", n);
+    check_layer_gradients<max_pooling1d<2>, shape<6, 3>, B>("max_pooling1d", n);
+    check_layer_gradients<average_pooling1d<3, strides<2>, padding::same>, shape<7, 2>, B>("average_pooling1d same s2", n);
     check_layer_gradients<global_average_pooling1d<>, shape<5, 3>, B>("global_average_pooling1d", n);
     check_layer_gradients<global_max_pooling1d<true>, shape<4, 2>, B>("global_max_pooling1d keepdims", n);
   }

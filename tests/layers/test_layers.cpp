@@ -26,6 +26,8 @@ static_assert(std::is_same_v<bind_t<conv1d<8, 3>, shape<10, 4>>::output_shape, s
 static_assert(std::is_same_v<bind_t<conv1d<8, 3, relu, padding::causal, strides<2>>, shape<10, 4>>::output_shape, shape<5, 8>>);
 static_assert(param_count_v<bind_t<conv1d<6, 3, relu, groups<2>>, shape<10, 4>>> == 3 * 2 * 6 + 6);
 static_assert(std::is_same_v<bind_t<global_average_pooling1d<>, shape<10, 4>>::output_shape, shape<4>>);
+static_assert(std::is_same_v<bind_t<max_pooling1d<2>, shape<9, 4>>::output_shape, shape<4, 4>>);
+static_assert(std::is_same_v<bind_t<average_pooling1d<3, strides<2>, padding::same>, shape<9, 4>>::output_shape, shape<5, 4>>);
 static_assert(std::is_same_v<bind_t<multi_head_attention<4, 8>, shape<16, 32>>::output_shape, shape<16, 32>>);
 static_assert(param_count_v<bind_t<multi_head_attention<4, 8, value_dim<6>>, shape<16, 32>>> ==
               2 * (32 * 4 * 8 + 4 * 8) + 32 * 4 * 6 + 4 * 6 + 4 * 6 * 32 + 32);
@@ -221,6 +223,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_matches_the_textbook_formula,
   };
   check.template operator()<multi_head_attention<H, K, value_dim<V>>>(false, "attention");
   check.template operator()<multi_head_attention<H, K, value_dim<V>, use_causal_mask<true>>>(true, "causal attention");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pooling1d_by_hand, B, backends) {
+  // one channel of 7 steps: max over pairs (the 7th step left out); average over 3 steps with stride 2
+  // and same padding (TF: 4 windows need 9 steps, one padded before and one after; the steps inside averaged)
+  const std::vector<float> x{1, 5, 2, -1, 4, 0, 3};
+  const auto mx = run_forward<max_pooling1d<2>, shape<7, 1>, B>(x, 1, {});
+  BOOST_TEST(mx == (std::vector<float>{5, 2, 4}), boost::test_tools::per_element());
+  const auto av = run_forward<average_pooling1d<3, strides<2>, padding::same>, shape<7, 1>, B>(x, 1, {});
+  const std::vector<float> want{(1 + 5) / 2.0f, (5 + 2 - 1) / 3.0f, (-1 + 4 + 0) / 3.0f, (0 + 3) / 2.0f};
+  for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(av[i] == want[i], boost::test_tools::tolerance(1e-6f));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(position_embedding_gives_its_first_rows_whatever_the_input, B, backends) {

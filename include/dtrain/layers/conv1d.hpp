@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// `conv1d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv1D` over (steps, channels), and
-/// `global_average_pooling1d<>` / `global_max_pooling1d<>`: Keras `GlobalAveragePooling1D` /
-/// `GlobalMaxPooling1D` over the steps. A sequence is an image of one row: conv1d is conv2d's kernels over
+/// `conv1d<Filters, Kernel, Activation, Options...>`: Keras `layers.Conv1D` over (steps, channels);
+/// `max_pooling1d<Pool>` / `average_pooling1d<Pool>` (Keras `MaxPooling1D` / `AveragePooling1D`) and
+/// `global_average_pooling1d<>` / `global_max_pooling1d<>` (Keras `GlobalAveragePooling1D` /
+/// `GlobalMaxPooling1D`) over the steps. A sequence is an image of one row: conv1d is conv2d's kernels over
 /// (1, steps, channels) with a (1, Kernel) window, its kernel (Kernel, in_channels / groups, filters) as
 /// Keras stores it. Options: `strides<S>`, `padding::valid` (default) / `padding::same` /
 /// `padding::causal` (output step t sees input steps up to t), `dilation_rate<D>`, `groups<G>`,
@@ -50,6 +51,29 @@ struct conv1d {
 };
 
 namespace detail {
+/// Max or average pooling over windows of Pool steps: pooling2d over (1, steps, c) with a (1, Pool) window.
+template <bool Max, std::size_t Pool, class... Options>
+struct pooling1d {
+  using pool2d = pooling2d<Max, kernel_size{1, Pool}, Options...>;
+
+  template <class In, class B>
+  struct bind : pool2d::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B> {
+    static_assert(In::rank == 2, "pooling 1D expects a rank-2 input (steps, channels)");
+    using geo = typename pool2d::template geo<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>>;
+    using input_shape = In;
+    using output_shape = shape<geo::ow, geo::c>;
+    static constexpr const char* keras_name = Max ? "max_pooling1d" : "average_pooling1d";
+    static constexpr const char* class_name = Max ? "MaxPooling1D" : "AveragePooling1D";
+    template <class C>
+    static void get_config(C& c) {
+      c.set("pool_size", std::array<std::size_t, 1>{Pool});
+      c.set("strides", std::array<std::size_t, 1>{pool2d::stride_type::w});
+      c.set("padding", pool2d::padding_type::is_same ? "same" : "valid");
+      c.set("data_format", "channels_last");
+    }
+  };
+};
+
 /// One window over all steps: (steps, c) becomes (c), or (1, c) with KeepDims.
 template <bool Max, bool KeepDims>
 struct global_pooling1d {
@@ -73,6 +97,15 @@ struct global_pooling1d {
   };
 };
 }  // namespace detail
+
+/// Keras `layers.MaxPooling1D(pool_size)`: `max_pooling1d<2>`; options `strides<S>` (default the pool
+/// size) and `padding::valid | padding::same`.
+template <std::size_t Pool = 2, class... Options>
+struct max_pooling1d : detail::pooling1d<true, Pool, Options...> {};
+
+/// Keras `layers.AveragePooling1D(pool_size)` (same padding: the mean of the steps inside the input).
+template <std::size_t Pool = 2, class... Options>
+struct average_pooling1d : detail::pooling1d<false, Pool, Options...> {};
 
 /// Keras `layers.GlobalMaxPooling1D(keepdims=KeepDims)`.
 template <bool KeepDims = false>
