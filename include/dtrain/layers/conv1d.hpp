@@ -16,14 +16,20 @@
 
 namespace dtrain {
 
+namespace detail {
+/// A sequence (steps, channels) as the one-row image (1, steps, channels) the 2-D kernels take.
+template <class In>
+using one_row = shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>;
+}  // namespace detail
+
 template <std::size_t Filters, std::size_t Kernel, class Activation = linear, class... Options>
 struct conv1d {
   using conv = conv2d<Filters, kernel_size{1, Kernel}, Activation, Options..., detail::conv1d_window>;
 
   template <class In, class B>
-  struct bind : conv::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B> {
+  struct bind : conv::template bind<detail::one_row<In>, B> {
     static_assert(In::rank == 2, "conv1d expects a rank-2 input (steps, channels)");
-    using base = typename conv::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B>;
+    using base = typename conv::template bind<detail::one_row<In>, B>;
     using input_shape = In;
     using output_shape = shape<base::geo::ow, Filters>;
     static constexpr const char* keras_name = "conv1d";
@@ -31,10 +37,8 @@ struct conv1d {
     template <class C>
     static void get_config(C& c) {
       c.set("filters", Filters);
-      c.set("kernel_size", std::array<std::size_t, 1>{Kernel});
-      c.set("strides", std::array<std::size_t, 1>{conv::stride_type::w});
-      c.set("padding", conv::padding_type::is_causal ? "causal" : conv::padding_type::is_same ? "same" : "valid");
-      c.set("data_format", "channels_last");
+      detail::window_config<kernel_size{1, Kernel}, typename conv::stride_type, typename conv::padding_type>(
+          c, "kernel_size", true);
       c.set("dilation_rate", std::array<std::size_t, 1>{conv::dilation_type::w});
       c.set("groups", conv::group_count);
       c.set("activation", Activation::name);
@@ -57,43 +61,31 @@ struct pooling1d {
   using pool2d = pooling2d<Max, kernel_size{1, Pool}, Options...>;
 
   template <class In, class B>
-  struct bind : pool2d::template bind<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>, B> {
+  struct bind : pool2d::template bind<one_row<In>, B> {
     static_assert(In::rank == 2, "pooling 1D expects a rank-2 input (steps, channels)");
-    using geo = typename pool2d::template geo<shape<1, In::dims[0], (In::rank == 2 ? In::dims[1] : 1)>>;
+    using geo = typename pool2d::template geo<one_row<In>>;
     using input_shape = In;
     using output_shape = shape<geo::ow, geo::c>;
     static constexpr const char* keras_name = Max ? "max_pooling1d" : "average_pooling1d";
     static constexpr const char* class_name = Max ? "MaxPooling1D" : "AveragePooling1D";
     template <class C>
     static void get_config(C& c) {
-      c.set("pool_size", std::array<std::size_t, 1>{Pool});
-      c.set("strides", std::array<std::size_t, 1>{pool2d::stride_type::w});
-      c.set("padding", pool2d::padding_type::is_same ? "same" : "valid");
-      c.set("data_format", "channels_last");
+      window_config<kernel_size{1, Pool}, typename pool2d::stride_type, typename pool2d::padding_type>(c, "pool_size",
+                                                                                                       true);
     }
   };
 };
 
-/// One window over all steps: (steps, c) becomes (c), or (1, c) with KeepDims.
+/// One window over all steps: global_pooling2d over (1, steps, c); (c), or (1, c) with KeepDims.
 template <bool Max, bool KeepDims>
 struct global_pooling1d {
-  template <class In>
-  static constexpr window_geometry steps() {
-    static_assert(In::rank == 2, "global pooling 1D: the input must be (steps, channels)");
-    constexpr std::size_t w = In::dims[0], c = In::rank == 2 ? In::dims[1] : 1;
-    return {1, w, c, 1, w, 1, w, 0, 0, 1, 1, c};
-  }
-
   template <class In, class B>
-  struct bind : pooling_layer<Max, steps<In>(), In,
-                              std::conditional_t<KeepDims, shape<1, In::dims[In::rank - 1]>, shape<In::dims[In::rank - 1]>>, B> {
+  struct bind : global_pooling2d<Max, KeepDims>::template bind<one_row<In>, B> {
+    static_assert(In::rank == 2, "global pooling 1D: the input must be (steps, channels)");
+    using input_shape = In;
+    using output_shape = std::conditional_t<KeepDims, shape<1, one_row<In>::dims[2]>, shape<one_row<In>::dims[2]>>;
     static constexpr const char* keras_name = Max ? "global_max_pooling1d" : "global_average_pooling1d";
     static constexpr const char* class_name = Max ? "GlobalMaxPooling1D" : "GlobalAveragePooling1D";
-    template <class C>
-    static void get_config(C& c) {
-      c.set("data_format", "channels_last");
-      c.set("keepdims", KeepDims);
-    }
   };
 };
 }  // namespace detail

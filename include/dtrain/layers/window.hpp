@@ -92,11 +92,17 @@ constexpr window_axis window(std::size_t in, std::size_t k, std::size_t s) {
 }
 
 /// The window entries of a 2-D window layer's Keras config: its size under `size_key` (kernel_size or
-/// pool_size), strides, padding and the channels-last data format.
+/// pool_size), strides, padding and the channels-last data format; with `one_row`, a 1-D layer's (the
+/// width's size and stride only).
 template <kernel_size K, class Strides, class Padding, class C>
-void window_config(C& c, const char* size_key) {
-  c.set(size_key, std::array<std::size_t, 2>{K.h, K.w});
-  c.set("strides", std::array<std::size_t, 2>{Strides::h, Strides::w});
+void window_config(C& c, const char* size_key, bool one_row = false) {
+  if (one_row) {
+    c.set(size_key, std::array<std::size_t, 1>{K.w});
+    c.set("strides", std::array<std::size_t, 1>{Strides::w});
+  } else {
+    c.set(size_key, std::array<std::size_t, 2>{K.h, K.w});
+    c.set("strides", std::array<std::size_t, 2>{Strides::h, Strides::w});
+  }
   c.set("padding", Padding::is_causal ? "causal" : Padding::is_same ? "same" : "valid");
   c.set("data_format", "channels_last");
 }
