@@ -60,6 +60,7 @@
 #include "dtrain/data/npy.hpp"
 #include "dtrain/data/sources.hpp"
 #include "dtrain/data/stages.hpp"
+#include "dtrain/data/text.hpp"
 #include "dtrain/data/tfrecord.hpp"
 
 #include "dtrain/distribute/cluster.hpp"
@@ -81,6 +82,7 @@
 #include "dtrain/metrics/confusion.hpp"
 #include "dtrain/metrics/iou.hpp"
 #include "dtrain/metrics/metric.hpp"
+#include "dtrain/metrics/perplexity.hpp"
 
 #include "dtrain/optimizers/adagrad.hpp"
 #include "dtrain/optimizers/adam.hpp"

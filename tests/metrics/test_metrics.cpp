@@ -221,4 +221,28 @@ BOOST_AUTO_TEST_CASE(mean_is_weighted) {
   BOOST_TEST(loss.result() == 0.0f);
 }
 
+BOOST_AUTO_TEST_CASE(perplexity_is_the_exponential_of_the_mean_token_crossentropy) {
+  // uniform scores over 5 tokens: a perplexity of 5, however many tokens
+  const batch uniform{std::vector<float>(2 * 3 * 5, 0.0f), {2, 3, 5}}, targets{{0, 1, 2, 3, 4, 0}, {2, 3}};
+  any_metric logits = perplexity{.from_logits = true};
+  logits.update_state(targets.view(), uniform.view());
+  BOOST_TEST(logits.result() == 5.0f, boost::test_tools::tolerance(1e-5f));
+  // probabilities: the first token's target has 1/2 (crossentropy ln 2), the second's 1/4 (ln 4)
+  const batch probs{{0.5f, 0.25f, 0.25f, 0.5f, 0.25f, 0.25f}, {1, 2, 3}}, t{{0, 2}, {1, 2}};
+  any_metric both = perplexity{};
+  both.update_state(t.view(), probs.view());
+  BOOST_TEST(both.result() == std::pow(2.0f, 1.5f), boost::test_tools::tolerance(1e-5f));
+  // target 2 as the padding: only the first token counts
+  any_metric masked = perplexity{.mask_token_id = 2};
+  masked.update_state(t.view(), probs.view());
+  BOOST_TEST(masked.result() == 2.0f, boost::test_tools::tolerance(1e-5f));
+  BOOST_TEST(masked.state().values[1] == 1.0f);
+  // the states of two batches add up (as replicas' and workers' do)
+  masked.update_state(t.view(), probs.view());
+  BOOST_TEST(masked.state().values[1] == 2.0f);
+  BOOST_TEST(masked.result() == 2.0f, boost::test_tools::tolerance(1e-5f));
+  const batch wrong{{0, 1, 2}, {1, 3}};
+  BOOST_CHECK_THROW(both.update_state(wrong.view(), probs.view()), shape_error);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
