@@ -42,6 +42,7 @@
 #include "dtrain/layers/normalization.hpp"
 #include "dtrain/layers/pooling.hpp"
 #include "dtrain/layers/regularizers.hpp"
+#include "dtrain/layers/recurrent.hpp"
 #include "dtrain/layers/reshape.hpp"
 #include "dtrain/layers/up_sampling2d.hpp"
 #include "dtrain/layers/zero_padding2d.hpp"

@@ -507,13 +507,67 @@ def make_sequence_layers():
     return cases
 
 
+def make_recurrent_layers():
+    """LSTM and GRU by torch's cells with Keras-layout weights (checked against nn.LSTM / nn.GRU); drawn last."""
+    cases = []
+    n, T, f, u = 2, 5, 3, 4
+    x = randn(n, T, f)
+    lw = [randn(f, 4 * u, scale=0.5), randn(u, 4 * u, scale=0.5), randn(4 * u, scale=0.2)]
+    gw = [randn(f, 3 * u, scale=0.5), randn(u, 3 * u, scale=0.5), randn(2, 3 * u, scale=0.2)]
+    # the cells are the modules' arithmetic: nn.LSTM / nn.GRU given the same weights agree
+    with torch.no_grad():
+        m = torch.nn.LSTM(f, u, batch_first=True).double()
+        m.weight_ih_l0.copy_(lw[0].t()), m.weight_hh_l0.copy_(lw[1].t()), m.bias_ih_l0.copy_(lw[2])
+        m.bias_hh_l0.zero_()
+        assert torch.allclose(m(x)[0], functional_lstm(x, *lw, True), atol=1e-12)
+        g = torch.nn.GRU(f, u, batch_first=True).double()
+        g.weight_ih_l0.copy_(gru_blocks(gw[0], u).t()), g.weight_hh_l0.copy_(gru_blocks(gw[1], u).t())
+        g.bias_ih_l0.copy_(gru_blocks(gw[2][0], u)), g.bias_hh_l0.copy_(gru_blocks(gw[2][1], u))
+        assert torch.allclose(g(x)[0], functional_gru(x, *gw, True), atol=1e-12)
+    for sequences in (False, True):
+        tail = "_sequences" if sequences else ""
+        cases.append(layer_case("lstm" + tail, lambda x, *w, s=sequences: functional_lstm(x, *w, s), x, lw))
+        cases.append(layer_case("gru" + tail, lambda x, *w, s=sequences: functional_gru(x, *w, s), x, gw))
+    return cases
+
+
+def gru_blocks(w, u):
+    """Keras' GRU blocks (z, r, h) along the last axis in torch's order (r, z, n)."""
+    return torch.cat([w[..., u:2 * u], w[..., :u], w[..., 2 * u:]], dim=-1)
+
+
+def functional_lstm(x, kernel, recurrent, bias, sequences):
+    """torch.nn.LSTM's arithmetic through torch's own cell, with tensors (not Parameters) as weights."""
+    u = recurrent.shape[0]
+    zeros = torch.zeros(4 * u, dtype=x.dtype)
+    h = torch.zeros(x.shape[0], u, dtype=x.dtype)
+    c = torch.zeros_like(h)
+    ys = []
+    for t in range(x.shape[1]):
+        h, c = torch._VF.lstm_cell(x[:, t], (h, c), kernel.t(), recurrent.t(), bias, zeros)
+        ys.append(h)
+    return torch.stack(ys, dim=1) if sequences else h
+
+
+def functional_gru(x, kernel, recurrent, bias, sequences):
+    """torch.nn.GRU's cell (reset_after) with Keras' blocks reordered to torch's."""
+    u = recurrent.shape[0]
+    h = torch.zeros(x.shape[0], u, dtype=x.dtype)
+    ys = []
+    for t in range(x.shape[1]):
+        h = torch._VF.gru_cell(x[:, t], h, gru_blocks(kernel, u).t(), gru_blocks(recurrent, u).t(),
+                               gru_blocks(bias[0], u), gru_blocks(bias[1], u))
+        ys.append(h)
+    return torch.stack(ys, dim=1) if sequences else h
+
+
 def main():
     layers = make_layers()
     losses = make_losses()
     optimizers = make_optimizers()
     golden = {
         "generator": "tests/golden/make_golden.py (torch " + torch.__version__ + ", float64)",
-        "layers": layers + make_sequence_layers(),
+        "layers": layers + make_sequence_layers() + make_recurrent_layers(),
         "losses": losses,
         "optimizers": optimizers,
     }

@@ -77,6 +77,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_with_and_without_the_causal_m
   }
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_and_gru_through_time, B, backends) {
+  for (std::size_t n : {1u, 3u}) {
+    check_layer_gradients<lstm<4>, shape<5, 3>, B>("lstm", n);
+    check_layer_gradients<lstm<3, return_sequences<true>>, shape<4, 2>, B>("lstm return_sequences", n);
+    check_layer_gradients<lstm<2, use_bias<false>>, shape<1, 3>, B>("lstm of one step, no bias", n);
+    check_layer_gradients<gru<4>, shape<5, 3>, B>("gru", n);
+    check_layer_gradients<gru<3, return_sequences<true>>, shape<4, 2>, B>("gru return_sequences", n);
+    check_layer_gradients<gru<2, use_bias<false>>, shape<1, 3>, B>("gru of one step, no bias", n);
+  }
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<conv2d_transpose<3, 3>, shape<4, 3, 2>, B>("conv2d_transpose valid", n);
