@@ -1,7 +1,7 @@
 // The dtrain side of tests/interop/check_keras_file.py (.keras files between dtrain and Keras 3) and
 // check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
-// that make images (`decoder`: embedding, transposed convolution, up-sampling) and a functional model of
-// two inputs and two outputs (`two_inputs`).
+// that make images (`decoder`: embedding, transposed convolution, up-sampling), a functional model of
+// two inputs and two outputs (`two_inputs`) and recurrent layers (`recurrent`: LSTM and GRU; .keras only).
 //   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
 //     dtrain::keras) and exported as dir/dtrain.onnx (with dtrain::onnx), with inputs (dir/x0.npy,
 //     x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
@@ -45,6 +45,8 @@ using two_inputs =
                node<h2, dense<6, sigmoid>, h1>, node<sum, add, a, h2>, node<both, concatenate, sum, b>,
                node<prod, multiply, h2, h1>, node<out, dense<2>, both>, outputs<prod, out>>;
 
+using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, gru<4>, dense<2>>;
+
 template <class Model>
 std::vector<tensor> draw_inputs() {
   rng r(3);
@@ -76,7 +78,7 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
     checkpoint::save_keras(m, dir / "dtrain.keras");
 #endif
 #ifdef DTRAIN_INTEROP_ONNX
-    checkpoint::export_onnx(m, dir / "dtrain.onnx");
+    if constexpr (!std::is_same_v<Model, recurrent>) checkpoint::export_onnx(m, dir / "dtrain.onnx");
 #endif
     const auto xs = draw_inputs<Model>();
     for (std::size_t k = 0; k < xs.size(); ++k) data::write_npy(dir / ("x" + std::to_string(k) + ".npy"), xs[k]);
@@ -108,5 +110,6 @@ int main(int argc, char** argv) {
   if (which == "convnet") return run<convnet>(argv[2], argv, argv[argc - 1]);
   if (which == "decoder") return run<decoder>(argv[2], argv, argv[argc - 1]);
   if (which == "two_inputs") return run<two_inputs>(argv[2], argv, argv[argc - 1]);
+  if (which == "recurrent") return run<recurrent>(argv[2], argv, argv[argc - 1]);
   return 2;
 }

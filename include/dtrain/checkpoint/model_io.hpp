@@ -44,7 +44,7 @@ std::string signature(const Model& m) {
 /// optimizer. The reader and writer below work on a layout, so they are written once, not per model type.
 struct model_layout {
   struct variable {
-    std::string name;  // layers/<layer>/vars/<i>
+    std::string name;  // layers/<layer>/vars/<i> (or a sublayer's path: layers/lstm/cell/vars/<i>)
     std::vector<std::size_t> shape;
     std::size_t offset = 0, size = 0;
     bool trainable = true;
@@ -68,8 +68,8 @@ model_layout layout_of(const Model& m) {
   for (const auto& layer : m.layers())
     for (std::size_t v = 0; v < layer.variables.size(); ++v) {
       const auto& var = layer.variables[v];
-      l.variables.push_back({"layers/" + layer.name + "/vars/" + std::to_string(v), var.shape, var.offset, var.size,
-                             var.trainable});
+      const std::string path = var.keras_path.empty() ? "vars/" + std::to_string(v) : var.keras_path;
+      l.variables.push_back({"layers/" + layer.name + "/" + path, var.shape, var.offset, var.size, var.trainable});
       l.weight_count = std::max(l.weight_count, var.offset + var.size);
     }
   if (m.compiled())

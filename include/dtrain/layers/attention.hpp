@@ -88,12 +88,17 @@ struct multi_head_attention {
       c.set("dropout", 0.0f);
       c.set("use_bias", bias);
     }
+    // Keras keeps them in its four EinsumDense sublayers: layers/multi_head_attention/query_dense/vars/0...
     static constexpr auto params = [] {
-      constexpr param_spec q{"query/kernel", 3, {d, heads, key_dim, 0}}, k{"key/kernel", 3, {d, heads, key_dim, 0}},
-          v{"value/kernel", 3, {d, heads, val_dim, 0}}, o{"attention_output/kernel", 3, {heads, val_dim, d, 0}};
+      constexpr param_spec q{"query/kernel", 3, {d, heads, key_dim, 0}, "query_dense/vars/0"},
+          k{"key/kernel", 3, {d, heads, key_dim, 0}, "key_dense/vars/0"},
+          v{"value/kernel", 3, {d, heads, val_dim, 0}, "value_dense/vars/0"},
+          o{"attention_output/kernel", 3, {heads, val_dim, d, 0}, "output_dense/vars/0"};
       if constexpr (bias)
-        return std::array<param_spec, 8>{q, {"query/bias", 2, {heads, key_dim, 0, 0}}, k, {"key/bias", 2, {heads, key_dim, 0, 0}},
-                                         v, {"value/bias", 2, {heads, val_dim, 0, 0}}, o, {"attention_output/bias", 1, {d, 0, 0, 0}}};
+        return std::array<param_spec, 8>{q, {"query/bias", 2, {heads, key_dim, 0, 0}, "query_dense/vars/1"},
+                                         k, {"key/bias", 2, {heads, key_dim, 0, 0}, "key_dense/vars/1"},
+                                         v, {"value/bias", 2, {heads, val_dim, 0, 0}, "value_dense/vars/1"},
+                                         o, {"attention_output/bias", 1, {d, 0, 0, 0}, "output_dense/vars/1"}};
       else return std::array<param_spec, 4>{q, k, v, o};
     }();
 

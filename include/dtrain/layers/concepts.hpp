@@ -107,11 +107,16 @@ concept config_writer = requires(C& c, std::remove_cvref_t<C>& nested) {
   { c.object("key", "module", "Class") } -> std::same_as<std::remove_cvref_t<C>>;
 };
 
-/// One trainable variable of a layer: its Keras name and shape.
+/// One trainable variable of a layer: its Keras name and shape, and where Keras' weight files keep it
+/// under the layer when that is in a sublayer of Keras' (an LSTM's "cell/vars/0"; null: "vars/<index>").
 struct param_spec {
   const char* name;
   std::size_t rank;
   std::array<std::size_t, 4> dims;
+  const char* keras_path;
+
+  constexpr param_spec(const char* n, std::size_t r, std::array<std::size_t, 4> d, const char* path = nullptr)
+      : name(n), rank(r), dims(d), keras_path(path) {}
 
   constexpr std::size_t size() const {
     std::size_t s = 1;

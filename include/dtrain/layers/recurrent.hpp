@@ -92,8 +92,10 @@ struct recurrent_base {
   // where each variable starts in the layer's parameters (Keras' order)
   static constexpr std::size_t kernel = 0, recurrent = f * w, bias_at = recurrent + u * w;
   static constexpr auto params = [] {
-    constexpr param_spec k{"kernel", 2, {f, w, 0, 0}}, r{"recurrent_kernel", 2, {u, w, 0, 0}};
-    constexpr param_spec b = BiasRows == 1 ? param_spec{"bias", 1, {w, 0, 0, 0}} : param_spec{"bias", 2, {BiasRows, w, 0, 0}};
+    // Keras keeps them in the layer's cell: layers/lstm/cell/vars/0...
+    constexpr param_spec k{"kernel", 2, {f, w, 0, 0}, "cell/vars/0"}, r{"recurrent_kernel", 2, {u, w, 0, 0}, "cell/vars/1"};
+    constexpr param_spec b = BiasRows == 1 ? param_spec{"bias", 1, {w, 0, 0, 0}, "cell/vars/2"}
+                                           : param_spec{"bias", 2, {BiasRows, w, 0, 0}, "cell/vars/2"};
     if constexpr (bias) return std::array<param_spec, 3>{k, r, b};
     else return std::array<param_spec, 2>{k, r};
   }();

@@ -38,6 +38,7 @@ struct variable_info {
   std::size_t offset;  // into get_weights() (for a trainable one, also into parameters())
   std::size_t size;
   bool trainable = true;  // false: a non-trainable variable (Keras' non_trainable_weights)
+  std::string keras_path{};  // under the layer in Keras' weight files, when not "vars/<index>" (param_spec)
 };
 
 /// One layer of a model, as `summary()` prints it.
@@ -280,8 +281,8 @@ class model_state {
                     param_sizes[I] + state_sizes[I], {}, {}};
       auto add = [&](const auto& specs, std::size_t at, bool trainable) {
         for (const auto& p : specs) {
-          li.variables.push_back(
-              {p.name, std::vector<std::size_t>(p.dims.begin(), p.dims.begin() + p.rank), at, p.size(), trainable});
+          li.variables.push_back({p.name, std::vector<std::size_t>(p.dims.begin(), p.dims.begin() + p.rank), at,
+                                  p.size(), trainable, p.keras_path ? p.keras_path : ""});
           at += p.size();
         }
       };
