@@ -59,6 +59,18 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(blas_like_kernels, B, backends) {
   BOOST_TEST((download(dev, z) == std::vector<float>{5, 7, 9, 5, 7, 9}), tt::per_element());
   dev.sum(6, cptr<B>(x.data()), total.data());
   BOOST_TEST(download(dev, total)[0] == 21.0f);
+  // x as 2 rows of 3 (of a row stride 3) transposed into 3 rows of 2 with a row stride of 3
+  auto t = upload(dev, std::vector<float>(9, -1.0f));
+  dev.transpose_matrix(2, 3, cptr<B>(x.data()), 3, t.data(), 3);
+  BOOST_TEST((download(dev, t) == std::vector<float>{1, 4, -1, 2, 5, -1, 3, 6, -1}), tt::per_element());
+  // a block of 20 x 17 (past the CPU's 16 x 16 blocks) out of a wider matrix
+  std::vector<float> big(20 * 19), want(17 * 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = float(i);
+  for (std::size_t i = 0; i < 20; ++i)
+    for (std::size_t j = 0; j < 17; ++j) want[j * 20 + i] = big[i * 19 + j];
+  auto bd = upload(dev, big), wd = dev.template allocate<float>(want.size());
+  dev.transpose_matrix(20, 17, cptr<B>(bd.data()), 19, wd.data(), 20);
+  BOOST_TEST(download(dev, wd) == want, tt::per_element());
 }
 
 // Sizes whose reductions take one, two and three levels of a GPU backend's tree (it adds at most 32

@@ -26,6 +26,7 @@
 ///
 /// The kernel families, each a concept (`cpu.hpp` documents each kernel's exact arithmetic):
 /// - `blas_kernels`: `fill`, `copy`, `copy_columns` (a block of columns between two row-major matrices),
+///   `transpose_matrix` (y = x^T: BLAS' omatcopy, for a GEMM that reads one operand transposed many times),
 ///   `axpy`, `multiply`, `gemm` (row-major, as cblas_sgemm), `broadcast_rows` (every row of y = x),
 ///   `column_sums` (y = sum of the rows of x), `sum` (out[0] = sum of x), `round_to` (each value of x
 ///   rounded to the nearest one of a dtype, as core/float16.hpp rounds: a mixed-precision policy's casts),
@@ -284,6 +285,7 @@ concept blas_kernels = backend_memory<B> && requires(const B& b, std::size_t n, 
   b.fill(n, s, p);
   b.copy(n, cp, p);
   b.copy_columns(n, n, cp, n, p, n);
+  b.transpose_matrix(n, n, cp, n, p, n);
   b.axpy(n, s, cp, p);
   b.multiply(n, cp, cp, p);
   b.gemm(transpose::no, transpose::yes, n, n, n, s, cp, n, cp, n, s, p, n);

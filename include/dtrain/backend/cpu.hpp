@@ -89,6 +89,14 @@ struct cpu : detail::cpu_activation_kernels,
     if (cols == 0) return;
     for (std::size_t r = 0; r < rows; ++r) copy(cols, x + r * ldx, y + r * ldy);
   }
+  /// y[j][i] = x[i][j] for i < rows, j < cols (y is cols x rows), in 16 x 16 blocks that stay in cache.
+  void transpose_matrix(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx, float* y,
+                        std::size_t ldy) const {
+    for (std::size_t i0 = 0; i0 < rows; i0 += 16)
+      for (std::size_t j0 = 0; j0 < cols; j0 += 16)
+        for (std::size_t i = i0; i < std::min(rows, i0 + 16); ++i)
+          for (std::size_t j = j0; j < std::min(cols, j0 + 16); ++j) y[j * ldy + i] = x[i * ldx + j];
+  }
   /// y += alpha x
   void axpy(std::size_t n, float alpha, const float* x, float* y) const {
     detail::for_rows(n, 1, [&](std::size_t b, std::size_t e) {

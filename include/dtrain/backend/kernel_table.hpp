@@ -64,6 +64,9 @@
   K((), (), void, copy_columns, (V, std::size_t, rows), (V, std::size_t, cols),                               \
     (P, const float, x, matrix(transpose::no, rows, cols, ldx)), (V, std::size_t, ldx),                       \
     (P, float, y, matrix(transpose::no, rows, cols, ldy)), (V, std::size_t, ldy))                             \
+  K((), (), void, transpose_matrix, (V, std::size_t, rows), (V, std::size_t, cols),                           \
+    (P, const float, x, matrix(transpose::no, rows, cols, ldx)), (V, std::size_t, ldx),                       \
+    (P, float, y, matrix(transpose::no, cols, rows, ldy)), (V, std::size_t, ldy))                             \
   K((), (), void, axpy, (V, std::size_t, n), (V, float, alpha), (P, const float, x, n), (P, float, y, n))     \
   K((), (), void, multiply, (V, std::size_t, n), (P, const float, x, n), (P, const float, y, n),              \
     (P, float, z, n))                                                                                         \

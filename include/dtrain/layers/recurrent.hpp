@@ -14,9 +14,10 @@
 /// glorot_uniform, recurrent kernels orthogonal (Keras' initializers). Options: `return_sequences<true>`
 /// (every step's h, (steps, units); default the last step's, (units)), `use_bias<false>`.
 ///
-/// Computed with the backend's BLAS-like and activation kernels: the input projections of every step
-/// in one GEMM, then per step the recurrent GEMM and the gates, kept step by step (time-major) for
-/// backpropagation through time, which ends in one GEMM each for the kernel's and the input's gradients.
+/// Computed with the backend's BLAS-like and activation kernels, time-major (step t's rows of all samples
+/// contiguous): the input projections of every step in one GEMM, then per step the recurrent GEMM and
+/// the gates, all kept for backpropagation through time, whose steps run only the GEMM to h_{t-1}'s
+/// gradient; the kernels' and the input's gradients are one GEMM each over every step afterwards.
 
 #include <algorithm>
 #include <cmath>
@@ -121,17 +122,19 @@ struct recurrent_base {
     c.set("recurrent_dropout", 0.0f);
   }
 
-  /// proj (n steps, w), sample-major like x = x W (+ the input bias `b` when not null).
-  static void project_inputs(const B& dev, std::size_t n, cptr x, cptr p, cptr b, ptr proj) {
-    if (b) dev.broadcast_rows(n * steps, w, b, proj);
-    dev.gemm(transpose::no, transpose::no, n * steps, w, f, 1.0f, x, f, p + kernel, w, b ? 1.0f : 0.0f, proj, w);
-  }
-  /// Step t's rows of the sample-major (n steps, cols) `from` into the (n, cols) `to`, and back.
+  /// Step t's rows of the sample-major (n, steps, cols) `from` into the (n, cols) `to`, and back.
   static void gather_step(const B& dev, std::size_t n, std::size_t t, std::size_t cols, cptr from, ptr to) {
     dev.copy_columns(n, cols, from + t * cols, steps * cols, to, cols);
   }
   static void scatter_step(const B& dev, std::size_t n, std::size_t t, std::size_t cols, cptr from, ptr to) {
     dev.copy_columns(n, cols, from, cols, to + t * cols, steps * cols);
+  }
+  /// xt (steps, n, f) = x (n, steps, f) time-major, and proj (steps n, w) = xt W (+ the input bias `b`
+  /// when not null): every step's input projection in one GEMM, step t's rows contiguous.
+  static void project_inputs(const B& dev, std::size_t n, cptr x, cptr p, cptr b, ptr xt, ptr proj) {
+    for (std::size_t t = 0; t < steps; ++t) gather_step(dev, n, t, f, x, xt + t * n * f);
+    if (b) dev.broadcast_rows(n * steps, w, b, proj);
+    dev.gemm(transpose::no, transpose::no, n * steps, w, f, 1.0f, cptr(xt), f, p + kernel, w, b ? 1.0f : 0.0f, proj, w);
   }
   /// The output: every step's h (time-major hs) into y's (n, steps, u), or the last step's.
   static void write_output(const B& dev, std::size_t n, cptr hs, ptr y) {
@@ -148,11 +151,20 @@ struct recurrent_base {
       dev.axpy(n * u, 1.0f, dy, dh);
     }
   }
-  /// From the projections' gradients dproj (n steps, w): the kernel's and input bias's gradients, and dx.
-  static void project_backward(const B& dev, std::size_t n, cptr x, cptr dproj, cptr p, ptr g, ptr gb, ptr dx) {
-    dev.gemm(transpose::yes, transpose::no, f, w, n * steps, 1.0f, x, f, dproj, w, 0.0f, g + kernel, w);
+  /// The recurrent kernel's gradient from every step's at once: the sum over t >= 1 of h_{t-1}^T dz_t,
+  /// one GEMM over the time-major hs and dzs (steps n rows each).
+  static void recurrent_backward(const B& dev, std::size_t n, cptr hs, cptr dzs, ptr g) {
+    if (steps == 1) return dev.fill(u * w, 0.0f, g + recurrent);
+    dev.gemm(transpose::yes, transpose::no, u, w, (steps - 1) * n, 1.0f, hs, u, dzs + n * w, w, 0.0f, g + recurrent, w);
+  }
+  /// From the time-major projections' gradients dproj (steps n, w): the kernel's and the input bias's
+  /// gradients, and dx (through xt, whose values are then spent).
+  static void project_backward(const B& dev, std::size_t n, ptr xt, cptr dproj, cptr p, ptr g, ptr gb, ptr dx) {
+    dev.gemm(transpose::yes, transpose::no, f, w, n * steps, 1.0f, cptr(xt), f, dproj, w, 0.0f, g + kernel, w);
     if (gb) dev.column_sums(n * steps, w, dproj, gb);
-    if (dx) dev.gemm(transpose::no, transpose::yes, n * steps, f, w, 1.0f, dproj, w, p + kernel, w, 0.0f, dx, f);
+    if (!dx) return;
+    dev.gemm(transpose::no, transpose::yes, n * steps, f, w, 1.0f, dproj, w, p + kernel, w, 0.0f, xt, f);
+    for (std::size_t t = 0; t < steps; ++t) scatter_step(dev, n, t, f, cptr(xt + t * n * f), dx);
   }
 };
 
@@ -192,13 +204,12 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
       const B& dev = ctx.device;
       const std::size_t nu = n * u;
-      const ptr proj = ensure(dev, proj_, n * steps * w), z = ensure(dev, z_, n * w);
+      const ptr xt = ensure(dev, xt_, n * steps * base::f), proj = ensure(dev, proj_, n * steps * w);
       const ptr gates = ensure(dev, gates_, steps * 4 * nu), c = ensure(dev, c_, steps * nu),
                 tc = ensure(dev, tc_, steps * nu), h = ensure(dev, h_, steps * nu), tmp = ensure(dev, tmp_, nu);
-      base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, proj);
+      base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, xt, proj);
       for (std::size_t t = 0; t < steps; ++t) {
-        const ptr a = gates + t * 4 * nu, ct = c + t * nu, ht = h + t * nu;
-        base::gather_step(dev, n, t, w, proj, z);
+        const ptr z = proj + t * n * w, a = gates + t * 4 * nu, ct = c + t * nu, ht = h + t * nu;
         if (t > 0)
           dev.gemm(transpose::no, transpose::no, n, w, u, 1.0f, cptr(h + (t - 1) * nu), u, p + recurrent, w, 1.0f, z, w);
         for (std::size_t k = 0; k < 4; ++k) dev.copy_columns(n, u, cptr(z + keras_block[k] * u), w, a + k * nu, u);
@@ -215,16 +226,19 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
       base::write_output(dev, n, h, y);
     }
 
-    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
+    void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t nu = n * u;
-      const ptr proj = proj_.data(), gates = gates_.data(), c = c_.data(), tc = tc_.data(), h = h_.data(), dz = z_.data();
+      const ptr proj = proj_.data(), gates = gates_.data(), c = c_.data(), tc = tc_.data(), h = h_.data();
       const ptr dh = ensure(dev, dh_, nu), dc = ensure(dev, dc_, nu), da = ensure(dev, da_, 4 * nu), tmp = tmp_.data();
       dev.fill(nu, 0.0f, dh);
       dev.fill(nu, 0.0f, dc);
-      dev.fill(u * w, 0.0f, g + recurrent);
+      // dh = dz U^T at every step: U transposed once, so each of those GEMMs reads both operands as they lie
+      const ptr ut = ensure(dev, ut_, u * w);
+      dev.transpose_matrix(u, w, p + recurrent, w, ut, u);
       for (std::size_t t = steps; t-- > 0;) {
         const cptr a = gates + t * 4 * nu, tct = tc + t * nu;
+        const ptr dz = proj + t * n * w;  // z_t's gradient replaces it
         base::add_output_gradient(dev, n, t, dy, dh, tmp);
         // h = o tanh(c): do = dh tanh(c); dc += (dh o) tanh'(c)
         dev.multiply(nu, cptr(dh), tct, da + 2 * nu);
@@ -241,20 +255,17 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
         dev.template activation_backward<activation_kind::sigmoid>(3 * n, u, cptr{}, a, cptr(da), da);
         dev.template activation_backward<activation_kind::tanh>(n, u, cptr{}, a + 3 * nu, cptr(da + 3 * nu), da + 3 * nu);
         for (std::size_t k = 0; k < 4; ++k) dev.copy_columns(n, u, cptr(da + k * nu), u, dz + keras_block[k] * u, w);
-        base::scatter_step(dev, n, t, w, dz, proj);  // the projections' gradients replace them
-        if (t > 0) {  // z = ... + h_{t-1} U
-          dev.gemm(transpose::yes, transpose::no, u, w, n, 1.0f, cptr(h + (t - 1) * nu), u, cptr(dz), w, 1.0f,
-                   g + recurrent, w);
-          dev.gemm(transpose::no, transpose::yes, n, u, w, 1.0f, cptr(dz), w, p + recurrent, w, 0.0f, dh, u);
-        }
+        if (t > 0)  // z_t = ... + h_{t-1} U
+          dev.gemm(transpose::no, transpose::no, n, u, w, 1.0f, cptr(dz), w, cptr(ut), u, 0.0f, dh, u);
       }
-      base::project_backward(dev, n, x, proj, p, g, bias ? g + bias_at : ptr{}, dx);
+      base::recurrent_backward(dev, n, h, proj, g);
+      base::project_backward(dev, n, xt_.data(), proj, p, g, bias ? g + bias_at : ptr{}, dx);
     }
 
     void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
 
    private:
-    buffer_t<B, float> proj_, z_, gates_, c_, tc_, h_, tmp_, dh_, dc_, da_;
+    buffer_t<B, float> xt_, proj_, gates_, c_, tc_, h_, tmp_, dh_, dc_, da_, ut_;
   };
 };
 
@@ -287,9 +298,10 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
     void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
       const B& dev = ctx.device;
       const std::size_t nu = n * u;
-      const ptr proj = ensure(dev, proj_, n * steps * w), xz = ensure(dev, xz_, n * w), rz = ensure(dev, rz_, n * w);
+      const ptr xt = ensure(dev, xt_, n * steps * base::f), proj = ensure(dev, proj_, n * steps * w);
+      const ptr xz = ensure(dev, xz_, n * w), rz = ensure(dev, rz_, n * steps * w);
       const ptr gates = ensure(dev, gates_, steps * 4 * nu), h = ensure(dev, h_, steps * nu), tmp = ensure(dev, tmp_, nu);
-      base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, proj);
+      base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, xt, proj);
       for (std::size_t t = 0; t < steps; ++t) {
         const ptr a = gates + t * 4 * nu, ht = h + t * nu;
         // the recurrent side h_{t-1} U + b_rec (b_rec alone at the first step, whose h_{t-1} is zero)
@@ -298,13 +310,13 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
         if (t > 0)
           dev.gemm(transpose::no, transpose::no, n, w, u, 1.0f, cptr(h + (t - 1) * nu), u, p + recurrent, w, 1.0f, rz, w);
         // z, r = sigmoid(input side + recurrent side)
-        base::gather_step(dev, n, t, w, proj, xz);
+        dev.copy(n * w, cptr(proj + t * n * w), xz);
         dev.axpy(n * w, 1.0f, cptr(rz), xz);
         for (std::size_t k = 0; k < 2; ++k) dev.copy_columns(n, u, cptr(xz + k * u), w, a + k * nu, u);
         dev.template activation_forward<activation_kind::sigmoid>(2 * n, u, a, a);
         // hh = tanh(x_h + r rec_h)
         dev.copy_columns(n, u, cptr(rz + 2 * u), w, a + 3 * nu, u);
-        dev.copy_columns(n, u, cptr(proj + t * w + 2 * u), steps * w, a + 2 * nu, u);
+        dev.copy_columns(n, u, cptr(proj + t * n * w + 2 * u), w, a + 2 * nu, u);
         dev.multiply(nu, cptr(a + nu), cptr(a + 3 * nu), tmp);
         dev.axpy(nu, 1.0f, cptr(tmp), a + 2 * nu);
         dev.template activation_forward<activation_kind::tanh>(n, u, a + 2 * nu, a + 2 * nu);
@@ -317,17 +329,19 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
       base::write_output(dev, n, h, y);
     }
 
-    void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
+    void backward(layer_context<B>& ctx, cptr, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       const B& dev = ctx.device;
       const std::size_t nu = n * u;
-      const ptr proj = proj_.data(), gates = gates_.data(), h = h_.data(), dxz = xz_.data(), drz = rz_.data();
-      const ptr dh = ensure(dev, dh_, nu), da = ensure(dev, da_, 3 * nu), tmp = tmp_.data(), direct = ensure(dev, t2_, nu),
-                sums = ensure(dev, sums_, w);
+      // every step's gradients, time-major: the input side's replace the projections; the recurrent
+      // side's fill rz (steps n rows), for one GEMM and one column sum after the loop
+      const ptr proj = proj_.data(), gates = gates_.data(), h = h_.data(), drzs = rz_.data();
+      const ptr dh = ensure(dev, dh_, nu), da = ensure(dev, da_, 3 * nu), tmp = tmp_.data(), direct = ensure(dev, t2_, nu);
+      const ptr ut = ensure(dev, ut_, u * w);  // U^T, as the LSTM's
+      dev.transpose_matrix(u, w, p + recurrent, w, ut, u);
       dev.fill(nu, 0.0f, dh);
-      dev.fill(u * w, 0.0f, g + recurrent);
-      if constexpr (bias) dev.fill(w, 0.0f, g + bias_at + w);
       for (std::size_t t = steps; t-- > 0;) {
         const cptr a = gates + t * 4 * nu;
+        const ptr dxz = proj + t * n * w, drz = drzs + t * n * w;
         base::add_output_gradient(dev, n, t, dy, dh, tmp);
         // h = hh + z (h_{t-1} - hh): dz = dh (h_{t-1} - hh), dhh = dh - dh z, and dh z straight to h_{t-1}
         previous_minus_candidate(dev, n, t, h, a, tmp);
@@ -336,7 +350,7 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
         dev.copy(nu, cptr(dh), da + 2 * nu);
         dev.axpy(nu, -1.0f, cptr(direct), da + 2 * nu);
         dev.template activation_backward<activation_kind::tanh>(n, u, cptr{}, a + 2 * nu, cptr(da + 2 * nu), da + 2 * nu);
-        // hh's argument x_h + r rec_h: dr = d rec_h, d rec_h = d r
+        // hh's argument x_h + r rec_h: dr = d(arg) rec_h, d rec_h = d(arg) r
         dev.multiply(nu, cptr(da + 2 * nu), a + 3 * nu, da + nu);
         dev.multiply(nu, cptr(da + 2 * nu), a + nu, tmp);
         dev.template activation_backward<activation_kind::sigmoid>(2 * n, u, cptr{}, a, cptr(da), da);
@@ -344,19 +358,14 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
         for (std::size_t k = 0; k < 3; ++k) dev.copy_columns(n, u, cptr(da + k * nu), u, dxz + k * u, w);
         dev.copy_columns(n, 2 * u, cptr(dxz), w, drz, w);
         dev.copy_columns(n, u, cptr(tmp), u, drz + 2 * u, w);
-        base::scatter_step(dev, n, t, w, dxz, proj);  // the projections' gradients replace them
-        if constexpr (bias) {
-          dev.column_sums(n, w, drz, sums);
-          dev.axpy(w, 1.0f, cptr(sums), g + bias_at + w);
-        }
         if (t > 0) {
-          dev.gemm(transpose::yes, transpose::no, u, w, n, 1.0f, cptr(h + (t - 1) * nu), u, cptr(drz), w, 1.0f,
-                   g + recurrent, w);
           dev.copy(nu, cptr(direct), dh);
-          dev.gemm(transpose::no, transpose::yes, n, u, w, 1.0f, cptr(drz), w, p + recurrent, w, 1.0f, dh, u);
+          dev.gemm(transpose::no, transpose::no, n, u, w, 1.0f, cptr(drz), w, cptr(ut), u, 1.0f, dh, u);
         }
       }
-      base::project_backward(dev, n, x, proj, p, g, bias ? g + bias_at : ptr{}, dx);
+      base::recurrent_backward(dev, n, h, drzs, g);
+      if constexpr (bias) dev.column_sums(n * steps, w, drzs, g + bias_at + w);
+      base::project_backward(dev, n, xt_.data(), proj, p, g, bias ? g + bias_at : ptr{}, dx);
     }
 
     void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
@@ -370,7 +379,7 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
       dev.axpy(nu, -1.0f, a + 2 * nu, out);
     }
 
-    buffer_t<B, float> proj_, xz_, rz_, gates_, h_, tmp_, dh_, da_, t2_, sums_;
+    buffer_t<B, float> xt_, proj_, xz_, rz_, gates_, h_, tmp_, dh_, da_, t2_, ut_;
   };
 };
 

@@ -30,6 +30,13 @@ DTRAIN_KERNEL void dtrain_copy_columns(long long rows, long long cols, const flo
     y[r * ldy + j] = x[r * ldx + j];
   }
 }
+DTRAIN_KERNEL void dtrain_transpose_matrix(long long rows, long long cols, const float* x, long long ldx, float* y,
+                                          long long ldy) {
+  for (long long i = first_index(); i < rows * cols; i += grid_stride()) {
+    const long long j = quot(i, rows), r = i - j * rows;  // consecutive threads write consecutive y
+    y[j * ldy + r] = x[r * ldx + j];
+  }
+}
 DTRAIN_KERNEL void dtrain_axpy(long long n, float a, const float* x, float* y) {
   for (long long i = first_index(); i < n; i += grid_stride()) y[i] += a * x[i];
 }
@@ -129,7 +136,7 @@ DTRAIN_KERNEL void dtrain_sum_finish(long long parts, double divisor, float fact
 
 /// The family's kernels, for the kernel list (cuda/kernels.hpp).
 #define DTRAIN_CUDA_BLAS_KERNELS(X)                                                                           \
-  X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_axpy) X(dtrain_multiply)                      \
+  X(dtrain_fill) X(dtrain_copy) X(dtrain_copy_columns) X(dtrain_transpose_matrix) X(dtrain_axpy) X(dtrain_multiply)                      \
   X(dtrain_broadcast_rows) X(dtrain_column_partials) X(dtrain_sum_partials) X(dtrain_sum_doubles)             \
   X(dtrain_sum_finish) X(dtrain_round_to) X(dtrain_scale) X(dtrain_clip)
 
@@ -152,6 +159,10 @@ class cuda_blas_kernels {
   void copy_columns(std::size_t rows, std::size_t cols, pointer<const float> x, std::size_t ldx, pointer<float> y,
                     std::size_t ldy) const {
     self().template run<&kernels::dtrain_copy_columns>(rows * cols, rows, cols, x, ldx, y, ldy);
+  }
+  void transpose_matrix(std::size_t rows, std::size_t cols, pointer<const float> x, std::size_t ldx, pointer<float> y,
+                        std::size_t ldy) const {
+    self().template run<&kernels::dtrain_transpose_matrix>(rows * cols, rows, cols, x, ldx, y, ldy);
   }
   void axpy(std::size_t n, float a, pointer<const float> x, pointer<float> y) const {
     self().template run<&kernels::dtrain_axpy>(n, n, a, x, y);
