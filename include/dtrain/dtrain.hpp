@@ -44,6 +44,7 @@
 #include "dtrain/layers/regularizers.hpp"
 #include "dtrain/layers/recurrent.hpp"
 #include "dtrain/layers/reshape.hpp"
+#include "dtrain/layers/time_distributed.hpp"
 #include "dtrain/layers/up_sampling2d.hpp"
 #include "dtrain/layers/zero_padding2d.hpp"
 

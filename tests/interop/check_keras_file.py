@@ -1,4 +1,4 @@
-"""Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for four
+"""Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for five
 models (tests/interop/model_files.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
 what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
 predicts, also when Keras built the model on its own with names of its own (and an Activation("softmax")
@@ -41,7 +41,7 @@ def dtrain_load(name, file, d):
     return subprocess.run([program, name, "load", file, d], capture_output=True, text=True)
 
 
-for name in ("convnet", "decoder", "two_inputs", "recurrent"):
+for name in ("convnet", "decoder", "two_inputs", "recurrent", "attention"):
     d = tempfile.mkdtemp(prefix=f"dtrain-keras-file-{name}-")
     subprocess.run([program, name, "save", d], check=True)
     xs, ys = arrays(d, "x"), arrays(d, "y")
@@ -101,8 +101,24 @@ expected = "layer 2 (conv2d in the model, conv in the file), a Conv2D, has filte
 if r.returncode != 1 or expected not in r.stderr:
     failures.append(f"another architecture: expected an error with '{expected}', got rc {r.returncode}: {r.stderr.strip()}")
 
+# the attention model of model_files.cpp without the causal mask (a keyword argument of Keras' call)
+L = keras.layers
+text, memory = keras.Input((4, 6), name="text"), keras.Input((5, 8), name="memory")
+attended = L.MultiHeadAttention(2, 3)(text, text)
+crossed = L.MultiHeadAttention(2, 4)(attended, memory)
+unmasked = keras.Model([text, memory], L.Dense(3)(L.LayerNormalization()(L.Add()([attended, crossed]))))
+d = tempfile.mkdtemp(prefix="dtrain-keras-file-unmasked-")
+subprocess.run([program, "attention", "save", d], check=True)  # for the inputs
+unmasked.save(os.path.join(d, "unmasked.keras"))
+r = dtrain_load("attention", os.path.join(d, "unmasked.keras"), d)
+masked = "is called with use_causal_mask = false in the file but true in the model"
+if r.returncode != 1 or masked not in r.stderr:
+    failures.append(f"attention without the causal mask: expected an error with '{masked}', got rc {r.returncode}: "
+                    f"{r.stderr.strip()}")
+
 if failures:
     print("FAIL:\n  " + "\n  ".join(failures))
     sys.exit(1)
 print(f"PASS: Keras {keras.__version__} and dtrain exchange .keras files both ways: max |prediction difference| "
-      f"(dtrain's file in Keras / Keras' file in dtrain): {', '.join(report)}; another architecture refused: {expected}")
+      f"(dtrain's file in Keras / Keras' file in dtrain): {', '.join(report)}; another architecture refused: {expected}; "
+      f"attention without its causal mask refused")

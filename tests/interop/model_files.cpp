@@ -1,7 +1,8 @@
 // The dtrain side of tests/interop/check_keras_file.py (.keras files between dtrain and Keras 3) and
 // check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
 // that make images (`decoder`: embedding, transposed convolution, up-sampling), a functional model of
-// two inputs and two outputs (`two_inputs`) and recurrent layers (`recurrent`: LSTM and GRU; .keras only).
+// two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: LSTM, TimeDistributed, GRU) and
+// attention (`attention`: causal self-attention and cross-attention); the last two .keras only.
 //   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
 //     dtrain::keras) and exported as dir/dtrain.onnx (with dtrain::onnx), with inputs (dir/x0.npy,
 //     x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
@@ -45,7 +46,15 @@ using two_inputs =
                node<h2, dense<6, sigmoid>, h1>, node<sum, add, a, h2>, node<both, concatenate, sum, b>,
                node<prod, multiply, h2, h1>, node<out, dense<2>, both>, outputs<prod, out>>;
 
-using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, gru<4>, dense<2>>;
+using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, time_distributed<dense<3, relu>>, gru<4>, dense<2>>;
+struct text;
+struct memory;
+struct attended;
+struct crossed;
+using attention = functional<inputs<node<text, input<4, 6>>, node<memory, input<5, 8>>>,
+                             node<attended, multi_head_attention<2, 3, use_causal_mask<true>>, text>,
+                             node<crossed, multi_head_attention<2, 4>, attended, memory>,
+                             node<void, add, attended, crossed>, layer_normalization<>, dense<3>>;
 
 template <class Model>
 std::vector<tensor> draw_inputs() {
@@ -65,6 +74,7 @@ template <class Model>
 void write_predictions(Model& m, const std::vector<tensor>& xs, const fs::path& dir, const std::string& prefix) {
   std::vector<tensor> ys;
   if constexpr (Model::num_inputs == 1 && Model::num_outputs == 1) ys.push_back(m.predict(xs[0]));
+  else if constexpr (Model::num_outputs == 1) ys.push_back(m.predict(xs));
   else ys = m.predict(xs);
   for (std::size_t o = 0; o < ys.size(); ++o) data::write_npy(dir / (prefix + std::to_string(o) + ".npy"), ys[o]);
 }
@@ -78,7 +88,8 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
     checkpoint::save_keras(m, dir / "dtrain.keras");
 #endif
 #ifdef DTRAIN_INTEROP_ONNX
-    if constexpr (!std::is_same_v<Model, recurrent>) checkpoint::export_onnx(m, dir / "dtrain.onnx");
+    if constexpr (!std::is_same_v<Model, recurrent> && !std::is_same_v<Model, attention>)
+      checkpoint::export_onnx(m, dir / "dtrain.onnx");
 #endif
     const auto xs = draw_inputs<Model>();
     for (std::size_t k = 0; k < xs.size(); ++k) data::write_npy(dir / ("x" + std::to_string(k) + ".npy"), xs[k]);
@@ -111,5 +122,6 @@ int main(int argc, char** argv) {
   if (which == "decoder") return run<decoder>(argv[2], argv, argv[argc - 1]);
   if (which == "two_inputs") return run<two_inputs>(argv[2], argv, argv[argc - 1]);
   if (which == "recurrent") return run<recurrent>(argv[2], argv, argv[argc - 1]);
+  if (which == "attention") return run<attention>(argv[2], argv, argv[argc - 1]);
   return 2;
 }

@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_with_and_without_the_causal_m
   }
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_and_gru_through_time, B, backends) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_gru_and_time_distributed, B, backends) {
   for (std::size_t n : {1u, 3u}) {
     check_layer_gradients<lstm<4>, shape<5, 3>, B>("lstm", n);
     check_layer_gradients<lstm<3, return_sequences<true>>, shape<4, 2>, B>("lstm return_sequences", n);
@@ -85,6 +85,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_and_gru_through_time, B, backends) {
     check_layer_gradients<gru<4>, shape<5, 3>, B>("gru", n);
     check_layer_gradients<gru<3, return_sequences<true>>, shape<4, 2>, B>("gru return_sequences", n);
     check_layer_gradients<gru<2, use_bias<false>>, shape<1, 3>, B>("gru of one step, no bias", n);
+    check_layer_gradients<time_distributed<conv2d<3, 2, dtrain::tanh>>, shape<3, 4, 4, 2>, B>("time_distributed conv2d", n);
+    check_layer_gradients<time_distributed<dense<3, dtrain::tanh>>, shape<4, 2>, B>("time_distributed dense", n);
   }
 }
 

@@ -225,6 +225,75 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_matches_the_textbook_formula,
   check.template operator()<multi_head_attention<H, K, value_dim<V>, use_causal_mask<true>>>(true, "causal attention");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_attention_matches_the_textbook_formula, B, backends) {
+  // mha(query, value, key): 3 query steps of width 4 over 5 key steps (key width 2, value width 6),
+  // causal (query step t sees key steps up to t); the output has the query's width
+  constexpr std::size_t Tq = 3, Dq = 4, Tk = 5, Dk = 2, Dv = 6, H = 2, K = 3, V = 2;
+  using Spec = multi_head_attention<H, K, value_dim<V>, use_causal_mask<true>>;
+  using L = typename Spec::template bind_merge<B, shape<Tq, Dq>, shape<Tk, Dv>, shape<Tk, Dk>>;
+  static_assert(std::is_same_v<typename L::output_shape, shape<Tq, Dq>>);
+  rng r(8);
+  std::vector<float> p(param_count_v<L>);
+  L{}.initialize(p, r);
+  for (auto& v : p) v += 0.1f * r.normal();
+  const std::size_t n = 2;
+  const auto xq = dtrain_test::random_vector(n * Tq * Dq, r), xv = dtrain_test::random_vector(n * Tk * Dv, r),
+             xk = dtrain_test::random_vector(n * Tk * Dk, r);
+  const B device;
+  rng gen(1);
+  layer_context<B> ctx{device, gen, false};
+  L l;
+  auto qd = dtrain_test::upload(device, xq), vd = dtrain_test::upload(device, xv), kd = dtrain_test::upload(device, xk),
+       pd = dtrain_test::upload(device, p);
+  auto yd = device.template allocate<float>(n * Tq * Dq);
+  l.forward(ctx, {qd.data(), vd.data(), kd.data()}, yd.data(), n, pd.data());
+  const auto y = dtrain_test::download(device, yd);
+  const float *wq = p.data(), *bq = wq + Dq * H * K, *wk = bq + H * K, *bk = wk + Dk * H * K, *wv = bk + H * K,
+              *bv = wv + Dv * H * V, *wo = bv + H * V, *bo = wo + H * V * Dq;
+  for (std::size_t s = 0; s < n; ++s) {
+    auto proj = [&](const float* x, std::size_t width, const float* w, const float* b, std::size_t h, std::size_t j,
+                    std::size_t t, std::size_t cols) {
+      double a = b[h * cols + j];
+      for (std::size_t e = 0; e < width; ++e) a += double(x[t * width + e]) * w[(e * H + h) * cols + j];
+      return a;
+    };
+    const float *q = xq.data() + s * Tq * Dq, *k = xk.data() + s * Tk * Dk, *v = xv.data() + s * Tk * Dv;
+    std::vector<double> heads(Tq * H * V, 0.0);
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t t = 0; t < Tq; ++t) {
+        std::vector<double> w(Tk);
+        double top = -1e300, total = 0.0;
+        for (std::size_t u = 0; u < Tk; ++u) {
+          double dot = 0.0;
+          for (std::size_t j = 0; j < K; ++j) dot += proj(q, Dq, wq, bq, h, j, t, K) * proj(k, Dk, wk, bk, h, j, u, K);
+          w[u] = u > t ? -1e300 : dot / std::sqrt(double(K));
+          top = std::max(top, w[u]);
+        }
+        for (auto& e : w) total += e = std::exp(e - top);
+        for (std::size_t u = 0; u < Tk; ++u)
+          for (std::size_t j = 0; j < V; ++j) heads[(t * H + h) * V + j] += w[u] / total * proj(v, Dv, wv, bv, h, j, u, V);
+      }
+    for (std::size_t t = 0; t < Tq; ++t)
+      for (std::size_t e = 0; e < Dq; ++e) {
+        double out = bo[e];
+        for (std::size_t hv = 0; hv < H * V; ++hv) out += heads[t * H * V + hv] * wo[hv * Dq + e];
+        BOOST_TEST_CONTEXT("sample " << s << " step " << t) {
+          BOOST_TEST(y[(s * Tq + t) * Dq + e] == out, boost::test_tools::tolerance(1e-4));
+        }
+      }
+  }
+  // two inputs: the value is the key too, and query = value = x is self-attention
+  using Self = multi_head_attention<H, K, value_dim<V>>;
+  using Two = typename Self::template bind_merge<B, shape<Tk, Dv>, shape<Tk, Dv>>;
+  std::vector<float> p2(param_count_v<Two>);
+  Two{}.initialize(p2, r);
+  Two two;
+  auto p2d = dtrain_test::upload(device, p2), y2 = device.template allocate<float>(n * Tk * Dv);
+  two.forward(ctx, {vd.data(), vd.data()}, y2.data(), n, p2d.data());
+  BOOST_TEST(dtrain_test::download(device, y2) == (run_forward<Self, shape<Tk, Dv>, B>(xv, n, p2)),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(pooling1d_by_hand, B, backends) {
   // one channel of 7 steps: max over pairs (the 7th step left out); average over 3 steps with stride 2
   // and same padding (TF: 4 windows need 9 steps, one padded before and one after; the steps inside averaged)
@@ -486,6 +555,50 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(kernel_and_bias_regularizers_gradients, B, backend
   layer_context<B> ctx{device, unused, true};
   D{}.regularization(ctx, pointer_t<B, const float>(p.data()), pointer_t<B, float>{}, 1.0f, pen.data());
   BOOST_TEST(dtrain_test::download(device, pen)[0] == 0.5f * 2.5f, boost::test_tools::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(time_distributed_applies_the_layer_to_every_step_alike, B, backends) {
+  // a sequence of 4 frames of 5 x 5 x 2: each frame's output is the conv2d's output for that frame alone
+  using frames = shape<4, 5, 5, 2>;
+  using td = time_distributed<conv2d<3, 2, relu>>;
+  using L = bind_t<td, frames>;
+  static_assert(std::is_same_v<typename L::output_shape, shape<4, 4, 4, 3>>);
+  static_assert(param_count_v<L> == 2 * 2 * 2 * 3 + 3);
+  rng r(6);
+  std::vector<float> p(param_count_v<L>);
+  L{}.initialize(p, r);
+  for (auto& v : p) v += 0.1f * r.normal();
+  const std::size_t n = 2, frame_in = 5 * 5 * 2, frame_out = 4 * 4 * 3;
+  const auto x = dtrain_test::random_vector(n * 4 * frame_in, r);
+  const auto y = run_forward<td, frames, B>(x, n, p);
+  for (std::size_t f = 0; f < n * 4; ++f) {
+    const std::vector<float> one(x.begin() + std::ptrdiff_t(f * frame_in), x.begin() + std::ptrdiff_t((f + 1) * frame_in));
+    const auto alone = run_forward<conv2d<3, 2, relu>, shape<5, 5, 2>, B>(one, 1, p);
+    const std::vector<float> got(y.begin() + std::ptrdiff_t(f * frame_out), y.begin() + std::ptrdiff_t((f + 1) * frame_out));
+    BOOST_TEST_CONTEXT("frame " << f) { BOOST_TEST(got == alone, boost::test_tools::per_element()); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(recurrent_layers_start_as_keras_starts_them) {
+  // Keras' Orthogonal: the (units, 4 units) recurrent kernel has orthonormal rows; unit_forget_bias
+  using L = bind_t<lstm<4>, shape<3, 2>>;
+  std::vector<float> p(param_count_v<L>);
+  rng r(2);
+  L{}.initialize(p, r);
+  const float* u = p.data() + L::recurrent;
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 4; ++j) {
+      double dot = 0.0;
+      for (std::size_t k = 0; k < 16; ++k) dot += double(u[i * 16 + k]) * u[j * 16 + k];
+      BOOST_TEST(dot == (i == j ? 1.0 : 0.0), boost::test_tools::tolerance(1e-5));
+    }
+  const std::vector<float> bias(p.begin() + L::bias_at, p.end());
+  BOOST_TEST((bias == std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}), boost::test_tools::per_element());
+  using G = bind_t<gru<3>, shape<3, 2>>;
+  static_assert(param_count_v<G> == 2 * 9 + 3 * 9 + 2 * 9);
+  std::vector<float> q(param_count_v<G>);
+  G{}.initialize(q, r);
+  BOOST_TEST(std::all_of(q.begin() + G::bias_at, q.end(), [](float v) { return v == 0.0f; }));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

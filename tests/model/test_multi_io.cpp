@@ -72,6 +72,21 @@ const any_loss mse = mean_squared_error{};
 
 /// The loss of predictions `p` against targets `y` (a tensor's mean).
 double value(const any_loss& l, const tensor& y, const tensor& p) { return l(y, p)(); }
+// Cross-attention: a query of 3 steps attends to a value of 5 (the key too), then, causally, to the
+// value with a key of its own; their sum through a dense head.
+struct query_in;
+struct value_in;
+struct key_in;
+struct cross;
+struct keyed;
+using attending = functional<inputs<node<query_in, input<3, 4>>, node<value_in, input<5, 6>>, node<key_in, input<5, 2>>>,
+                             node<cross, multi_head_attention<2, 3>, query_in, value_in>,
+                             node<keyed, multi_head_attention<2, 2, value_dim<3>, use_causal_mask<true>>, cross, value_in, key_in>,
+                             node<void, add, cross, keyed>, flatten, dense<3>>;
+static_assert(std::is_same_v<attending::layer_type<0>::output_shape, shape<3, 4>>);
+static_assert(attending::layer_type<0>::arity == 2 && attending::layer_type<1>::arity == 3);
+// the query's, key's and value's kernels of the second attention have their inputs' widths: 4, 2, 6
+static_assert(param_count_v<attending::layer_type<1>> == (4 * 4 + 4) + (2 * 4 + 4) + (6 * 6 + 6) + (6 * 4 + 4));
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(multi_io_models)
@@ -105,6 +120,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gradients_reach_every_weight_and_both_inputs, B, b
   dtrain_test::check_gradient("two_by_two d/dweights", params, analytic, loss, 400);
   dtrain_test::check_gradient("two_by_two d/dimage", x0, {dx[0].data(), dx[0].size()}, loss);
   dtrain_test::check_gradient("two_by_two d/dmeta", x1, {dx[1].data(), dx[1].size()}, loss);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cross_attention_gradients_reach_the_query_the_key_and_the_value, B, backends) {
+  on<attending, B> m(3);
+  rng r(5);
+  std::vector<tensor> x{zeros({2, 3, 4}), zeros({2, 5, 6}), zeros({2, 5, 2})};
+  for (auto& t : x)
+    for (auto& v : t) v = r.normal();
+  tensor y = zeros({2});
+  y(0) = 1, y(1) = 2;
+  const any_loss loss = sparse_categorical_crossentropy{{.from_logits = true}};
+  m.watch_inputs();
+  m.value_and_gradients(x, y, loss);
+  const std::vector<float> analytic = to_host(m.gradients());
+  const std::vector<tensor> dx = m.input_gradients();
+  BOOST_REQUIRE_EQUAL(dx.size(), 3u);
+  std::vector<float> params = m.get_weights();
+  std::vector<std::vector<float>> xs;
+  for (const auto& t : x) xs.emplace_back(t.begin(), t.end());
+  auto f = [&]() -> double {
+    m.set_weights(params);
+    for (std::size_t k = 0; k < 3; ++k) std::copy(xs[k].begin(), xs[k].end(), x[k].begin());
+    return loss(y, m(x, true))();
+  };
+  dtrain_test::check_gradient("cross-attention d/dweights", params, analytic, f, 400);
+  dtrain_test::check_gradient("d/dquery", xs[0], {dx[0].data(), dx[0].size()}, f);
+  dtrain_test::check_gradient("d/dvalue", xs[1], {dx[1].data(), dx[1].size()}, f);
+  dtrain_test::check_gradient("d/dkey", xs[2], {dx[2].data(), dx[2].size()}, f);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(weighted_losses_and_per_output_metrics_are_logged_as_keras_names_them, B, backends) {

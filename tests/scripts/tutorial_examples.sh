@@ -1,7 +1,7 @@
 #!/bin/bash
 # Smoke tests of the examples that follow the saving and sharding code paths of TensorFlow's multi-worker
 # tutorial: each runs with two workers on loopback (a few steps of the MLP on Fashion-MNIST) and its files
-# and output lines are checked.
+# and output lines are checked; and of char_transformer, mirrored on two workers over a text file.
 # usage: tutorial_examples.sh path/to/dtrain-launch path/to/examples/dir example [its arguments]
 set -u
 launch=$1; bin=$2; name=$3
@@ -71,6 +71,17 @@ multi_worker_mnist)  # the tutorial with the arguments given after the name (--d
   has '^\[0\] Epoch 1/1'
   [ "$(grep -c '^\[[01]\] test_accuracy: 0\.[0-9]*$' "$dir/out.log")" = 2 ] || fail "not both workers reported test_accuracy"
   [ "$(grep '^\[[01]\] test_\(loss\|accuracy\)' "$dir/out.log" | sed 's/^\[.\] //' | sort -u | wc -l)" = 2 ] || fail "the workers disagree"
+  ;;
+char_transformer)  # its argument: a text file to train on
+  "$launch" -n 2 -- "$bin/$name" --corpus "$4" --epochs 2 --steps-per-epoch 3 --sample-length 40 --verbose 2 \
+    > "$dir/out.log" 2>&1 || fail "exit code $?"
+  has '^\[0\] [0-9]+ characters, a vocabulary of [0-9]+$'
+  has '^\[0\] 3/3 - .*loss: [0-9.]+ - perplexity: [0-9.]+ .*val_perplexity: [0-9.]+'
+  # the model is mirrored: both workers end with the same validation figures
+  [ "$(grep -c '^\[[01]\] validation: loss [0-9.]*, perplexity [0-9.]*, accuracy 0\.[0-9]*$' "$dir/out.log")" = 2 ] ||
+    fail "not both workers reported the validation figures"
+  [ "$(grep '^\[[01]\] validation' "$dir/out.log" | sed 's/^\[.\] //' | sort -u | wc -l)" = 1 ] || fail "the workers disagree"
+  has '^\[[01]\] sampled text \(temperature 0\.80\):$'
   ;;
 *) echo "unknown example $name"; exit 2 ;;
 esac

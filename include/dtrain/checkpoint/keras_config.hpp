@@ -104,11 +104,26 @@ json layer_entry(const Model& m, const std::string& name, const std::vector<std:
                     {"config", {{"shape", batch_shape(shapes[s])}, {"dtype", "float32"},
                                 {"keras_history", {m.source_name(s), 0, 0}}}}});
   }
+  json build = {{"input_shape", src.size() == 1 ? in[0] : in}}, call = json::array({src.size() == 1 ? args[0] : args});
+  json kwargs = json::object();
+  if constexpr (requires { L::keras_call_inputs; }) {
+    // a layer called with its inputs as named arguments (MultiHeadAttention's query, value, key):
+    // self-attention is mha(x, x); build_config names each input's shape
+    json shapes = json::object();
+    call = json::array();
+    for (std::size_t k = 0; k < L::keras_call_inputs.size(); ++k) {
+      const std::size_t at = src.size() == 1 ? 0 : k;
+      if (k < 2 || src.size() > k) call.push_back(args[at]), shapes[std::string(L::keras_call_inputs[k]) + "_shape"] = in[at];
+    }
+    build = {{"shapes_dict", std::move(shapes)}};
+    json_config kc{&kwargs};
+    L::call_config(kc);
+  }
   json entry = {{"module", "keras.layers"}, {"class_name", L::class_name}, {"config", std::move(config)},
-                {"registered_name", nullptr}, {"build_config", {{"input_shape", src.size() == 1 ? in[0] : in}}}};
+                {"registered_name", nullptr}, {"build_config", std::move(build)}};
   if (functional) {
     entry["name"] = name;
-    entry["inbound_nodes"] = json::array({{{"args", json::array({src.size() == 1 ? args[0] : args})}, {"kwargs", json::object()}}});
+    entry["inbound_nodes"] = json::array({{{"args", std::move(call)}, {"kwargs", std::move(kwargs)}}});
   }
   return entry;
 }
@@ -160,8 +175,9 @@ std::string to_json(const Model& m) {
 
 namespace detail {
 
-/// Whether the file's config value `theirs` matches the model's `mine`: every key the model has, with
-/// numbers compared as the float32 (or whole) values the layers take.
+/// Whether the file's config value `theirs` matches the model's `mine`: every key the model has (one the
+/// file leaves out counts as None, as Keras reads it), with numbers compared as the float32 (or whole)
+/// values the layers take.
 inline bool same_value(const json& mine, const json& theirs) {
   if (mine.is_number_float() || (mine.is_number() && theirs.is_number_float()))
     return theirs.is_number() && float(mine.get<double>()) == float(theirs.get<double>());
@@ -175,7 +191,7 @@ inline bool same_value(const json& mine, const json& theirs) {
   if (mine.is_object()) {  // a nested Keras object: its class and config
     if (!theirs.is_object()) return false;
     for (const auto& [k, v] : mine.items())
-      if (k != "module" && k != "registered_name" && (!theirs.contains(k) || !same_value(v, theirs[k]))) return false;
+      if (k != "module" && k != "registered_name" && !same_value(v, theirs.contains(k) ? theirs[k] : json())) return false;
     return true;
   }
   return mine == theirs;
@@ -279,6 +295,20 @@ inline void check_architecture(const json& mine, const json& theirs, const std::
         !same_value(a["build_config"]["input_shape"], b["build_config"]["input_shape"]))
       throw shape_error(at + both + " takes inputs of shape " + brief(b["build_config"]["input_shape"]) +
                         " in the file but " + brief(a["build_config"]["input_shape"]) + " in the model");
+    // the call's keyword arguments the model sets (use_causal_mask); one the file leaves out is Keras'
+    // default, false
+    const json& my_call = a.value("inbound_nodes", json::array());
+    const json& their_call = b.value("inbound_nodes", json::array());
+    if (functional && !my_call.empty() && my_call[0].contains("kwargs"))
+      for (const auto& [k, v] : my_call[0]["kwargs"].items()) {
+        json have = false;
+        if (!their_call.empty() && their_call[0].is_object() && their_call[0].contains("kwargs") &&
+            their_call[0]["kwargs"].is_object() && their_call[0]["kwargs"].contains(k))
+          have = their_call[0]["kwargs"][k];
+        if (!same_value(v, have))
+          throw shape_error(at + both + ", a " + a["class_name"].get<std::string>() + ", is called with " + k + " = " +
+                            brief(have) + " in the file but " + brief(v) + " in the model");
+      }
     if (functional && b.contains("inbound_nodes")) {  // what each takes, by the file's own names
       auto sources = [](const json& l, const std::map<std::string, std::string>& rename) {
         std::vector<std::string> s;

@@ -70,6 +70,11 @@ namespace detail {
 /// A merge layer's spec (`merge`).
 template <class T>
 inline constexpr bool is_merge_v = requires { T::merge; };
+/// Whether a node of `Sources` sources binds its spec as a merge layer: a merge spec always, one that
+/// takes one input or several (`optional_merge`: multi_head_attention's self- and cross-attention) when
+/// it has several.
+template <class T, std::size_t Sources>
+inline constexpr bool binds_merge_v = is_merge_v<T> || (Sources > 1 && requires { T::optional_merge; });
 
 /// The model's inputs: their names and shapes (one unnamed input: `model_input`).
 template <class In>
@@ -170,18 +175,18 @@ struct bind_nodes<B, std::tuple<Ins...>, std::tuple<Bound...>, std::tuple<Src, S
   using shape_of = typename std::tuple_element_t<S, std::tuple<Ins..., typename Bound::output_shape...>>;
   static constexpr auto src = Src::value;
   static auto bind_one() {
-    if constexpr (is_merge_v<Spec>) {
+    if constexpr (binds_merge_v<Spec, src.size()>) {
       return [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::type_identity<typename Spec::template bind_merge<B, shape_of<src[K]>...>>{};
       }(std::make_index_sequence<src.size()>{});
     } else {
-      static_assert(src.size() == 1, "functional: this layer takes one input; merge layers (add, multiply, "
-                                     "concatenate) take several");
+      static_assert(src.size() == 1, "functional: this layer takes one input; merge layers (add, multiply, concatenate) and "
+                                     "multi_head_attention take several");
       return std::type_identity<bind_t<Spec, shape_of<src[0]>, B>>{};
     }
   }
   using head = typename decltype(bind_one())::type;
-  static_assert(is_merge_v<Spec> ? merge_layer<head, B> : layer<head, B>,
+  static_assert(binds_merge_v<Spec, src.size()> ? merge_layer<head, B> : layer<head, B>,
                 "this layer does not keep the layer contract of dtrain/layers/concepts.hpp");
   using type = typename bind_nodes<B, std::tuple<Ins...>, std::tuple<Bound..., head>, std::tuple<Srcs...>,
                                    std::tuple<Specs...>>::type;

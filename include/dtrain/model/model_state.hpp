@@ -279,11 +279,17 @@ class model_state {
       using L = layer_type<I>;
       layer_info li{names_[I], L::class_name, L::output_shape::str(), param_offsets[I],
                     param_sizes[I] + state_sizes[I], {}, {}};
+      std::size_t index = 0;  // Keras numbers a layer's variables, trainable and not, in one sequence
       auto add = [&](const auto& specs, std::size_t at, bool trainable) {
         for (const auto& p : specs) {
+          std::string path = p.keras_path ? p.keras_path : "";
+          if constexpr (requires { L::keras_sublayer; }) {  // a wrapper's: under Keras' attribute for the layer
+            std::string own = path.empty() ? std::string("vars/").append(std::to_string(index)) : path;
+            path.assign(L::keras_sublayer).append("/").append(own);
+          }
           li.variables.push_back({p.name, std::vector<std::size_t>(p.dims.begin(), p.dims.begin() + p.rank), at,
-                                  p.size(), trainable, p.keras_path ? p.keras_path : ""});
-          at += p.size();
+                                  p.size(), trainable, std::move(path)});
+          at += p.size(), ++index;
         }
       };
       add(L::params, param_offsets[I], true);
