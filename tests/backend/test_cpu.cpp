@@ -1,8 +1,12 @@
-// The cpu backend's own choices: GEMM plans by shape, and results that do not depend on the thread count.
+// The cpu backend's own choices: GEMM plans by shape, results that do not depend on the thread count, and
+// the vector activations.
 #include "support/gradcheck.hpp"
 #include "support/helpers.hpp"
 
 #include <dtrain/backend/opaque.hpp>
+
+#include <limits>
+#include <numbers>
 
 using namespace dtrain;
 
@@ -526,6 +530,56 @@ BOOST_AUTO_TEST_CASE(cpu_isa_from_the_environment_is_checked_against_the_cpu) {
   BOOST_TEST(message("avx512", cpu_isa::avx2) == "DTRAIN_CPU_ISA=avx512: this CPU has only avx2");
   BOOST_TEST(message("AVX2", cpu_isa::avx512) == "DTRAIN_CPU_ISA=\"AVX2\": expected baseline, avx2 or avx512");
   BOOST_TEST(int(detail::best_cpu_isa()) <= int(detail::detected_cpu_isa()));
+}
+
+// Sigmoid, tanh and GELU (and GELU's derivative) as every instruction set's loops compute them, against
+// double-precision libm over [-30, 30] and at the extremes: within a few float32 ulps (absolute near 0).
+BOOST_AUTO_TEST_CASE(vector_activations_match_libm_on_every_instruction_set) {
+  std::vector<float> x;
+  for (int i = -30000; i <= 30000; i += 7) x.push_back(float(i) / 1000.0f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.624f, 0.626f, -0.6249f, 88.5f, -88.5f, 100.0f, -100.0f, 1e30f, -1e30f})
+    x.push_back(v);
+  const std::size_t n = x.size();
+  std::vector<float> dy(n);
+  for (std::size_t i = 0; i < n; ++i) dy[i] = 0.5f + float(i % 7) / 7.0f;
+  auto check = [&]<class V>(V, const char* isa) {
+    std::vector<float> s(n), t(n), g(n), dg(n);
+    V::sigmoid(n, x.data(), s.data());
+    V::tanh(n, x.data(), t.data());
+    V::gelu(n, x.data(), g.data());
+    V::gelu_backward(n, x.data(), dy.data(), dg.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = x[i], phi = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+      const double want_s = 1.0 / (1.0 + std::exp(-v)), want_t = std::tanh(v), want_g = v * phi,
+                   want_dg = dy[i] * (phi + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * std::numbers::pi));
+      auto close = [](double got, double want, double scale) {
+        return std::abs(got - want) <= 4e-7 * std::max(1.0, std::abs(want)) * scale || got == want;
+      };
+      BOOST_TEST_CONTEXT(isa << " at x = " << v) {
+        BOOST_TEST(close(s[i], want_s, 1.0), s[i] << " for " << want_s);
+        BOOST_TEST(close(t[i], want_t, 1.0), t[i] << " for " << want_t);
+        BOOST_TEST(close(g[i], want_g, 1.0), g[i] << " for " << want_g);
+        BOOST_TEST(close(dg[i], want_dg, 2.0), dg[i] << " for " << want_dg);
+      }
+    }
+  };
+  check(detail::baseline::activations{}, "baseline");
+#if DTRAIN_CPU_AVX
+  if (detail::detected_cpu_isa() != detail::cpu_isa::baseline) check(detail::avx2::activations{}, "avx2");
+  if (detail::detected_cpu_isa() == detail::cpu_isa::avx512) check(detail::avx512::activations{}, "avx512");
+#endif
+  // not-a-number stays one; the saturated ends are exact
+  const float nan = std::numeric_limits<float>::quiet_NaN(), ends[] = {nan, 1e30f, -1e30f};
+  float out[3];
+  detail::baseline::activations::sigmoid(3, ends, out);
+  BOOST_TEST(std::isnan(out[0]));
+  BOOST_TEST(out[1] == 1.0f);
+  BOOST_TEST(out[2] >= 0.0f);
+  BOOST_TEST(out[2] < 1e-37f);
+  detail::baseline::activations::tanh(3, ends, out);
+  BOOST_TEST(std::isnan(out[0]));
+  BOOST_TEST(out[1] == 1.0f);
+  BOOST_TEST(out[2] == -1.0f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

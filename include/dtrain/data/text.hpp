@@ -60,15 +60,16 @@ inline std::string read_text(const std::filesystem::path& path) {
   return std::string(b.begin(), b.end());
 }
 
+/// text_vectorization's options, Keras' names: `max_tokens` counts "" and "[UNK]" (0: no limit).
+struct text_vectorization_options {
+  std::size_t max_tokens = 0;
+};
+
 /// Keras `TextVectorization(split="character", standardize=None, output_mode="int")`: maps each
 /// character of a text to its index in a vocabulary. Index 0 is the padding token "" and 1 the
 /// out-of-vocabulary token "[UNK]" (what an unknown character becomes); `adapt` learns the rest from
 /// a text, most frequent first and ties in descending byte order, exactly as Keras sorts them, keeping
 /// at most `max_tokens` entries in all (0: no limit). Characters are Unicode code points of UTF-8 text.
-struct text_vectorization_options {
-  std::size_t max_tokens = 0;
-};
-
 class text_vectorization {
  public:
   using options = text_vectorization_options;
@@ -89,7 +90,7 @@ class text_vectorization {
     std::map<std::string_view, std::size_t> counts;
     for (std::string_view c : detail::utf8_characters(text)) ++counts[c];
     std::vector<std::pair<std::string_view, std::size_t>> order(counts.begin(), counts.end());
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
       return a.second != b.second ? a.second > b.second : a.first > b.first;
     });
     std::vector<std::string> v;

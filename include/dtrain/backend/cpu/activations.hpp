@@ -2,17 +2,49 @@
 /// \file
 /// The cpu backend's activation kernels on `rows` rows of `cols` values (softmax works along each row):
 /// forward y from x, backward d loss / d input (dx) from d loss / d output (dy), given the input `z`
-/// (read by gelu only) and the output `y`; each also in place (y = x, dx = dy). And leaky_relu.
+/// (read by gelu only) and the output `y`; each also in place (y = x, dx = dy). And leaky_relu. Sigmoid,
+/// tanh and GELU run the vector loops of activations_isa.hpp on the CPU's best instruction set.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
-#include <numbers>
+#include <cstdint>
 
 #include "dtrain/backend/backend.hpp"
+#include "dtrain/backend/cpu/isa.hpp"
 #include "dtrain/backend/cpu/reductions.hpp"
 
+#define DTRAIN_ISA baseline
+#define DTRAIN_ISA_TARGET
+#include "dtrain/backend/cpu/activations_isa.hpp"
+#undef DTRAIN_ISA
+#undef DTRAIN_ISA_TARGET
+#if DTRAIN_CPU_AVX
+#define DTRAIN_ISA avx2
+#define DTRAIN_ISA_TARGET DTRAIN_AVX2
+#include "dtrain/backend/cpu/activations_isa.hpp"
+#undef DTRAIN_ISA
+#undef DTRAIN_ISA_TARGET
+#define DTRAIN_ISA avx512
+#define DTRAIN_ISA_TARGET DTRAIN_AVX512
+#include "dtrain/backend/cpu/activations_isa.hpp"
+#undef DTRAIN_ISA
+#undef DTRAIN_ISA_TARGET
+#endif
+
 namespace dtrain::detail {
+
+/// `f(activations)` with the activations (activations_isa.hpp) of the best instruction set this CPU has.
+template <class F>
+void with_vector_activations(F f) {
+#if DTRAIN_CPU_AVX
+  const cpu_isa isa = best_cpu_isa();
+  if (isa == cpu_isa::avx512) return f(avx512::activations{});
+  if (isa == cpu_isa::avx2) return f(avx2::activations{});
+#endif
+  f(baseline::activations{});
+}
 
 template <activation_kind A>
 void activation_forward(std::size_t rows, std::size_t cols, const float* x, float* y) {
@@ -22,9 +54,9 @@ void activation_forward(std::size_t rows, std::size_t cols, const float* x, floa
   } else if constexpr (A == activation_kind::relu) {
     for (std::size_t i = 0; i < e; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   } else if constexpr (A == activation_kind::sigmoid) {
-    for (std::size_t i = 0; i < e; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+    with_vector_activations([&](auto v) { v.sigmoid(e, x, y); });
   } else if constexpr (A == activation_kind::tanh) {
-    for (std::size_t i = 0; i < e; ++i) y[i] = std::tanh(x[i]);
+    with_vector_activations([&](auto v) { v.tanh(e, x, y); });
   } else if constexpr (A == activation_kind::softmax) {  // stable: the row maximum is subtracted first
     for (std::size_t r = 0; r < rows; ++r) {
       const float* in = x + r * cols;
@@ -36,8 +68,7 @@ void activation_forward(std::size_t rows, std::size_t cols, const float* x, floa
       for (std::size_t j = 0; j < cols; ++j) row[j] *= inv;
     }
   } else if constexpr (A == activation_kind::gelu) {  // exact: x Phi(x), Phi through erf
-    for (std::size_t i = 0; i < e; ++i)
-      y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(std::numbers::sqrt2 / 2)));
+    with_vector_activations([&](auto v) { v.gelu(e, x, y); });
   }
 }
 
@@ -66,12 +97,7 @@ void activation_backward(std::size_t rows, std::size_t cols, const float* z, con
       for (std::size_t j = 0; j < cols; ++j) out[j] = yr[j] * (dr[j] - dot);
     }
   } else if constexpr (A == activation_kind::gelu) {
-    constexpr float inv_sqrt_2pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-    for (std::size_t i = 0; i < e; ++i) {
-      const float v = z[i];
-      const float cdf = 0.5f * (1.0f + std::erf(v * static_cast<float>(std::numbers::sqrt2 / 2)));
-      dx[i] = dy[i] * (cdf + v * inv_sqrt_2pi * std::exp(-0.5f * v * v));
-    }
+    with_vector_activations([&](auto v) { v.gelu_backward(e, z, dy, dx); });
   }
 }
 
