@@ -104,9 +104,14 @@ def make(model, batch, jit):
     elif model == "transformer":
         net = transformer()
         x = np.random.randint(0, 256, (batch, 128)).astype("int32")
+    elif model == "lstm":  # train_throughput.cpp's character LSTM
+        net = keras.Sequential([keras.Input((64,), dtype="int32"), keras.layers.Embedding(256, 64),
+                                keras.layers.LSTM(256, return_sequences=True), keras.layers.Dense(256)])
+        x = np.random.randint(0, 256, (batch, 64)).astype("int32")
     else:
         raise ValueError(f"unknown model {model!r}")
-    y = np.random.randint(0, 256 if model == "transformer" else 10, x.shape[:2] if model == "transformer" else (batch,))
+    sequence = model in ("transformer", "lstm")
+    y = np.random.randint(0, 256 if sequence else 10, x.shape[:2] if sequence else (batch,))
     y = y.astype("int64")
     net.compile(optimizer=keras.optimizers.Adam(1e-3),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

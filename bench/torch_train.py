@@ -101,6 +101,22 @@ class Transformer(nn.Module):
         return self.head(self.ln(self.blocks(self.tokens(x) + self.positions)))
 
 
+class Lstm(nn.Module):
+    """train_throughput.cpp's character LSTM: Embedding(256, 64), LSTM(256) at every step, Dense(256)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(256, 64)
+        self.lstm = nn.LSTM(64, 256, batch_first=True)
+        self.head = nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.tokens(x))[0])
+
+
+STEPS = {"transformer": 128, "lstm": 64}  # the sequence models: a label per step
+
+
 def make(model, batch):
     """The Keras models of train_throughput.cpp (channels first for conv, as torch wants)."""
     model, _, policy = model.partition(":")
@@ -116,12 +132,12 @@ def make(model, batch):
     elif model == "resnet20":
         net = ResNet20()
         x = torch.rand(batch, 1, 28, 28)
-    elif model == "transformer":
-        net = Transformer()
-        x = torch.randint(0, 256, (batch, 128))
+    elif model in STEPS:
+        net = Transformer() if model == "transformer" else Lstm()
+        x = torch.randint(0, 256, (batch, STEPS[model]))
     else:
         raise ValueError(f"unknown model {model!r}")
-    y = torch.randint(0, 256, (batch, 128)) if model == "transformer" else torch.randint(0, 10, (batch,))
+    y = torch.randint(0, 256, (batch, STEPS[model])) if model in STEPS else torch.randint(0, 10, (batch,))
     # Keras' Adam defaults: lr 1e-3, betas (0.9, 0.999), epsilon 1e-7.
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()

@@ -75,7 +75,11 @@ using transformer = dtrain::functional<dtrain::input<steps>, dtrain::node<tokens
                                        decoder_block<1>, dtrain::layer_normalization<>, dtrain::dense<vocab>>;
 }  // namespace gpt
 using gpt::transformer;
-const std::vector<std::string> known_models{"cnn", "mlp", "resnet20", "transformer"};
+/// A character model of the text-generation tutorial's shape: 64 tokens of a 256-token vocabulary embedded
+/// in 64 dimensions, an LSTM of 256 units over them, the next token's logits at every step.
+using lstm = dtrain::sequential<dtrain::input<64>, dtrain::embedding<256, 64>,
+                                dtrain::lstm<256, dtrain::return_sequences<true>>, dtrain::dense<256>>;
+const std::vector<std::string> known_models{"cnn", "mlp", "resnet20", "transformer", "lstm"};
 
 constexpr const char* python = "/usr/bin/python3";
 constexpr const char* malloc_tunables =
@@ -158,6 +162,7 @@ result run_dtrain(const std::string& model, std::size_t batch, int threads, cons
                   const timing& t) {
   if (model == "cnn") return run_dtrain<cnn>(batch, threads, precision, t);
   if (model == "transformer") return run_dtrain<transformer>(batch, threads, precision, t);
+  if (model == "lstm") return run_dtrain<lstm>(batch, threads, precision, t);
   return model == "mlp" ? run_dtrain<mlp>(batch, threads, precision, t)
                         : run_dtrain<resnet20>(batch, threads, precision, t);
 }
@@ -411,6 +416,7 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
       const auto run = [&](bool graph) {
         if (m == "cnn") return run_cuda<cnn>(b, graph, t);
         if (m == "transformer") return run_cuda<transformer>(b, graph, t);
+        if (m == "lstm") return run_cuda<lstm>(b, graph, t);
         return m == "mlp" ? run_cuda<mlp>(b, graph, t) : run_cuda<resnet20>(b, graph, t);
       };
       const result dg = run(true), dl = run(false);
@@ -432,7 +438,7 @@ int cuda_main(const std::vector<std::string>& models, std::vector<std::size_t> b
 void usage() {
   std::puts(
       "usage: train_throughput [--quick] [--no-torch] [--no-pypi] [--no-debian-torch] [--no-rss]\n"
-      "                        [--models cnn,mlp,resnet20,transformer (default cnn,mlp)]\n"
+      "                        [--models cnn,mlp,resnet20,transformer,lstm (default cnn,mlp)]\n"
       "                        [--batches 32,64,256] [--threads 1,2] [--window SECONDS] [--windows N]\n"
       "                        [--stat median|best] [--device cpu|cuda] [--no-compile]\n"
       "                        [--precision float32,mixed_bfloat16 (the default; also mixed_float16)]\n"
@@ -505,7 +511,7 @@ int main(int argc, char** argv) {
   }
   for (auto& m : models)
     if (std::find(known_models.begin(), known_models.end(), m) == known_models.end())
-      return std::fprintf(stderr, "unknown model %s (cnn, mlp, resnet20, transformer)\n", m.c_str()), 2;
+      return std::fprintf(stderr, "unknown model %s (cnn, mlp, resnet20, transformer, lstm)\n", m.c_str()), 2;
   if (models.empty() || batches.empty() || thread_counts.empty())
     return std::fprintf(stderr, "train_throughput: --models, --batches and --threads need at least one value\n"), 2;
   for (int th : thread_counts)

@@ -6,7 +6,7 @@
 set -eu
 packages="cmake g++ ninja-build ccache libxtensor-dev libopenblas-dev libboost-test-dev
 libasio-dev libssl-dev nlohmann-json3-dev zlib1g-dev libcli11-dev libpng-dev libjpeg-dev libgif-dev libhdf5-dev
-libonnx-dev libprotobuf-dev dataset-fashion-mnist"
+libonnx-dev libprotobuf-dev dataset-fashion-mnist fortunes"
 [ "${1:-}" = "--test" ] && packages="$packages clang-19 libclang-rt-19-dev libfuzzer-19-dev python3-venv python3-yaml libopenmpi-dev openmpi-bin"
 missing=""
 for p in $packages; do
