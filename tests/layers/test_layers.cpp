@@ -575,7 +575,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(time_distributed_applies_the_layer_to_every_step_a
     const std::vector<float> one(x.begin() + std::ptrdiff_t(f * frame_in), x.begin() + std::ptrdiff_t((f + 1) * frame_in));
     const auto alone = run_forward<conv2d<3, 2, relu>, shape<5, 5, 2>, B>(one, 1, p);
     const std::vector<float> got(y.begin() + std::ptrdiff_t(f * frame_out), y.begin() + std::ptrdiff_t((f + 1) * frame_out));
-    BOOST_TEST_CONTEXT("frame " << f) { BOOST_TEST(got == alone, boost::test_tools::per_element()); }
+    // (within float rounding: one frame and eight are GEMMs of other shapes, whose plans may differ)
+    BOOST_TEST_CONTEXT("frame " << f) {
+      BOOST_TEST(got == alone, boost::test_tools::tolerance(1e-5f) << boost::test_tools::per_element());
+    }
   }
 }
 
