@@ -103,5 +103,13 @@ BOOST_AUTO_TEST_CASE(the_file_is_written_whole_and_reads_back) {
   BOOST_TEST(!fs::exists(t.path / "missing"));
 }
 
+// an embedding's mask would change what the layers after it compute; the graph has no masks: refused
+BOOST_AUTO_TEST_CASE(an_embedding_with_mask_zero_is_refused) {
+  sequential<input<5>, embedding<10, 4, mask_zero<true>>, global_average_pooling1d<>, dense<2>> m(1);
+  const std::string e = error_of([&] { (void)checkpoint::onnx_model(m); });
+  BOOST_TEST(e.find("mask_zero") != std::string::npos, e);
+  BOOST_TEST(e.find("'embedding") != std::string::npos, e);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 #endif

@@ -1,4 +1,4 @@
-"""Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for five
+"""Keras 3 (JAX backend, from PyPI) and dtrain exchange whole models as .keras files, both ways, for six
 models (tests/interop/model_files.cpp): a file dtrain writes opens with keras.saving.load_model and predicts
 what dtrain predicts; a file Keras writes (model.save) loads into dtrain's type and predicts what Keras
 predicts, also when Keras built the model on its own with names of its own (and an Activation("softmax")
@@ -41,7 +41,7 @@ def dtrain_load(name, file, d):
     return subprocess.run([program, name, "load", file, d], capture_output=True, text=True)
 
 
-for name in ("convnet", "decoder", "two_inputs", "recurrent", "attention"):
+for name in ("convnet", "decoder", "two_inputs", "recurrent", "attention", "masked"):
     d = tempfile.mkdtemp(prefix=f"dtrain-keras-file-{name}-")
     subprocess.run([program, name, "save", d], check=True)
     xs, ys = arrays(d, "x"), arrays(d, "y")

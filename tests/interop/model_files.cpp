@@ -2,7 +2,8 @@
 // check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
 // that make images (`decoder`: embedding, transposed convolution, up-sampling), a functional model of
 // two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: LSTM, TimeDistributed, GRU) and
-// attention (`attention`: causal self-attention and cross-attention); the last two .keras only.
+// attention (`attention`: causal self-attention and cross-attention) and padded sequences (`masked`:
+// Embedding(mask_zero=True) to attention, LSTM, GRU and pooling); the last three .keras only.
 //   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
 //     dtrain::keras) and exported as dir/dtrain.onnx (with dtrain::onnx), with inputs (dir/x0.npy,
 //     x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
@@ -55,6 +56,17 @@ using attention = functional<inputs<node<text, input<4, 6>>, node<memory, input<
                              node<attended, multi_head_attention<2, 3, use_causal_mask<true>>, text>,
                              node<crossed, multi_head_attention<2, 4>, attended, memory>,
                              node<void, add, attended, crossed>, layer_normalization<>, dense<3>>;
+// padded sequences: the mask of Embedding(mask_zero=True) through attention, the residual add and the
+// normalization to an LSTM, a GRU (its last step) and a pooling
+struct emb;
+struct att;
+struct normed;
+struct last;
+struct pooled;
+using masked = functional<input<7>, node<emb, embedding<10, 6, mask_zero<true>>>, node<att, multi_head_attention<2, 3>>,
+                          node<void, add, emb, att>, node<normed, layer_normalization<>>, lstm<5, return_sequences<true>>,
+                          node<last, gru<4>>, node<pooled, global_average_pooling1d<>, normed>,
+                          node<void, concatenate, last, pooled>, dense<2>>;
 
 template <class Model>
 std::vector<tensor> draw_inputs() {
@@ -65,6 +77,10 @@ std::vector<tensor> draw_inputs() {
     e.insert(e.end(), shape.begin(), shape.end());
     tensor x = zeros(extents(e.begin(), e.end()));
     for (auto& v : x) v = std::is_same_v<Model, decoder> ? float(r.below(10)) : r.normal();  // embedding: indices
+    if constexpr (std::is_same_v<Model, masked>)  // indices 1..9, padded (0) at the end, the start or the middle
+      for (std::size_t i = 0; i < x.shape()[0]; ++i)
+        for (std::size_t t = 0; t < x.shape()[1]; ++t)
+          x(i, t) = (i % 3 == 0 && t >= 5) || (i % 3 == 1 && t == 0) || (i % 3 == 2 && t == 3) ? 0.0f : float(1 + r.below(9));
     xs.push_back(std::move(x));
   }
   return xs;
@@ -88,7 +104,7 @@ int run(std::string_view mode, char** argv, const fs::path& dir) {
     checkpoint::save_keras(m, dir / "dtrain.keras");
 #endif
 #ifdef DTRAIN_INTEROP_ONNX
-    if constexpr (!std::is_same_v<Model, recurrent> && !std::is_same_v<Model, attention>)
+    if constexpr (!std::is_same_v<Model, recurrent> && !std::is_same_v<Model, attention> && !std::is_same_v<Model, masked>)
       checkpoint::export_onnx(m, dir / "dtrain.onnx");
 #endif
     const auto xs = draw_inputs<Model>();
@@ -123,5 +139,6 @@ int main(int argc, char** argv) {
   if (which == "two_inputs") return run<two_inputs>(argv[2], argv, argv[argc - 1]);
   if (which == "recurrent") return run<recurrent>(argv[2], argv, argv[argc - 1]);
   if (which == "attention") return run<attention>(argv[2], argv, argv[argc - 1]);
+  if (which == "masked") return run<masked>(argv[2], argv, argv[argc - 1]);
   return 2;
 }

@@ -90,6 +90,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_gru_and_time_distributed, B, backends) {
   }
 }
 
+// Masked inputs (Keras' mask_zero): padding at the end, the start and the middle, and a sample of
+// padding only (padding_mask), through the layers that read masks.
+BOOST_AUTO_TEST_CASE_TEMPLATE(masked_attention_recurrent_and_pooling, B, backends) {
+  using dtrain_test::padding_mask;
+  const std::size_t n = 4;
+  check_layer_gradients<multi_head_attention<2, 3>, shape<5, 4>, B>("masked attention", n, 7, padding_mask(n, 5));
+  check_layer_gradients<multi_head_attention<2, 3, use_causal_mask<true>>, shape<5, 4>, B>("masked causal attention", n, 7,
+                                                                                             padding_mask(n, 5));
+  check_layer_gradients<lstm<3>, shape<5, 2>, B>("masked lstm", n, 7, padding_mask(n, 5));
+  check_layer_gradients<lstm<3, return_sequences<true>>, shape<5, 2>, B>("masked lstm return_sequences", n, 7,
+                                                                         padding_mask(n, 5));
+  check_layer_gradients<gru<3>, shape<5, 2>, B>("masked gru", n, 7, padding_mask(n, 5));
+  check_layer_gradients<gru<3, return_sequences<true>>, shape<5, 2>, B>("masked gru return_sequences", n, 7,
+                                                                        padding_mask(n, 5));
+  check_layer_gradients<global_average_pooling1d<>, shape<5, 3>, B>("masked global_average_pooling1d", n, 7,
+                                                                    padding_mask(n, 5));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_transpose_options, B, backends) {
   for (std::size_t n : {1, 3}) {
     check_layer_gradients<conv2d_transpose<3, 3>, shape<4, 3, 2>, B>("conv2d_transpose valid", n);

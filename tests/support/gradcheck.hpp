@@ -72,10 +72,27 @@ dtrain::buffer_t<B, float> layer_state(const B& device) {
   return upload(device, s);
 }
 
+/// Masks over `steps` steps for n samples (1 a real step, 0 padding), of every kind a padded batch has:
+/// sample 0 all real, then padding at the end, padding at the start and in the middle, and (from the
+/// fourth sample) a sample all padding.
+inline std::vector<float> padding_mask(std::size_t n, std::size_t steps) {
+  std::vector<float> m(n * steps, 1.0f);
+  for (std::size_t i = 1; i < n; ++i)
+    for (std::size_t t = 0; t < steps; ++t) {
+      float& v = m[i * steps + t];
+      if (i % 4 == 1) v = t + 2 > steps && t > 0 ? 0.0f : 1.0f;       // the last step(s)
+      if (i % 4 == 2) v = t == 0 || (t == steps / 2 && t > 1) ? 0.0f : 1.0f;  // the first and a middle one
+      if (i % 4 == 3) v = 0.0f;                                       // every step
+    }
+  return m;
+}
+
 /// Checks d f / d x and d f / d params of layer spec `Spec` bound to input `In` on backend B, on a batch of
-/// `n` random samples (host values, uploaded for every evaluation).
+/// `n` random samples (host values, uploaded for every evaluation); with `mask` (n x steps host values)
+/// the input carries that mask.
 template <class Spec, class In, class B = dtrain::cpu>
-void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t seed = 7) {
+void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t seed = 7,
+                           const std::vector<float>& mask = {}) {
   using L = dtrain::bind_t<Spec, In, B>;
   using Out = typename L::output_shape;
   dtrain::rng r(seed);
@@ -89,12 +106,15 @@ void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t
   auto yd = device.template allocate<float>(proj.size()), gd = device.template allocate<float>(params.size());
   auto dxd = device.template allocate<float>(x.size());
   auto sd = layer_state<L>(device);
+  auto md = upload(device, mask.empty() ? std::vector<float>(1) : mask);
+  const dtrain::step_mask<B> masks[1] = {{dtrain::pointer_t<B, const float>(md.data()), mask.empty() ? nullptr : mask.data()}};
 
   auto f = [&]() -> double {
     device.upload(params.size(), params.data(), pd.data());
     device.upload(x.size(), x.data(), xd.data());
     dtrain::rng fixed(seed + 1);  // the same dropout mask on every pass
     dtrain::layer_context<B> ctx{device, fixed, true, sd.data()};
+    ctx.masks = masks;
     layer.forward(ctx, xd.data(), yd.data(), n, pd.data());
     const std::vector<float> y = download(device, yd);
     double s = 0.0;
@@ -106,6 +126,7 @@ void check_layer_gradients(const std::string& what, std::size_t n, std::uint64_t
   {
     dtrain::rng fixed(seed + 1);
     dtrain::layer_context<B> ctx{device, fixed, true, sd.data()};
+    ctx.masks = masks;
     layer.backward(ctx, xd.data(), yd.data(), dyd.data(), dxd.data(), n, pd.data(), gd.data());
   }
   const std::vector<float> dx = download(device, dxd), grads = download(device, gd);

@@ -249,6 +249,9 @@ inline void check_architecture(const json& mine, const json& theirs, const std::
       if (!l.is_object() || !l.contains("class_name") || !l["class_name"].is_string() || !l.contains("config") ||
           !l["config"].is_object())
         throw io_error(where + ": config.json has a layer entry without class_name and config: " + brief(l));
+      // Keras records the operations that compute masks (NotEqual, LogicalOr...: module keras.src.ops.*)
+      // as nodes of a functional model it saves; dtrain computes masks from the layers themselves
+      if (l.value("module", std::string()).starts_with("keras.src.ops.")) continue;
       if ((l["class_name"] == "InputLayer") == inputs) out.push_back(&l);
     }
     return out;
@@ -317,8 +320,11 @@ inline void check_architecture(const json& mine, const json& theirs, const std::
             const auto& h = v["config"]["keras_history"];
             const std::string n = h.is_array() && !h.empty() && h[0].is_string() ? h[0].get<std::string>() : "?";
             s.push_back(rename.count(n) ? rename.at(n) : n);
-          } else if (v.is_array() || v.is_object()) {
+          } else if (v.is_array()) {
             for (const auto& x : v) walk(x);
+          } else if (v.is_object()) {
+            for (const auto& [k, x] : v.items())
+              if (k != "mask") walk(x);  // (a mask passed in a call: see layers_of)
           }
         };
         walk(l.value("inbound_nodes", json()));

@@ -331,6 +331,9 @@ inline std::string onnx_layer_nodes(onnx_graph& g, const onnx_layer& l) {
     return out;
   }
   if (c == "Embedding") {
+    if (l.config->value("mask_zero", false))
+      throw value_error("export_onnx: layer '" + l.name + "' is an embedding with mask_zero, whose mask over the "
+                        "padded steps the exported graph would not apply");
     const std::string idx = g.fresh(l.name);
     attr(g.add("Cast", {x}, idx), "to", std::int64_t(onnx::TensorProto::INT64));
     return g.op("Gather", {constant(0), idx}, l.name);

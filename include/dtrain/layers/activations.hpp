@@ -27,6 +27,7 @@ struct activation_layer : no_params {
   using cptr = pointer_t<B, const float>;
   static constexpr const char* keras_name = A::layer_name;
   static constexpr const char* class_name = A::layer_class;
+  static constexpr bool supports_masking = true;
   /// Keras' Activation(name) (a ReLU or Softmax layer has its defaults: nothing to write).
   template <class C>
   static void get_config(C& c) {
@@ -121,6 +122,7 @@ struct leaky_relu {
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "leaky_re_lu";
     static constexpr const char* class_name = "LeakyReLU";
+    static constexpr bool supports_masking = true;
     template <class C>
     static void get_config(C& c) {
       c.set("negative_slope", Slope);

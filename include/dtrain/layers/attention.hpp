@@ -12,6 +12,9 @@
 /// and biases (heads, key_dim) (value_dim for the value's), the output kernel (heads, value_dim, query
 /// features) and bias.
 /// Options: `value_dim<V>` (default KeyDim), `use_bias<false>`, `use_causal_mask<true>`.
+/// Masked inputs (after `embedding<..., mask_zero<true>>`) mask as Keras' do: query step t attends to
+/// key step u only where both are real steps (and u <= t when causal); a padded query step's
+/// probabilities are all 0 (Keras' masked softmax), and the output carries the query's mask.
 ///
 /// Computed unfused: per sample and head, three GEMMs of the backend and its row softmax; the scores
 /// (query steps x key steps per head) are kept for backward.
@@ -116,7 +119,10 @@ struct attention_core {
     glorot_uniform(p.subspan(wo, hv * Dq), heads * val_dim, heads * Dq, r);
   }
 
-  void attend(layer_context<B>& ctx, cptr xq, cptr xk, cptr xv, ptr y, std::size_t n, cptr p) {
+  /// The attention of the query xq over the key xk and value xv; the masks (each perhaps empty) are the
+  /// inputs' (query, key, value).
+  void attend(layer_context<B>& ctx, cptr xq, cptr xk, cptr xv, ptr y, std::size_t n, cptr p, step_mask<B> mq_mask,
+              step_mask<B> mk_mask, step_mask<B> mv_mask) {
     const B& dev = ctx.device;
     const std::size_t mq = n * Tq, mk = n * Tk;
     const ptr q = ensure(dev, q_, mq * hk), k = ensure(dev, k_, mk * hk), v = ensure(dev, v_, mk * hv);
@@ -124,15 +130,25 @@ struct attention_core {
     project(dev, mq, Dq, hk, xq, p + wq, p + bq, q);
     project(dev, mk, Dk, hk, xk, p + wk, p + bk, k);
     project(dev, mk, Dv, hv, xv, p + wv, p + bv, v);
-    const ptr mask = causal ? causal_mask(dev) : ptr{};
+    const bool masked = mq_mask || mk_mask || mv_mask;
+    if (masked) sample_masks(dev, n, mq_mask, mk_mask, mv_mask);
+    const ptr mask = causal && !masked ? causal_mask(dev) : ptr{};
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t h = 0; h < heads; ++h) {
         const ptr sh = s + (i * heads + h) * Tq * Tk;
         dev.gemm(transpose::no, transpose::yes, Tq, Tk, key_dim, scale, cptr(q + i * Tq * hk + h * key_dim), hk,
                  cptr(k + i * Tk * hk + h * key_dim), hk, 0.0f, sh, Tk);
-        if constexpr (causal) dev.axpy(Tq * Tk, 1.0f, cptr(mask), sh);
+        if (masked) dev.axpy(Tq * Tk, 1.0f, cptr(mask_add_.data() + i * Tq * Tk), sh);
+        else if (causal) dev.axpy(Tq * Tk, 1.0f, cptr(mask), sh);
       }
     dev.template activation_forward<activation_kind::softmax>(n * heads * Tq, Tk, s, s);
+    // Keras' masked softmax zeroes the masked probabilities after it (a padded query's whole row); the
+    // backward of this product is the softmax's of the rows kept
+    if (masked)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t h = 0; h < heads; ++h)
+          dev.multiply(Tq * Tk, cptr(s + (i * heads + h) * Tq * Tk), cptr(mask_mul_.data() + i * Tq * Tk),
+                       s + (i * heads + h) * Tq * Tk);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t h = 0; h < heads; ++h)
         dev.gemm(transpose::no, transpose::no, Tq, val_dim, Tk, 1.0f, cptr(s + (i * heads + h) * Tq * Tk), Tk,
@@ -203,8 +219,28 @@ struct attention_core {
     return mask_.data();
   }
 
-  buffer_t<B, float> q_, k_, v_, scores_, o_, dq_, dk_, dv_, do_, ds_, mask_;
-  std::vector<float> mask_host_;
+  /// Keras' attention mask of each sample (Tq x Tk: query step t may attend to key step u where both are
+  /// unmasked, and u <= t when causal), as the factor after the softmax (1 or 0) and the addend before
+  /// it (0 or Keras' large negative).
+  void sample_masks(const B& dev, std::size_t n, step_mask<B> q, step_mask<B> k, step_mask<B> v) {
+    const std::size_t each = Tq * Tk;
+    mask_values_.resize(2 * n * each);
+    float* mul = mask_values_.data();
+    float* add = mul + n * each;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t t = 0; t < Tq; ++t)
+        for (std::size_t u = 0; u < Tk; ++u) {
+          const bool keep = (!q || q.host[i * Tq + t] != 0.0f) && (!k || k.host[i * Tk + u] != 0.0f) &&
+                            (!v || v.host[i * Tk + u] != 0.0f) && (!causal || u <= t);
+          mul[(i * Tq + t) * Tk + u] = keep ? 1.0f : 0.0f;
+          add[(i * Tq + t) * Tk + u] = keep ? 0.0f : masked_score;
+        }
+    dev.upload(n * each, static_cast<const float*>(mul), ensure(dev, mask_mul_, n * each));
+    dev.upload(n * each, static_cast<const float*>(add), ensure(dev, mask_add_, n * each));
+  }
+
+  buffer_t<B, float> q_, k_, v_, scores_, o_, dq_, dk_, dv_, do_, ds_, mask_, mask_mul_, mask_add_;
+  std::vector<float> mask_host_, mask_values_;
 };
 }  // namespace detail
 
@@ -233,7 +269,10 @@ struct multi_head_attention {
     using output_shape = In;
     using typename bind::attention_core::cptr;
     using typename bind::attention_core::ptr;
-    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) { this->attend(ctx, x, x, x, y, n, p); }
+    static constexpr bool supports_masking = true;
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
+      this->attend(ctx, x, x, x, y, n, p, ctx.mask(), ctx.mask(), ctx.mask());
+    }
     void backward(layer_context<B>& ctx, cptr x, cptr, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
       this->attend_backward(ctx, x, x, x, dy, dx, dx, true, dx, true, n, p, g);
     }
@@ -257,8 +296,9 @@ struct multi_head_attention {
     using output_shape = Q;
     using inputs = std::array<cptr, arity>;
     using input_gradients = std::array<ptr, arity>;
+    static constexpr bool supports_masking = true, mask_of_first = true;
     void forward(layer_context<B>& ctx, const inputs& xs, ptr y, std::size_t n, cptr p) {
-      this->attend(ctx, xs[0], xs[arity - 1], xs[1], y, n, p);
+      this->attend(ctx, xs[0], xs[arity - 1], xs[1], y, n, p, ctx.mask(0), ctx.mask(arity - 1), ctx.mask(1));
     }
     void backward(layer_context<B>& ctx, const inputs& xs, cptr, ptr dy, const input_gradients& dxs, std::size_t n,
                   cptr p, ptr g) {

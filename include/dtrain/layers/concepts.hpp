@@ -45,6 +45,18 @@
 /// replica without rows in a step runs in place of `forward` and `backward` (`dx`: whether backward would
 /// compute an input gradient), so that every replica enters the same collectives in the same order.
 ///
+/// Optional: masks over steps (Keras' masking: `embedding<..., mask_zero<true>>` marks the steps whose index
+/// is 0 as padding). A bound layer with `static constexpr bool makes_mask = true` computes its output's
+/// mask from its input on the host, `static void compute_mask(std::span<const float> x, float* mask)`
+/// (one value per input row of its last axis: 1 a real step, 0 padding); the model computes it from the
+/// batch itself, so such a layer takes a model input. A bound layer with `static constexpr bool
+/// supports_masking = true` (Keras' attribute) takes masked inputs: `ctx.masks` holds its inputs' masks
+/// (one per input, empty for an input without) in `forward` and `backward`, and its output carries the same mask (a merge layer's: the one its masked
+/// inputs share; one with `static constexpr bool mask_of_first = true`, its first input's: attention's,
+/// the query's) unless it declares `static constexpr bool keeps_mask = false`
+/// (a pooling over the steps, an RNN that returns its last step). At a layer without
+/// `supports_masking` a mask ends, as in Keras.
+///
 /// A merge layer (Keras' Add, Multiply, Concatenate: several inputs) is a spec with `merge` whose
 /// `bind_merge<B, In...>` keeps `merge_layer<L, B>` below; functional models (model/graph.hpp) use them.
 ///
@@ -80,8 +92,19 @@ struct replica_sum {
   }
 };
 
+/// A mask over the steps of a batch (Keras' `_keras_mask`): per sample and step 1 (a real step) or 0
+/// (padding), n x steps values row-major, on the device and the same values on the host (what a layer
+/// plans its kernel calls by). An empty one (null pointers) is an input that carries no mask.
+template <class B>
+struct step_mask {
+  pointer_t<B, const float> device{};
+  const float* host = nullptr;
+  explicit operator bool() const { return host != nullptr; }
+};
+
 /// What a layer sees of the model during one pass: its backend, its generator, the mode, its
-/// non-trainable variables (null for a layer without) and the replicas.
+/// non-trainable variables (null for a layer without), the replicas, and its inputs' masks (one per
+/// input for a layer that `supports_masking`, each empty where that input carries none).
 template <class B>
 struct layer_context {
   const B& device;
@@ -89,6 +112,16 @@ struct layer_context {
   bool training = false;
   pointer_t<B, float> state{};
   replica_sum replicas{};
+  std::span<const step_mask<B>> masks{};
+
+  /// Input i's mask, or an empty one.
+  step_mask<B> mask(std::size_t i = 0) const { return i < masks.size() ? masks[i] : step_mask<B>{}; }
+  /// Whether any input carries a mask.
+  bool masked() const {
+    for (const auto& m : masks)
+      if (m) return true;
+    return false;
+  }
 };
 
 /// What a layer's `get_config` writes to (checkpoint/keras_file.hpp has the JSON one): `c.set(key, v)` with
@@ -199,6 +232,28 @@ inline constexpr bool autocasts_v = [] {
   else
     return true;
 }();
+
+/// Whether a bound layer computes a mask (`makes_mask`), takes masked inputs (`supports_masking`), and
+/// passes the mask on to its output (see the contract above).
+template <class L>
+inline constexpr bool makes_mask_v = [] {
+  if constexpr (requires { L::makes_mask; }) return static_cast<bool>(L::makes_mask);
+  else return false;
+}();
+template <class L>
+inline constexpr bool supports_masking_v = [] {
+  if constexpr (requires { L::supports_masking; }) return static_cast<bool>(L::supports_masking);
+  else return false;
+}();
+template <class L>
+inline constexpr bool keeps_mask_v = [] {
+  if constexpr (requires { L::keeps_mask; }) return supports_masking_v<L> && static_cast<bool>(L::keeps_mask);
+  else return supports_masking_v<L>;
+}();
+
+/// A merge layer whose output carries its first input's mask (`mask_of_first`: attention, the query's).
+template <class L>
+inline constexpr bool mask_of_first_v = requires { L::mask_of_first; };
 
 /// True for a bound merge layer (`arity` inputs).
 template <class L>

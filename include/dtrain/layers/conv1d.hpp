@@ -10,6 +10,7 @@
 /// `use_bias<false>`, regularizers, as conv2d's.
 
 #include <array>
+#include <vector>
 
 #include "dtrain/layers/conv2d.hpp"
 #include "dtrain/layers/pooling.hpp"
@@ -76,16 +77,52 @@ struct pooling1d {
   };
 };
 
-/// One window over all steps: global_pooling2d over (1, steps, c); (c), or (1, c) with KeepDims.
+/// One window over all steps: global_pooling2d over (1, steps, c); (c), or (1, c) with KeepDims. The
+/// average of a masked input is Keras': the mean of each sample's unmasked steps (a sample whose every
+/// step is masked: 0, where Keras divides by zero).
 template <bool Max, bool KeepDims>
 struct global_pooling1d {
   template <class In, class B>
   struct bind : global_pooling2d<Max, KeepDims>::template bind<one_row<In>, B> {
     static_assert(In::rank == 2, "global pooling 1D: the input must be (steps, channels)");
+    using base = typename global_pooling2d<Max, KeepDims>::template bind<one_row<In>, B>;
     using input_shape = In;
     using output_shape = std::conditional_t<KeepDims, shape<1, one_row<In>::dims[2]>, shape<one_row<In>::dims[2]>>;
+    using ptr = pointer_t<B, float>;
+    using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = Max ? "global_max_pooling1d" : "global_average_pooling1d";
     static constexpr const char* class_name = Max ? "GlobalMaxPooling1D" : "GlobalAveragePooling1D";
+    static constexpr bool supports_masking = !Max, keeps_mask = false;
+    static constexpr std::size_t steps = In::dims[0], c = one_row<In>::dims[2];
+
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
+      const step_mask<B> m = ctx.mask();
+      if (!m) return base::forward(ctx, x, y, n, p);
+      const B& dev = ctx.device;
+      // each sample's mean over its unmasked steps: y_i = w_i x_i, w_i = m_i / (its count)
+      weights_.resize(n * steps);
+      for (std::size_t i = 0; i < n; ++i) {
+        float count = 0.0f;
+        for (std::size_t t = 0; t < steps; ++t) count += m.host[i * steps + t];
+        for (std::size_t t = 0; t < steps; ++t) weights_[i * steps + t] = count > 0.0f ? m.host[i * steps + t] / count : 0.0f;
+      }
+      const ptr w = ensure(dev, weights_dev_, n * steps);
+      dev.upload(n * steps, static_cast<const float*>(weights_.data()), w);
+      for (std::size_t i = 0; i < n; ++i)
+        dev.gemm(transpose::no, transpose::no, 1, c, steps, 1.0f, cptr(w + i * steps), steps, x + i * steps * c, c, 0.0f,
+                 y + i * c, c);
+    }
+    void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
+      if (!ctx.mask()) return base::backward(ctx, x, y, dy, dx, n, p, g);
+      if (!dx) return;
+      for (std::size_t i = 0; i < n; ++i)  // dx_i = w_i^T dy_i
+        ctx.device.gemm(transpose::no, transpose::no, steps, c, 1, 1.0f, cptr(weights_dev_.data() + i * steps), 1,
+                        cptr(dy + i * c), c, 0.0f, dx + i * steps * c, c);
+    }
+
+   private:
+    std::vector<float> weights_;
+    buffer_t<B, float> weights_dev_;
   };
 };
 }  // namespace detail

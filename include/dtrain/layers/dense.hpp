@@ -37,6 +37,7 @@ struct dense {
     using ptr = pointer_t<B, float>;
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "dense";
+    static constexpr bool supports_masking = true;  // over the last axis: the steps' mask carries on
     static constexpr const char* class_name = "Dense";
     static constexpr std::size_t in = In::dims[In::rank - 1];
     static constexpr std::size_t rows_per_sample = In::size / in;

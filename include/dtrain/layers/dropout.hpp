@@ -67,6 +67,7 @@ struct dropout {
   struct bind : detail::dropout_layer<Rate, false, In, B> {
     static constexpr const char* keras_name = "dropout";
     static constexpr const char* class_name = "Dropout";
+    static constexpr bool supports_masking = true;
     template <class C>
     static void get_config(C& c) {
       c.set("rate", Rate);

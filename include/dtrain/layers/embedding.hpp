@@ -3,7 +3,8 @@
 /// `embedding<InputDim, OutputDim>`: Keras `layers.Embedding(input_dim, output_dim)`. Each input value is
 /// an index in [0, InputDim) (held as a float, exact below 2^24) and becomes that row of the
 /// `embeddings` table (InputDim, OutputDim), initialised uniform in [-0.05, 0.05] (Keras' default): the
-/// output's shape is the input's with OutputDim appended. A model checks the indices of a batch it
+/// output's shape is the input's with OutputDim appended. With `mask_zero<true>` (Keras' `mask_zero=True`)
+/// index 0 is padding, and the output carries the mask of the other steps (layers/concepts.hpp). A model checks the indices of a batch it
 /// feeds straight to an embedding before anything runs (`check_input`), so a bad index is an error
 /// naming it; elsewhere an index outside the table reads a row of zeros and receives no gradient.
 ///
@@ -31,10 +32,28 @@ struct append_dim<S, Last, std::index_sequence<I...>> {
 };
 }  // namespace detail
 
-template <std::size_t InputDim, std::size_t OutputDim>
+/// Keras' `mask_zero=True` of an embedding: index 0 is padding, and the output carries a mask of the
+/// steps whose index is not 0 to the layers after it that support masking (attention, the recurrent
+/// layers, pooling over the steps).
+template <bool Mask>
+struct mask_zero {
+  static constexpr bool is_mask_zero = true;
+  static constexpr bool value = Mask;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_mask_zero : std::false_type {};
+template <class T>
+struct is_mask_zero<T, std::void_t<decltype(T::is_mask_zero)>> : std::true_type {};
+}  // namespace detail
+
+template <std::size_t InputDim, std::size_t OutputDim, class... Options>
 struct embedding {
   static_assert(InputDim > 0 && OutputDim > 0, "embedding: input_dim and output_dim must be positive");
   static_assert(InputDim < (std::size_t(1) << 24), "embedding: input_dim must be below 2^24 (indices are floats)");
+  static_assert((detail::is_mask_zero<Options>::value && ...), "embedding: the option is mask_zero<true>");
+  static constexpr bool masks = detail::find_option<detail::is_mask_zero, mask_zero<false>, Options...>::type::value;
 
   template <class In, class B>
   struct bind {
@@ -50,8 +69,15 @@ struct embedding {
     static void get_config(C& c) {
       c.set("input_dim", InputDim);
       c.set("output_dim", OutputDim);
+      c.set("mask_zero", masks);
     }
     static constexpr std::array<param_spec, 1> params{{{"embeddings", 2, {InputDim, OutputDim, 0, 0}}}};
+
+    /// With mask_zero: the output's mask, 1 where the index is not 0 (one value per index).
+    static constexpr bool makes_mask = masks;
+    static void compute_mask(std::span<const float> x, float* mask) {
+      for (std::size_t i = 0; i < x.size(); ++i) mask[i] = x[i] != 0.0f ? 1.0f : 0.0f;
+    }
 
     void initialize(std::span<float> p, rng& r) {
       for (auto& v : p) v = r.uniform(-0.05f, 0.05f);

@@ -39,6 +39,7 @@ struct add {
     using base = detail::merge_base<B, In, More...>;
     using output_shape = In;
     static constexpr const char* keras_name = "add";
+    static constexpr bool supports_masking = true;
     static constexpr const char* class_name = "Add";
     template <class C>
     static void get_config(C&) {}
@@ -65,6 +66,7 @@ struct multiply {
     using base = detail::merge_base<B, In, More...>;
     using output_shape = In;
     static constexpr const char* keras_name = "multiply";
+    static constexpr bool supports_masking = true;
     static constexpr const char* class_name = "Multiply";
     template <class C>
     static void get_config(C&) {}
@@ -105,6 +107,7 @@ struct concatenate {
     using output_shape = typename detail::replace_last<In, width>::type;
     static constexpr std::size_t rows_per_sample = In::size / In::dims[rank - 1];
     static constexpr const char* keras_name = "concatenate";
+    static constexpr bool supports_masking = true;
     static constexpr const char* class_name = "Concatenate";
     template <class C>
     static void get_config(C& c) {

@@ -35,6 +35,7 @@ struct layer_normalization {
     using ptr = pointer_t<B, float>;
     using cptr = pointer_t<B, const float>;
     static constexpr const char* keras_name = "layer_normalization";
+    static constexpr bool supports_masking = true;  // each step on its own
     static constexpr bool autocast = false;  // statistics in float32 (Keras' normalization layers)
     static constexpr const char* class_name = "LayerNormalization";
     template <class C>

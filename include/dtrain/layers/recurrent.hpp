@@ -12,7 +12,9 @@
 /// Variables as Keras stores them: kernel (features, G units), recurrent_kernel (units, G units), bias
 /// (G units; the GRU's (2, 3 units): the input's row, then the recurrent one). Kernels start
 /// glorot_uniform, recurrent kernels orthogonal (Keras' initializers). Options: `return_sequences<true>`
-/// (every step's h, (steps, units); default the last step's, (units)), `use_bias<false>`.
+/// (every step's h, (steps, units); default the last step's, (units)), `use_bias<false>`. A masked input
+/// (after `embedding<..., mask_zero<true>>`) is Keras' masking: at a sample's padded steps its state and
+/// output stay the previous step's (zero before the first real step).
 ///
 /// Computed with the backend's BLAS-like and activation kernels, time-major (step t's rows of all samples
 /// contiguous): the input projections of every step in one GEMM, then per step the recurrent GEMM and
@@ -90,6 +92,8 @@ struct recurrent_base {
   static constexpr std::size_t steps = In::dims[0], f = In::rank == 2 ? In::dims[1] : 1, u = Spec::units,
                                w = Spec::width;
   static constexpr bool bias = Spec::bias, sequences = Spec::sequences;
+  /// Keras' RNN masking (see step_masks); the output keeps the mask when it is every step's.
+  static constexpr bool supports_masking = true, keeps_mask = sequences;
   // where each variable starts in the layer's parameters (Keras' order)
   static constexpr std::size_t kernel = 0, recurrent = f * w, bias_at = recurrent + u * w;
   static constexpr auto params = [] {
@@ -157,6 +161,37 @@ struct recurrent_base {
     if (steps == 1) return dev.fill(u * w, 0.0f, g + recurrent);
     dev.gemm(transpose::yes, transpose::no, u, w, (steps - 1) * n, 1.0f, hs, u, dzs + n * w, w, 0.0f, g + recurrent, w);
   }
+  /// A masked input (Keras' RNN masking): a sample's state stays as it was at its masked steps, and so
+  /// does its output (the previous step's). `step_masks` expands the mask to every unit, time-major
+  /// (steps, n, u), or returns null for an unmasked input; `carry` makes step t's new state `out` the
+  /// previous one `prev` (null: zero) where masked; `split` divides a step state's gradient `d` into the
+  /// new state's (kept in d) and what passes to the previous state unchanged (`passed`).
+  ptr step_masks(const B& dev, step_mask<B> m, std::size_t n) {
+    if (!m) return ptr{};
+    mask_host_.resize(steps * n * u);
+    for (std::size_t t = 0; t < steps; ++t)
+      for (std::size_t i = 0; i < n; ++i)
+        std::fill_n(mask_host_.begin() + std::ptrdiff_t((t * n + i) * u), u, m.host[i * steps + t]);
+    const ptr mask = ensure(dev, mask_, steps * n * u);
+    dev.upload(mask_host_.size(), static_cast<const float*>(mask_host_.data()), mask);
+    return mask;
+  }
+  /// out = prev + m (out - prev), or m out when prev is null; tmp is scratch.
+  static void carry(const B& dev, std::size_t nu, cptr m, cptr prev, ptr out, ptr tmp) {
+    if (!prev) return dev.multiply(nu, m, cptr(out), out);
+    dev.copy(nu, cptr(out), tmp);
+    dev.axpy(nu, -1.0f, prev, tmp);
+    dev.multiply(nu, m, cptr(tmp), tmp);
+    dev.copy(nu, prev, out);
+    dev.axpy(nu, 1.0f, cptr(tmp), out);
+  }
+  /// passed = (1 - m) d, d = m d.
+  static void split(const B& dev, std::size_t nu, cptr m, ptr d, ptr passed) {
+    dev.copy(nu, cptr(d), passed);
+    dev.multiply(nu, m, cptr(d), d);
+    dev.axpy(nu, -1.0f, cptr(d), passed);
+  }
+
   /// From the time-major projections' gradients dproj (steps n, w): the kernel's and the input bias's
   /// gradients, and dx (through xt, whose values are then spent).
   static void project_backward(const B& dev, std::size_t n, ptr xt, cptr dproj, cptr p, ptr g, ptr gb, ptr dx) {
@@ -166,6 +201,10 @@ struct recurrent_base {
     dev.gemm(transpose::no, transpose::yes, n * steps, f, w, 1.0f, dproj, w, p + kernel, w, 0.0f, xt, f);
     for (std::size_t t = 0; t < steps; ++t) scatter_step(dev, n, t, f, cptr(xt + t * n * f), dx);
   }
+
+ private:
+  std::vector<float> mask_host_;
+  buffer_t<B, float> mask_;
 };
 
 }  // namespace detail
@@ -208,6 +247,7 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
       const ptr gates = ensure(dev, gates_, steps * 4 * nu), c = ensure(dev, c_, steps * nu),
                 tc = ensure(dev, tc_, steps * nu), h = ensure(dev, h_, steps * nu), tmp = ensure(dev, tmp_, nu);
       base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, xt, proj);
+      const ptr mask = masks_ = this->step_masks(dev, ctx.mask(), n);
       for (std::size_t t = 0; t < steps; ++t) {
         const ptr z = proj + t * n * w, a = gates + t * 4 * nu, ct = c + t * nu, ht = h + t * nu;
         if (t > 0)
@@ -222,6 +262,11 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
         }
         dev.template activation_forward<activation_kind::tanh>(n, u, ct, tc + t * nu);
         dev.multiply(nu, a + 2 * nu, cptr(tc + t * nu), ht);  // o tanh(c_t)
+        if (mask) {  // (tc keeps the new state's tanh, for backward)
+          const cptr m = mask + t * nu;
+          base::carry(dev, nu, m, t > 0 ? cptr(c + (t - 1) * nu) : cptr{}, ct, tmp);
+          base::carry(dev, nu, m, t > 0 ? cptr(h + (t - 1) * nu) : cptr{}, ht, tmp);
+        }
       }
       base::write_output(dev, n, h, y);
     }
@@ -231,6 +276,8 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
       const std::size_t nu = n * u;
       const ptr proj = proj_.data(), gates = gates_.data(), c = c_.data(), tc = tc_.data(), h = h_.data();
       const ptr dh = ensure(dev, dh_, nu), dc = ensure(dev, dc_, nu), da = ensure(dev, da_, 4 * nu), tmp = tmp_.data();
+      const ptr mask = masks_, passed_h = mask ? ensure(dev, passed_h_, nu) : ptr{},
+                passed_c = mask ? ensure(dev, passed_c_, nu) : ptr{};
       dev.fill(nu, 0.0f, dh);
       dev.fill(nu, 0.0f, dc);
       // dh = dz U^T at every step: U transposed once, so each of those GEMMs reads both operands as they lie
@@ -240,6 +287,10 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
         const cptr a = gates + t * 4 * nu, tct = tc + t * nu;
         const ptr dz = proj + t * n * w;  // z_t's gradient replaces it
         base::add_output_gradient(dev, n, t, dy, dh, tmp);
+        if (mask) {  // a masked step's state is the previous one: its gradient passes on
+          base::split(dev, nu, cptr(mask + t * nu), dh, passed_h);
+          base::split(dev, nu, cptr(mask + t * nu), dc, passed_c);
+        }
         // h = o tanh(c): do = dh tanh(c); dc += (dh o) tanh'(c)
         dev.multiply(nu, cptr(dh), tct, da + 2 * nu);
         dev.multiply(nu, cptr(dh), a + 2 * nu, tmp);
@@ -251,12 +302,15 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
         if (t > 0) dev.multiply(nu, cptr(dc), cptr(c + (t - 1) * nu), da + nu);
         else dev.fill(nu, 0.0f, da + nu);
         dev.multiply(nu, cptr(dc), a + nu, dc);
+        if (mask) dev.axpy(nu, 1.0f, cptr(passed_c), dc);
         // through the gates' activations to z, in Keras' block order
         dev.template activation_backward<activation_kind::sigmoid>(3 * n, u, cptr{}, a, cptr(da), da);
         dev.template activation_backward<activation_kind::tanh>(n, u, cptr{}, a + 3 * nu, cptr(da + 3 * nu), da + 3 * nu);
         for (std::size_t k = 0; k < 4; ++k) dev.copy_columns(n, u, cptr(da + k * nu), u, dz + keras_block[k] * u, w);
-        if (t > 0)  // z_t = ... + h_{t-1} U
-          dev.gemm(transpose::no, transpose::no, n, u, w, 1.0f, cptr(dz), w, cptr(ut), u, 0.0f, dh, u);
+        if (t > 0) {  // z_t = ... + h_{t-1} U
+          if (mask) dev.copy(nu, cptr(passed_h), dh);
+          dev.gemm(transpose::no, transpose::no, n, u, w, 1.0f, cptr(dz), w, cptr(ut), u, mask ? 1.0f : 0.0f, dh, u);
+        }
       }
       base::recurrent_backward(dev, n, h, proj, g);
       base::project_backward(dev, n, xt_.data(), proj, p, g, bias ? g + bias_at : ptr{}, dx);
@@ -265,7 +319,8 @@ struct lstm : detail::recurrent_spec<Units, 4, Options...> {
     void regularization(layer_context<B>&, cptr, ptr, float, ptr) const {}
 
    private:
-    buffer_t<B, float> xt_, proj_, gates_, c_, tc_, h_, tmp_, dh_, dc_, da_, ut_;
+    buffer_t<B, float> xt_, proj_, gates_, c_, tc_, h_, tmp_, dh_, dc_, da_, ut_, passed_h_, passed_c_;
+    ptr masks_{};  // the last forward's (null: unmasked)
   };
 };
 
@@ -302,6 +357,7 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
       const ptr xz = ensure(dev, xz_, n * w), rz = ensure(dev, rz_, n * steps * w);
       const ptr gates = ensure(dev, gates_, steps * 4 * nu), h = ensure(dev, h_, steps * nu), tmp = ensure(dev, tmp_, nu);
       base::project_inputs(dev, n, x, p, bias ? p + bias_at : cptr{}, xt, proj);
+      const ptr mask = masks_ = this->step_masks(dev, ctx.mask(), n);
       for (std::size_t t = 0; t < steps; ++t) {
         const ptr a = gates + t * 4 * nu, ht = h + t * nu;
         // the recurrent side h_{t-1} U + b_rec (b_rec alone at the first step, whose h_{t-1} is zero)
@@ -325,6 +381,7 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
         dev.multiply(nu, cptr(a), cptr(tmp), tmp);
         dev.copy(nu, cptr(a + 2 * nu), ht);
         dev.axpy(nu, 1.0f, cptr(tmp), ht);
+        if (mask) base::carry(dev, nu, cptr(mask + t * nu), t > 0 ? cptr(h + (t - 1) * nu) : cptr{}, ht, tmp);
       }
       base::write_output(dev, n, h, y);
     }
@@ -338,11 +395,13 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
       const ptr dh = ensure(dev, dh_, nu), da = ensure(dev, da_, 3 * nu), tmp = tmp_.data(), direct = ensure(dev, t2_, nu);
       const ptr ut = ensure(dev, ut_, u * w);  // U^T, as the LSTM's
       dev.transpose_matrix(u, w, p + recurrent, w, ut, u);
+      const ptr mask = masks_, passed = mask ? ensure(dev, passed_, nu) : ptr{};
       dev.fill(nu, 0.0f, dh);
       for (std::size_t t = steps; t-- > 0;) {
         const cptr a = gates + t * 4 * nu;
         const ptr dxz = proj + t * n * w, drz = drzs + t * n * w;
         base::add_output_gradient(dev, n, t, dy, dh, tmp);
+        if (mask) base::split(dev, nu, cptr(mask + t * nu), dh, passed);  // as the LSTM's
         // h = hh + z (h_{t-1} - hh): dz = dh (h_{t-1} - hh), dhh = dh - dh z, and dh z straight to h_{t-1}
         previous_minus_candidate(dev, n, t, h, a, tmp);
         dev.multiply(nu, cptr(dh), cptr(tmp), da);
@@ -360,6 +419,7 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
         dev.copy_columns(n, u, cptr(tmp), u, drz + 2 * u, w);
         if (t > 0) {
           dev.copy(nu, cptr(direct), dh);
+          if (mask) dev.axpy(nu, 1.0f, cptr(passed), dh);
           dev.gemm(transpose::no, transpose::no, n, u, w, 1.0f, cptr(drz), w, cptr(ut), u, 1.0f, dh, u);
         }
       }
@@ -379,7 +439,8 @@ struct gru : detail::recurrent_spec<Units, 3, Options...> {
       dev.axpy(nu, -1.0f, a + 2 * nu, out);
     }
 
-    buffer_t<B, float> xt_, proj_, xz_, rz_, gates_, h_, tmp_, dh_, da_, t2_, ut_;
+    buffer_t<B, float> xt_, proj_, xz_, rz_, gates_, h_, tmp_, dh_, da_, t2_, ut_, passed_;
+    ptr masks_{};  // the last forward's (null: unmasked)
   };
 };
 

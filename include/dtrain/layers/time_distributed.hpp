@@ -41,6 +41,7 @@ struct time_distributed {
     using input_shape = In;
     using output_shape = typename detail::prepend<steps, typename base::output_shape>::type;
     static constexpr const char* keras_name = "time_distributed";
+    static constexpr bool supports_masking = true;
     static constexpr const char* class_name = "TimeDistributed";
     static constexpr const char* keras_sublayer = "layer";  // where Keras keeps L's variables
     static constexpr bool relabels = false;

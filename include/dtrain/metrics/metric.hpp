@@ -186,14 +186,22 @@ class any_metric {
   /// Adds a batch of host values to `state` (one of this metric's: a replica's, or a sum of them).
   void add_batch(batch_view y_true, batch_view y_pred, metric_state& state) { fn_->add(y_true, y_pred, state.values); }
   /// The same with a weight per sample (Keras' `update_state(y_true, y_pred, sample_weight)`): each
-  /// sample's contribution to the state's sums (its count, its confusion counts) times its weight.
+  /// sample's contribution to the state's sums (its count, its confusion counts) times its weight. A
+  /// weight per row of y_pred (a masked sequence's: per step) weighs each row, as a sample of its own.
   void add_batch(batch_view y_true, batch_view y_pred, std::span<const float> sample_weight, metric_state& state) {
-    const std::size_t n = y_pred.batch();
-    if (sample_weight.size() != n || y_true.batch() != n || y_true.rank() == 0 || y_pred.rank() == 0)
+    std::size_t n = y_pred.batch();
+    const std::size_t rows = detail::loss_rows(y_pred);
+    const bool per_row = sample_weight.size() == rows && rows != n && rows > 0 && y_true.size() % rows == 0;
+    if ((sample_weight.size() != n && !per_row) || y_true.batch() != n || y_true.rank() == 0 || y_pred.rank() == 0)
       throw shape_error(name() + ": " + std::to_string(sample_weight.size()) + " sample weights for y_true of shape " +
                         y_true.str() + " and y_pred of shape " + y_pred.str() + " (expected one per sample)");
     extents te(y_true.extents.begin(), y_true.extents.end()), pe(y_pred.extents.begin(), y_pred.extents.end());
     te[0] = pe[0] = 1;
+    if (per_row) {  // each row a sample: (1, its values)
+      n = rows;
+      te = y_true.size() == rows ? extents{1} : extents{1, y_true.size() / rows};
+      pe = {1, y_pred.last()};
+    }
     const std::size_t ts = y_true.size() / std::max<std::size_t>(1, n), ps = y_pred.size() / std::max<std::size_t>(1, n);
     metric_state one(state.values.size());
     for (std::size_t i = 0; i < n; ++i) {

@@ -401,6 +401,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       constexpr auto src = Graph::template sources<I>;
       layer_context<B>& ctx = context_of<I>(plain_ctx, cast_ctx);
       ctx.state = this->template state_ptr<I>();
+      const auto in_masks = input_masks<I>();
+      ctx.masks = in_masks;
       const ptr dy = grad_at_[num_inputs + I];
       add_activity_penalty<I>(n, dy, regularization_scale_ * loss_scale_);  // its gradient joins dy before the layer's backward
       auto& l = std::get<I>(this->layers_);
@@ -587,7 +589,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       float scale = plan.loss_scale[o] / static_cast<float>(replicas());
       if (uneven && losses_[o].get_reduction() != reduction::sum)
         scale = plan.loss_scale[o] * static_cast<float>(n) / static_cast<float>(global_rows);
-      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale * loss_scale_, true, weights_of(w, o));
+      compute_loss(o, losses_[o], y[o], t[o], n, loss_weights_[o] * scale * loss_scale_, true,
+                   loss_weights_of(w, o, losses_[o].get_reduction()));
     }
     compute_metrics(plan, t, n);
     auto track_step = [&] {
@@ -617,7 +620,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     forward(x, n, false);
     const auto t = targets(y);
     for (std::size_t o = 0; o < num_outputs; ++o)
-      compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false, weights_of(w, o));
+      compute_loss(o, losses_[o], y[o], t[o], n, 1.0f, false, loss_weights_of(w, o, losses_[o].get_reduction()));
     compute_metrics(plan, t, n);
     add_penalties(ptr{}, 0.0f, n);
     const float* s = read_scalars();
@@ -659,7 +662,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
                    : red == reduction::sum_over_batch_size ? double(plan.rows[o])
                    : global_batch_size                     ? double(global_batch_size)
                                                            : double(plan.rows[o] * std::size_t(replicas()));
-      compute_loss(o, loss_object, y[o], t[o], n, static_cast<float>(1.0 / divisor[o]), true);
+      compute_loss(o, loss_object, y[o], t[o], n, static_cast<float>(1.0 / divisor[o]), true,
+                   loss_weights_of({}, o, red));
     }
     synced_backward(n);
     regularization_scale_ = saved;
@@ -769,7 +773,8 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       for (std::size_t i = 0; i < metrics_.size(); ++i) {
         const std::size_t o = metric_output_[i];
         auto op = metrics_[i].kernel({y[o].data(), dims_of(y[o])}, output_view(o, n, nullptr));  // checks the shapes
-        p.metric_ops.push_back(weighted && metrics_[i].weighted() ? std::nullopt : op);
+        // (a masked output's metrics weigh its rows by the mask: on the host)
+        p.metric_ops.push_back((weighted && metrics_[i].weighted()) || output_masked(o) ? std::nullopt : op);
       }
     return p;
   }
@@ -806,6 +811,45 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return w.empty() ? nullptr : &w[w.size() == 1 ? 0 : o];
   }
 
+  /// Whether output o's predictions carry a mask (Keras' `_keras_mask` on y_pred).
+  static constexpr bool output_masked(std::size_t o) { return mask_origin[num_inputs + Graph::output_nodes[o]] < num_sources; }
+  /// The weights of output o's loss rows, as Keras' losses apply the mask of a masked output: the sample
+  /// weights (if any) times the mask, and under sum_over_batch_size times rows / unmasked rows, so that
+  /// the loss is the mean over the unmasked rows (none unmasked: 0); else `w`'s (or null).
+  const tensor* loss_weights_of(tensors w, std::size_t o, reduction red) {
+    const tensor* sw = weights_of(w, o);
+    if (!output_masked(o)) return sw;
+    tensor& m = masked_weights(sw, o);
+    if (red == reduction::sum_over_batch_size) {
+      double valid = 0.0;
+      for (std::size_t r = 0; r < m.size(); ++r) valid += masks_[num_inputs + Graph::output_nodes[o]].host[r];
+      const float scale = valid > 0.0 ? static_cast<float>(double(m.size()) / valid) : 0.0f;
+      for (float& v : m) v *= scale;
+    }
+    return &m;
+  }
+  /// The weights of output o's rows for its metrics: the sample weights `w` (if any) times the mask of a
+  /// masked output (Keras' metrics take the mask as weights), else `w`'s (or null).
+  const tensor* metric_weights_of(tensors w, std::size_t o) {
+    const tensor* sw = weights_of(w, o);
+    return output_masked(o) ? &masked_weights(sw, o) : sw;
+  }
+  /// Output o's mask as row weights, times the sample weights `sw` (one per sample or per row) if any.
+  tensor& masked_weights(const tensor* sw, std::size_t o) {
+    const step_mask<B>& mask = masks_[num_inputs + Graph::output_nodes[o]];
+    const std::size_t rows = mask_host_[mask_origin[num_inputs + Graph::output_nodes[o]] - num_inputs].size();
+    const batch_view pv{nullptr, out_extents_[o]};  // (this step's)
+    if (detail::loss_rows(pv) != rows)
+      throw shape_error(std::string(Graph::name) + ": output '" + output_name(o) + "' of shape " + pv.str() +
+                        " carries a mask of " + std::to_string(rows) + " steps, which does not give one weight per "
+                        "row of its loss");
+    tensor& m = masked_weights_[o];
+    if (m.size() != rows) m = zeros(extents{rows});
+    const std::size_t per_sample = sw && sw->size() < rows ? rows / sw->size() : 1;
+    for (std::size_t r = 0; r < rows; ++r) m.data()[r] = mask.host[r] * (sw ? sw->data()[r / per_sample] : 1.0f);
+    return m;
+  }
+
   /// Host values as the backend reads them: the values themselves when the backend's memory is host
   /// memory, else a copy in `staging`.
   cptr to_device(std::span<const float> h, buffer_t<B, float>& staging) {
@@ -834,6 +878,16 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     each([&]<std::size_t I>() {
       const trace::scope traced("forward", this->names_[I]);
       constexpr auto src = Graph::template sources<I>;
+      if constexpr (mask_origin[num_inputs + I] == num_inputs + I) {  // a mask from the batch's own values
+        std::vector<float>& m = mask_host_[I];
+        m.resize(x[src[0]].size());
+        layer_type<I>::compute_mask(std::span<const float>(x[src[0]].data(), m.size()), m.data());
+        masks_[num_inputs + I] = {to_device(m, mask_stage_[I]), m.data()};
+      } else if constexpr (mask_origin[num_inputs + I] < num_sources) {
+        masks_[num_inputs + I] = masks_[mask_origin[num_inputs + I]];
+      }
+      const auto in_masks = input_masks<I>();
+      plain_ctx.masks = cast_ctx.masks = in_masks;
       if constexpr (detail::relabels_v<layer_type<I>>) {  // reshape, flatten: the output is the input
         out_[I] = source_output(src[0]);
         cast_[num_inputs + I] = cast_[src[0]];
@@ -852,6 +906,60 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       if (cast_[num_inputs + I]) this->device_.round_to(n * output_sizes[I], this->policy_.compute_dtype(), out, out);
     });
   }
+  /// Calls f.template operator()<I>() for every node I (in constant expressions too).
+  template <class F>
+  static constexpr void each_index(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (f.template operator()<I>(), ...); }(std::make_index_sequence<depth>{});
+  }
+  /// Where each source's output takes its mask from (compile time): the node that computes it from a
+  /// model input (itself), the source a layer that keeps masks has it from, or num_sources (none). A
+  /// merge layer's output has a mask when every input has one (Keras': their OR, here one mask they
+  /// share); attention's is the query's.
+  static constexpr std::array<std::size_t, num_sources> mask_origin = [] {
+    std::array<std::size_t, num_sources> o;
+    o.fill(num_sources);
+    each_index([&]<std::size_t I>() {
+      using L = layer_type<I>;
+      constexpr auto src = Graph::template sources<I>;
+      if constexpr (detail::makes_mask_v<L>) {
+        o[num_inputs + I] = num_inputs + I;
+      } else if constexpr (detail::keeps_mask_v<L>) {  // a merge's only when every input has one (Keras')
+        o[num_inputs + I] = o[src[0]];
+        if constexpr (!detail::mask_of_first_v<L>)
+          for (std::size_t s : src)
+            if (o[s] == num_sources) o[num_inputs + I] = num_sources;
+      }
+    });
+    return o;
+  }();
+  static_assert([] {
+    bool ok = true;
+    each_index([&]<std::size_t I>() {
+      if constexpr (detail::makes_mask_v<layer_type<I>>) ok = ok && Graph::template sources<I>[0] < num_inputs;
+    });
+    return ok;
+  }(), "model: a layer that makes a mask (embedding<..., mask_zero<true>>) takes a model input (its mask is the "
+       "batch's own indices)");
+  static_assert([] {
+    bool ok = true;
+    each_index([&]<std::size_t I>() {
+      using L = layer_type<I>;
+      if constexpr (detail::keeps_mask_v<L> && !detail::mask_of_first_v<L>)
+        for (std::size_t s : Graph::template sources<I>)
+          ok = ok && (mask_origin[num_inputs + I] == num_sources || mask_origin[s] == mask_origin[num_inputs + I]);
+    });
+    return ok;
+  }(), "model: the inputs of a merge layer carry one mask (inputs masked by different embeddings, whose masks "
+       "Keras ORs, are not supported)");
+  /// The masks of node I's inputs in the last forward (for a layer that supports masking, else none).
+  template <std::size_t I>
+  auto input_masks() const {
+    constexpr auto src = Graph::template sources<I>;
+    std::array<step_mask<B>, detail::supports_masking_v<layer_type<I>> ? src.size() : 0> m{};
+    for (std::size_t k = 0; k < m.size(); ++k) m[k] = masks_[src[k]];
+    return m;
+  }
+
   /// Source s's output of the last forward (k < K: input k, K + j: node j's).
   cptr source_output(std::size_t s) const { return s < num_inputs ? input_[s] : out_[s - num_inputs]; }
   /// What layer I reads of source s: its output, cast to the compute dtype (once per forward) for a
@@ -1182,7 +1290,7 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
       } else {
         if (hp_of != o) hp = host_predictions(o, n), hp_of = o;
         const batch_view t{y[o].data(), dims_of(y[o])};
-        if (const tensor* wo = metrics_[i].weighted() ? weights_of(w, o) : nullptr)
+        if (const tensor* wo = metric_weights_of(metrics_[i].weighted() ? w : tensors{}, o))
           metrics_[i].add_batch(t, *hp, {wo->data(), wo->size()}, metrics_[i].state());
         else
           metrics_[i].add_batch(t, *hp, metrics_[i].state());
@@ -1218,6 +1326,12 @@ template <class B, class Graph>class basic_model : public model_state<B, Graph> 
     return e;
   }();
   std::array<cptr, num_inputs> input_{};
+  // masks (see mask_origin): what each source's output carries in the last forward; the host values and
+  // device copies of those the model computes
+  std::array<step_mask<B>, num_sources> masks_{};
+  std::array<std::vector<float>, depth> mask_host_;
+  std::array<buffer_t<B, float>, depth> mask_stage_;
+  std::array<tensor, num_outputs> masked_weights_;  // a step's masked outputs' row weights (masked_weights)
   // a mixed policy's casts (see forward): the autocasting layers' weights; sources cast for them (where
   // the source's output is not already in the compute dtype: an input, a model output); whether each
   // source's output of the last forward is in the compute dtype
