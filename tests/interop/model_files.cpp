@@ -56,14 +56,15 @@ using attention = functional<inputs<node<text, input<4, 6>>, node<memory, input<
                              node<attended, multi_head_attention<2, 3, use_causal_mask<true>>, text>,
                              node<crossed, multi_head_attention<2, 4>, attended, memory>,
                              node<void, add, attended, crossed>, layer_normalization<>, dense<3>>;
-// padded sequences: the mask of Embedding(mask_zero=True) through attention, the residual add and the
-// normalization to an LSTM, a GRU (its last step) and a pooling
+// padded sequences: the mask of Embedding(mask_zero=True) through attention (with dropout, the identity
+// in inference), the residual add and the normalization to an LSTM, a GRU (its last step) and a pooling
 struct emb;
 struct att;
 struct normed;
 struct last;
 struct pooled;
-using masked = functional<input<7>, node<emb, embedding<10, 6, mask_zero<true>>>, node<att, multi_head_attention<2, 3>>,
+using masked = functional<input<7>, node<emb, embedding<10, 6, mask_zero<true>>>,
+                          node<att, multi_head_attention<2, 3, dropout<0.1f>>>,
                           node<void, add, emb, att>, node<normed, layer_normalization<>>, lstm<5, return_sequences<true>>,
                           node<last, gru<4>>, node<pooled, global_average_pooling1d<>, normed>,
                           node<void, concatenate, last, pooled>, dense<2>>;

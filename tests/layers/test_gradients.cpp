@@ -73,6 +73,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_with_and_without_the_causal_m
     check_layer_gradients<multi_head_attention<2, 4, value_dim<3>, use_bias<false>>, shape<3, 8>, B>(
         "attention value_dim 3, no bias", n);
     check_layer_gradients<multi_head_attention<1, 6, use_causal_mask<true>>, shape<1, 6>, B>("attention of one step", n);
+    check_layer_gradients<multi_head_attention<2, 3, dropout<0.3f>, use_causal_mask<true>>, shape<5, 4>, B>(
+        "attention with dropout, causal", n);
     check_layer_gradients<position_embedding<6>, shape<4, 3>, B>("position_embedding", n);
   }
 }

@@ -223,6 +223,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_matches_the_textbook_formula,
   };
   check.template operator()<multi_head_attention<H, K, value_dim<V>>>(false, "attention");
   check.template operator()<multi_head_attention<H, K, value_dim<V>, use_causal_mask<true>>>(true, "causal attention");
+  check.template operator()<multi_head_attention<H, K, value_dim<V>, dropout<0.4f>>>(false, "attention with dropout, inferring");
+}
+
+// In training, dropout<Rate> zeroes attention probabilities (a zeroed one leaves out its value, the
+// kept ones are scaled by 1 / (1 - Rate)): the output changes, by the seed's mask, the same on every backend.
+BOOST_AUTO_TEST_CASE_TEMPLATE(attention_dropout_drops_probabilities_in_training, B, backends) {
+  using Spec = multi_head_attention<2, 3, dropout<0.5f>>;
+  using L = bind_t<Spec, shape<6, 4>>;
+  rng r(3);
+  std::vector<float> p(param_count_v<L>);
+  L{}.initialize(p, r);
+  const auto x = dtrain_test::random_vector(2 * 6 * 4, r);
+  const auto inferred = run_forward<Spec, shape<6, 4>, B>(x, 2, p);
+  const auto trained = run_forward<Spec, shape<6, 4>, B>(x, 2, p, true, 5);
+  BOOST_TEST((trained != inferred));
+  BOOST_TEST((run_forward<Spec, shape<6, 4>, B>(x, 2, p, true, 5) == trained), boost::test_tools::per_element());
+  const auto on_cpu = run_forward<Spec, shape<6, 4>, cpu>(x, 2, p, true, 5);
+  for (std::size_t i = 0; i < trained.size(); ++i)  // (other GEMM kernels: float rounding apart)
+    BOOST_TEST(std::abs(trained[i] - on_cpu[i]) <= 1e-5f + 1e-4f * std::abs(on_cpu[i]), i << ": " << trained[i] << " vs " << on_cpu[i]);
+  BOOST_TEST((run_forward<Spec, shape<6, 4>, B>(x, 2, p, true, 6) != trained));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(cross_attention_matches_the_textbook_formula, B, backends) {

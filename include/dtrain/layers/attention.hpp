@@ -11,7 +11,8 @@
 /// Variables as Keras stores them: query, key and value kernels (their input's features, heads, key_dim)
 /// and biases (heads, key_dim) (value_dim for the value's), the output kernel (heads, value_dim, query
 /// features) and bias.
-/// Options: `value_dim<V>` (default KeyDim), `use_bias<false>`, `use_causal_mask<true>`.
+/// Options: `value_dim<V>` (default KeyDim), `use_bias<false>`, `use_causal_mask<true>`, `dropout<Rate>`
+/// (Keras' `dropout=`: in training, the attention probabilities dropped before they weigh the values).
 /// Masked inputs (after `embedding<..., mask_zero<true>>`) mask as Keras' do: query step t attends to
 /// key step u only where both are real steps (and u <= t when causal); a padded query step's
 /// probabilities are all 0 (Keras' masked softmax), and the output carries the query's mask.
@@ -27,6 +28,7 @@
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/concepts.hpp"
+#include "dtrain/layers/dropout.hpp"
 
 namespace dtrain {
 
@@ -54,6 +56,15 @@ template <class T, class = void>
 struct is_use_causal_mask : std::false_type {};
 template <class T>
 struct is_use_causal_mask<T, std::void_t<decltype(T::is_use_causal_mask)>> : std::true_type {};
+/// Keras MultiHeadAttention's `dropout=`: the option `dropout<Rate>`.
+template <class T>
+struct is_dropout_option : std::false_type {
+  static constexpr float rate = 0.0f;
+};
+template <float Rate>
+struct is_dropout_option<dropout<Rate>> : std::true_type {
+  static constexpr float rate = Rate;
+};
 /// What Keras adds to a masked score before the softmax (float32's `_large_negative_number`).
 inline constexpr float masked_score = -1e9f;
 /// The key's shape in `mha(query, value, key...)`: the key's when given, else the value's.
@@ -74,6 +85,8 @@ struct attention_core {
   using cptr = pointer_t<B, const float>;
   static constexpr std::size_t heads = Spec::heads, key_dim = Spec::key_dim, val_dim = Spec::val_dim;
   static constexpr bool bias = Spec::bias, causal = Spec::causal;
+  static constexpr float rate = Spec::dropout_rate;
+  static_assert(rate == 0.0f || regularization_kernels<B>, "multi_head_attention: dropout needs the regularization kernels");
   static constexpr const char* keras_name = "multi_head_attention";
   static constexpr const char* class_name = "MultiHeadAttention";
   static constexpr std::size_t hk = heads * key_dim, hv = heads * val_dim;
@@ -86,7 +99,7 @@ struct attention_core {
     c.set("num_heads", heads);
     c.set("key_dim", key_dim);
     c.set("value_dim", val_dim);
-    c.set("dropout", 0.0f);
+    c.set("dropout", rate);
     c.set("use_bias", bias);
   }
   /// How Keras calls it, for its files: the inputs as the arguments query, value (and key), and
@@ -149,9 +162,20 @@ struct attention_core {
         for (std::size_t h = 0; h < heads; ++h)
           dev.multiply(Tq * Tk, cptr(s + (i * heads + h) * Tq * Tk), cptr(mask_mul_.data() + i * Tq * Tk),
                        s + (i * heads + h) * Tq * Tk);
+    // Keras' dropout of the probabilities in training (the values take the dropped ones; the softmax's
+    // backward the kept ones)
+    dropped_ = rate > 0.0f && ctx.training;
+    cptr weights = s;
+    if constexpr (rate > 0.0f)
+      if (dropped_) {
+        const std::size_t e = n * heads * Tq * Tk;
+        const ptr d = ensure(dev, dropped_scores_, 2 * e);
+        dev.dropout(e, rate, ctx.random.next(), cptr(s), d, d + e);
+        weights = d;
+      }
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t h = 0; h < heads; ++h)
-        dev.gemm(transpose::no, transpose::no, Tq, val_dim, Tk, 1.0f, cptr(s + (i * heads + h) * Tq * Tk), Tk,
+        dev.gemm(transpose::no, transpose::no, Tq, val_dim, Tk, 1.0f, cptr(weights + (i * heads + h) * Tq * Tk), Tk,
                  cptr(v + i * Tk * hv + h * val_dim), hv, 0.0f, o + i * Tq * hv + h * val_dim, hv);
     project(dev, mq, hv, Dq, o, p + wo, p + bo, y);
   }
@@ -163,6 +187,8 @@ struct attention_core {
     const B& dev = ctx.device;
     const std::size_t mq = n * Tq, mk = n * Tk;
     const ptr q = q_.data(), k = k_.data(), v = v_.data(), s = scores_.data();
+    const std::size_t e = n * heads * Tq * Tk;
+    const cptr dropped = dropped_ ? cptr(dropped_scores_.data()) : cptr(s), keep = dropped_ ? dropped + e : cptr{};
     const ptr dq = ensure(dev, dq_, mq * hk), dk = ensure(dev, dk_, mk * hk), dv = ensure(dev, dv_, mk * hv);
     const ptr dout = ensure(dev, do_, mq * hv), ds = ensure(dev, ds_, Tq * Tk);
     // y = o Wo + bo
@@ -174,9 +200,11 @@ struct attention_core {
         const cptr ph = s + (i * heads + h) * Tq * Tk;
         const std::size_t qk = i * Tq * hk + h * key_dim, kk = i * Tk * hk + h * key_dim, ov = i * Tq * hv + h * val_dim,
                           vv = i * Tk * hv + h * val_dim;
-        // o = P v: dP = do v^T, dv = P^T do
+        // o = P' v (P' = P, or P dropped): dP' = do v^T, dv = P'^T do; dP = dP' times the dropout's factors
         dev.gemm(transpose::no, transpose::yes, Tq, Tk, val_dim, 1.0f, cptr(dout + ov), hv, cptr(v + vv), hv, 0.0f, ds, Tk);
-        dev.gemm(transpose::yes, transpose::no, Tk, val_dim, Tq, 1.0f, ph, Tk, cptr(dout + ov), hv, 0.0f, dv + vv, hv);
+        dev.gemm(transpose::yes, transpose::no, Tk, val_dim, Tq, 1.0f, dropped + (i * heads + h) * Tq * Tk, Tk,
+                 cptr(dout + ov), hv, 0.0f, dv + vv, hv);
+        if (keep) dev.multiply(Tq * Tk, cptr(ds), keep + (i * heads + h) * Tq * Tk, ds);
         // P = softmax(S), S = scale q k^T (a masked score's probability is 0: so is its gradient)
         dev.template activation_backward<activation_kind::softmax>(Tq, Tk, ph, ph, ds, ds);
         dev.gemm(transpose::no, transpose::no, Tq, key_dim, Tk, scale, cptr(ds), Tk, cptr(k + kk), hk, 0.0f, dq + qk, hk);
@@ -240,6 +268,8 @@ struct attention_core {
   }
 
   buffer_t<B, float> q_, k_, v_, scores_, o_, dq_, dk_, dv_, do_, ds_, mask_, mask_mul_, mask_add_;
+  buffer_t<B, float> dropped_scores_;  // in training with dropout: the dropped probabilities, then the factors
+  bool dropped_ = false;               // the last forward dropped
   std::vector<float> mask_host_, mask_values_;
 };
 }  // namespace detail
@@ -248,15 +278,18 @@ template <std::size_t NumHeads, std::size_t KeyDim, class... Options>
 struct multi_head_attention {
   static_assert(NumHeads > 0 && KeyDim > 0, "multi_head_attention: num_heads and key_dim must be positive");
   static_assert(((detail::is_value_dim<Options>::value || detail::is_use_bias<Options>::value ||
-                  detail::is_use_causal_mask<Options>::value) &&
+                  detail::is_use_causal_mask<Options>::value || detail::is_dropout_option<Options>::value) &&
                  ...),
-                "multi_head_attention: options are value_dim<V>, use_bias<false> and use_causal_mask<true>");
+                "multi_head_attention: options are value_dim<V>, use_bias<false>, use_causal_mask<true> and "
+                "dropout<Rate>");
   static constexpr std::size_t heads = NumHeads, key_dim = KeyDim;
   static constexpr std::size_t val_dim =
       detail::find_option<detail::is_value_dim, value_dim<KeyDim>, Options...>::type::value;
   static constexpr bool bias = detail::find_option<detail::is_use_bias, use_bias<true>, Options...>::type::value;
   static constexpr bool causal =
       detail::find_option<detail::is_use_causal_mask, use_causal_mask<false>, Options...>::type::value;
+  static constexpr float dropout_rate = detail::is_dropout_option<
+      typename detail::find_option<detail::is_dropout_option, dropout<0.0f>, Options...>::type>::rate;
   /// One input: self-attention; two or three (a functional model's node): cross-attention.
   static constexpr bool optional_merge = true;
 
