@@ -18,6 +18,9 @@ struct res;
 template <std::size_t T>
 using lstm_model = sequential<input<T>, embedding<9, 4, mask_zero<true>>, lstm<3>, dense<2>>;
 template <std::size_t T>
+using distributed = sequential<input<T>, embedding<9, 4, mask_zero<true>>, time_distributed<dense<3, dtrain::tanh>>,
+                               lstm<2>, dense<2>>;
+template <std::size_t T>
 using gru_sequences = sequential<input<T>, embedding<9, 4, mask_zero<true>>, gru<3, return_sequences<true>>,
                                  global_average_pooling1d<>, dense<2>>;
 // x = Embedding(9, 6, mask_zero=True)(inputs); y = LayerNormalization()(x + MultiHeadAttention(2, 3)(x, x));
@@ -72,6 +75,7 @@ BOOST_AUTO_TEST_SUITE(masking)
 BOOST_AUTO_TEST_CASE(lstm_skips_padded_steps_at_the_end_and_the_start) {
   check_padding_is_absent<lstm_model<6>, lstm_model<4>>(false);
   check_padding_is_absent<lstm_model<6>, lstm_model<4>>(true);
+  check_padding_is_absent<distributed<6>, distributed<4>>(false);  // the mask passes time_distributed
 }
 
 BOOST_AUTO_TEST_CASE(gru_sequences_and_the_pooling_skip_padded_steps) {

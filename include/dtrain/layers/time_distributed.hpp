@@ -41,7 +41,8 @@ struct time_distributed {
     using input_shape = In;
     using output_shape = typename detail::prepend<steps, typename base::output_shape>::type;
     static constexpr const char* keras_name = "time_distributed";
-    static constexpr bool supports_masking = true;
+    // the steps' mask passes the wrapper; L sees none (its own traits do not apply: its rows are frames)
+    static constexpr bool supports_masking = true, keeps_mask = true, makes_mask = false;
     static constexpr const char* class_name = "TimeDistributed";
     static constexpr const char* keras_sublayer = "layer";  // where Keras keeps L's variables
     static constexpr bool relabels = false;
@@ -51,9 +52,15 @@ struct time_distributed {
       auto inner = c.object("layer", "keras.layers", base::class_name);
       base::get_config(inner);
     }
-    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) { base::forward(ctx, x, y, n * steps, p); }
+    void forward(layer_context<B>& ctx, cptr x, ptr y, std::size_t n, cptr p) {
+      const auto masks = std::exchange(ctx.masks, {});
+      base::forward(ctx, x, y, n * steps, p);
+      ctx.masks = masks;
+    }
     void backward(layer_context<B>& ctx, cptr x, cptr y, ptr dy, ptr dx, std::size_t n, cptr p, ptr g) {
+      const auto masks = std::exchange(ctx.masks, {});
       base::backward(ctx, x, y, dy, dx, n * steps, p, g);
+      ctx.masks = masks;
     }
   };
 };
