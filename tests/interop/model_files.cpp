@@ -1,9 +1,10 @@
 // The dtrain side of tests/interop/check_keras_file.py (.keras files between dtrain and Keras 3) and
 // check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
 // that make images (`decoder`: embedding, transposed convolution, up-sampling), a functional model of
-// two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: LSTM, TimeDistributed, GRU) and
-// attention (`attention`: causal self-attention and cross-attention) and padded sequences (`masked`:
-// Embedding(mask_zero=True) to attention, LSTM, GRU and pooling); the last three .keras only.
+// two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: LSTM, TimeDistributed, a GRU
+// going backwards), attention (`attention`: causal self-attention and cross-attention) and padded
+// sequences (`masked`: Embedding(mask_zero=True) to attention, LSTM, GRU and pooling); the last three
+// .keras only.
 //   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
 //     dtrain::keras) and exported as dir/dtrain.onnx (with dtrain::onnx), with inputs (dir/x0.npy,
 //     x1.npy...) and the model's predictions on them (dir/y0.npy, y1.npy...)
@@ -47,7 +48,8 @@ using two_inputs =
                node<h2, dense<6, sigmoid>, h1>, node<sum, add, a, h2>, node<both, concatenate, sum, b>,
                node<prod, multiply, h2, h1>, node<out, dense<2>, both>, outputs<prod, out>>;
 
-using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, time_distributed<dense<3, relu>>, gru<4>, dense<2>>;
+using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, time_distributed<dense<3, relu>>,
+                             gru<4, go_backwards<true>>, dense<2>>;
 struct text;
 struct memory;
 struct attended;
@@ -65,7 +67,8 @@ struct last;
 struct pooled;
 using masked = functional<input<7>, node<emb, embedding<10, 6, mask_zero<true>>>,
                           node<att, multi_head_attention<2, 3, dropout<0.1f>>>,
-                          node<void, add, emb, att>, node<normed, layer_normalization<>>, lstm<5, return_sequences<true>>,
+                          node<void, add, emb, att>, node<normed, layer_normalization<>>,
+                          lstm<5, return_sequences<true>, go_backwards<true>>,
                           node<last, gru<4>>, node<pooled, global_average_pooling1d<>, normed>,
                           node<void, concatenate, last, pooled>, dense<2>>;
 

@@ -104,6 +104,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(masked_attention_recurrent_and_pooling, B, backend
   check_layer_gradients<lstm<3, return_sequences<true>>, shape<5, 2>, B>("masked lstm return_sequences", n, 7,
                                                                          padding_mask(n, 5));
   check_layer_gradients<gru<3>, shape<5, 2>, B>("masked gru", n, 7, padding_mask(n, 5));
+  check_layer_gradients<lstm<3, go_backwards<true>, return_sequences<true>>, shape<5, 2>, B>("masked lstm backwards", n, 7,
+                                                                                             padding_mask(n, 5));
+  check_layer_gradients<gru<3, go_backwards<true>>, shape<5, 2>, B>("masked gru backwards", n, 7, padding_mask(n, 5));
   check_layer_gradients<gru<3, return_sequences<true>>, shape<5, 2>, B>("masked gru return_sequences", n, 7,
                                                                         padding_mask(n, 5));
   check_layer_gradients<global_average_pooling1d<>, shape<5, 3>, B>("masked global_average_pooling1d", n, 7,

@@ -226,6 +226,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(multi_head_attention_matches_the_textbook_formula,
   check.template operator()<multi_head_attention<H, K, value_dim<V>, dropout<0.4f>>>(false, "attention with dropout, inferring");
 }
 
+// go_backwards<true> reads the steps last to first and returns its sequence in that order: on a sequence
+// it is the forward layer on the sequence reversed, with the same weights.
+BOOST_AUTO_TEST_CASE_TEMPLATE(go_backwards_is_the_layer_on_the_reversed_steps, B, backends) {
+  constexpr std::size_t T = 5, F = 2, n = 3;
+  auto check = [&]<class Backwards, class Forwards>(const char* what) {
+    using L = bind_t<Forwards, shape<T, F>>;
+    rng r(4);
+    std::vector<float> p(param_count_v<L>);
+    L{}.initialize(p, r);
+    const auto x = dtrain_test::random_vector(n * T * F, r);
+    std::vector<float> reversed(x.size());
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t f = 0; f < F; ++f) reversed[(i * T + t) * F + f] = x[(i * T + T - 1 - t) * F + f];
+    const auto a = run_forward<Backwards, shape<T, F>, B>(x, n, p), b = run_forward<Forwards, shape<T, F>, B>(reversed, n, p);
+    BOOST_TEST_REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(a[i] == b[i], what << " " << i << boost::test_tools::tolerance(1e-6f));
+  };
+  check.template operator()<lstm<3, go_backwards<true>>, lstm<3>>("lstm");
+  check.template operator()<gru<4, go_backwards<true>, return_sequences<true>>, gru<4, return_sequences<true>>>("gru sequences");
+}
+
 // In training, dropout<Rate> zeroes attention probabilities (a zeroed one leaves out its value, the
 // kept ones are scaled by 1 / (1 - Rate)): the output changes, by the seed's mask, the same on every backend.
 BOOST_AUTO_TEST_CASE_TEMPLATE(attention_dropout_drops_probabilities_in_training, B, backends) {

@@ -12,7 +12,8 @@
 /// Variables as Keras stores them: kernel (features, G units), recurrent_kernel (units, G units), bias
 /// (G units; the GRU's (2, 3 units): the input's row, then the recurrent one). Kernels start
 /// glorot_uniform, recurrent kernels orthogonal (Keras' initializers). Options: `return_sequences<true>`
-/// (every step's h, (steps, units); default the last step's, (units)), `use_bias<false>`. A masked input
+/// (every step's h, (steps, units); default the last step's, (units)), `go_backwards<true>` (the steps read
+/// last to first, the sequence returned in that order), `use_bias<false>`. A masked input
 /// (after `embedding<..., mask_zero<true>>`) is Keras' masking: at a sample's padded steps its state and
 /// output stay the previous step's (zero before the first real step).
 ///
@@ -37,7 +38,19 @@ struct return_sequences {
   static constexpr bool value = Return;
 };
 
+/// Keras' `go_backwards=True`: the layer reads the steps last to first, and returns its sequence in that
+/// order (reversed).
+template <bool Backwards>
+struct go_backwards {
+  static constexpr bool is_go_backwards = true;
+  static constexpr bool value = Backwards;
+};
+
 namespace detail {
+template <class T, class = void>
+struct is_go_backwards : std::false_type {};
+template <class T>
+struct is_go_backwards<T, std::void_t<decltype(T::is_go_backwards)>> : std::true_type {};
 template <class T, class = void>
 struct is_return_sequences : std::false_type {};
 template <class T>
@@ -72,9 +85,11 @@ inline void orthogonal(std::span<float> w, std::size_t rows, std::size_t cols, r
 template <std::size_t Units, std::size_t Gates, class... Options>
 struct recurrent_spec {
   static_assert(Units > 0, "recurrent layer: units must be positive");
-  static_assert(((is_return_sequences<Options>::value || is_use_bias<Options>::value) && ...),
-                "recurrent layer: options are return_sequences<true> and use_bias<false>");
+  static_assert(((is_return_sequences<Options>::value || is_use_bias<Options>::value || is_go_backwards<Options>::value) &&
+                 ...),
+                "recurrent layer: options are return_sequences<true>, go_backwards<true> and use_bias<false>");
   static constexpr bool sequences = find_option<is_return_sequences, return_sequences<false>, Options...>::type::value;
+  static constexpr bool backwards = find_option<is_go_backwards, go_backwards<false>, Options...>::type::value;
   static constexpr bool bias = find_option<is_use_bias, use_bias<true>, Options...>::type::value;
   static constexpr std::size_t units = Units, width = Gates * Units;
 };
@@ -91,7 +106,9 @@ struct recurrent_base {
   using cptr = pointer_t<B, const float>;
   static constexpr std::size_t steps = In::dims[0], f = In::rank == 2 ? In::dims[1] : 1, u = Spec::units,
                                w = Spec::width;
-  static constexpr bool bias = Spec::bias, sequences = Spec::sequences;
+  static constexpr bool bias = Spec::bias, sequences = Spec::sequences, backwards = Spec::backwards;
+  /// The input step the layer reads at its step t.
+  static constexpr std::size_t input_step(std::size_t t) { return backwards ? steps - 1 - t : t; }
   /// Keras' RNN masking (see step_masks); the output keeps the mask when it is every step's.
   static constexpr bool supports_masking = true, keeps_mask = sequences;
   // where each variable starts in the layer's parameters (Keras' order)
@@ -119,7 +136,7 @@ struct recurrent_base {
     c.set("use_bias", bias);
     c.set("return_sequences", sequences);
     c.set("return_state", false);
-    c.set("go_backwards", false);
+    c.set("go_backwards", backwards);
     c.set("stateful", false);
     c.set("unroll", false);
     c.set("dropout", 0.0f);
@@ -136,7 +153,7 @@ struct recurrent_base {
   /// xt (steps, n, f) = x (n, steps, f) time-major, and proj (steps n, w) = xt W (+ the input bias `b`
   /// when not null): every step's input projection in one GEMM, step t's rows contiguous.
   static void project_inputs(const B& dev, std::size_t n, cptr x, cptr p, cptr b, ptr xt, ptr proj) {
-    for (std::size_t t = 0; t < steps; ++t) gather_step(dev, n, t, f, x, xt + t * n * f);
+    for (std::size_t t = 0; t < steps; ++t) gather_step(dev, n, input_step(t), f, x, xt + t * n * f);
     if (b) dev.broadcast_rows(n * steps, w, b, proj);
     dev.gemm(transpose::no, transpose::no, n * steps, w, f, 1.0f, cptr(xt), f, p + kernel, w, b ? 1.0f : 0.0f, proj, w);
   }
@@ -171,7 +188,7 @@ struct recurrent_base {
     mask_host_.resize(steps * n * u);
     for (std::size_t t = 0; t < steps; ++t)
       for (std::size_t i = 0; i < n; ++i)
-        std::fill_n(mask_host_.begin() + std::ptrdiff_t((t * n + i) * u), u, m.host[i * steps + t]);
+        std::fill_n(mask_host_.begin() + std::ptrdiff_t((t * n + i) * u), u, m.host[i * steps + input_step(t)]);
     const ptr mask = ensure(dev, mask_, steps * n * u);
     dev.upload(mask_host_.size(), static_cast<const float*>(mask_host_.data()), mask);
     return mask;
@@ -199,7 +216,7 @@ struct recurrent_base {
     if (gb) dev.column_sums(n * steps, w, dproj, gb);
     if (!dx) return;
     dev.gemm(transpose::no, transpose::yes, n * steps, f, w, 1.0f, dproj, w, p + kernel, w, 0.0f, xt, f);
-    for (std::size_t t = 0; t < steps; ++t) scatter_step(dev, n, t, f, cptr(xt + t * n * f), dx);
+    for (std::size_t t = 0; t < steps; ++t) scatter_step(dev, n, input_step(t), f, cptr(xt + t * n * f), dx);
   }
 
  private:
