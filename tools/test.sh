@@ -63,11 +63,13 @@ stage() {
 # Every header compiling on its own is checked in the tsan stage's clang tree, three times faster there.
 # The unit tests of the model, strategies, communicators, data, callbacks and checkpoints run in the asan
 # stage (and the tsan one) rather than here too: building them twice would cost a third of the CI's time.
+# Three tests at a time on two cores: several of them wait on the network (the interop tests' package
+# installs) or on their worker processes, which leaves a core idle at two.
 release() {
   cmake -S . -B build-test -G Ninja -DDTRAIN_WERROR=ON -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DDTRAIN_UNIT_TESTS="core;backend;layers;losses;optimizers;metrics;golden" &&
     cmake --build build-test &&
-    ctest --test-dir build-test --output-on-failure -j2 -E '^headers_self_contained$'
+    ctest --test-dir build-test --output-on-failure -j3 -E '^headers_self_contained$'
 }
 
 stage release $budget_release release

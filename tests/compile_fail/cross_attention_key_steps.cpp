@@ -1,6 +1,6 @@
 // The key and the value of cross-attention are one sequence seen two ways: their steps must agree.
 // expect: multi_head_attention: the key and the value must have the same steps
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 struct q;
 struct v;
 struct k;

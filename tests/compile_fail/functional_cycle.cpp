@@ -1,6 +1,6 @@
 // A functional model whose nodes take each other's outputs (a cycle): this must not compile.
 // expect: functional: a node takes the output of a node defined after it \(a cycle
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct a;
 struct b;

@@ -1,6 +1,6 @@
 // A node taking an output no node is named for (a dangling reference): this must not compile.
 // expect: functional: a node takes an input that no node of the model is named
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct a;
 struct elsewhere;

@@ -1,6 +1,6 @@
 // A model input no node takes (a dangling input): this must not compile.
 // expect: functional: an input of the model is taken by no node
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct image;
 struct meta;

@@ -1,6 +1,6 @@
 // Adding outputs of different shapes: this must not compile.
 // expect: add: every input must have the same shape
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct a;
 struct b;

@@ -1,6 +1,6 @@
 // outputs<...> naming a node the model does not have: this must not compile.
 // expect: outputs: a name no node of the model has
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct a;
 struct elsewhere;

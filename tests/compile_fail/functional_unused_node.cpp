@@ -1,6 +1,6 @@
 // A branch whose output nothing takes (a dangling node: its weights would never train): this must not compile.
 // expect: functional: a node's output is taken by no later node and is not a model output
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct a;
 struct unused;

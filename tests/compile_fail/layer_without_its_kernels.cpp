@@ -1,7 +1,7 @@
 // A backend may bring up its kernels family by family: a dense model trains on one without the window
 // kernels (checked below), and a conv2d layer on it must not compile, naming the family it lacks.
 // expect: conv2d: the backend lacks the window kernels
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 struct no_windows : dtrain::cpu {
   static constexpr const char* name = "no_windows";
   template <dtrain::window_geometry, dtrain::activation_kind, class... Args>

@@ -1,6 +1,6 @@
 // A merge of inputs masked by two embeddings (Keras ORs the masks) must not compile: one mask per merge.
 // expect: the inputs of a merge layer carry one mask
-#include <dtrain/dtrain.hpp>
+#include "model.hpp"
 using namespace dtrain;
 struct left_ids;
 struct right_ids;
