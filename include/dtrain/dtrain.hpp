@@ -28,6 +28,7 @@
 
 #include "dtrain/layers/activations.hpp"
 #include "dtrain/layers/attention.hpp"
+#include "dtrain/layers/bidirectional.hpp"
 #include "dtrain/layers/concepts.hpp"
 #include "dtrain/layers/conv1d.hpp"
 #include "dtrain/layers/conv2d.hpp"

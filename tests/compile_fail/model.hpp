@@ -3,6 +3,7 @@
 #pragma once
 #include <dtrain/layers/activations.hpp>
 #include <dtrain/layers/attention.hpp>
+#include <dtrain/layers/bidirectional.hpp>
 #include <dtrain/layers/conv1d.hpp>
 #include <dtrain/layers/conv2d.hpp>
 #include <dtrain/layers/conv2d_transpose.hpp>

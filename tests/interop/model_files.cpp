@@ -1,8 +1,8 @@
 // The dtrain side of tests/interop/check_keras_file.py (.keras files between dtrain and Keras 3) and
 // check_onnx.py (ONNX files run by onnxruntime), for a convolutional model (`convnet`), one of the layers
 // that make images (`decoder`: embedding, transposed convolution, up-sampling), a functional model of
-// two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: LSTM, TimeDistributed, a GRU
-// going backwards), attention (`attention`: causal self-attention and cross-attention) and padded
+// two inputs and two outputs (`two_inputs`), recurrent layers (`recurrent`: a bidirectional LSTM,
+// TimeDistributed, a GRU going backwards), attention (`attention`: causal self-attention and cross-attention) and padded
 // sequences (`masked`: Embedding(mask_zero=True) to attention, LSTM, GRU and pooling); the last three
 // .keras only.
 //   model_files <model> save <dir>: weights drawn at random, the model saved as dir/dtrain.keras (with
@@ -48,8 +48,8 @@ using two_inputs =
                node<h2, dense<6, sigmoid>, h1>, node<sum, add, a, h2>, node<both, concatenate, sum, b>,
                node<prod, multiply, h2, h1>, node<out, dense<2>, both>, outputs<prod, out>>;
 
-using recurrent = sequential<input<6, 3>, lstm<5, return_sequences<true>>, time_distributed<dense<3, relu>>,
-                             gru<4, go_backwards<true>>, dense<2>>;
+using recurrent = sequential<input<6, 3>, bidirectional<lstm<5, return_sequences<true>>>,
+                             time_distributed<dense<3, relu>>, gru<4, go_backwards<true>>, dense<2>>;
 struct text;
 struct memory;
 struct attended;

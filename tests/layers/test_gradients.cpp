@@ -87,6 +87,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(lstm_gru_and_time_distributed, B, backends) {
     check_layer_gradients<gru<4>, shape<5, 3>, B>("gru", n);
     check_layer_gradients<gru<3, return_sequences<true>>, shape<4, 2>, B>("gru return_sequences", n);
     check_layer_gradients<gru<2, use_bias<false>>, shape<1, 3>, B>("gru of one step, no bias", n);
+    check_layer_gradients<bidirectional<lstm<3>>, shape<4, 2>, B>("bidirectional lstm", n);
+    check_layer_gradients<bidirectional<gru<2, return_sequences<true>, use_bias<false>>>, shape<4, 3>, B>(
+        "bidirectional gru return_sequences, no bias", n);
     check_layer_gradients<time_distributed<conv2d<3, 2, dtrain::tanh>>, shape<3, 4, 4, 2>, B>("time_distributed conv2d", n);
     check_layer_gradients<time_distributed<dense<3, dtrain::tanh>>, shape<4, 2>, B>("time_distributed dense", n);
   }
@@ -107,6 +110,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(masked_attention_recurrent_and_pooling, B, backend
   check_layer_gradients<lstm<3, go_backwards<true>, return_sequences<true>>, shape<5, 2>, B>("masked lstm backwards", n, 7,
                                                                                              padding_mask(n, 5));
   check_layer_gradients<gru<3, go_backwards<true>>, shape<5, 2>, B>("masked gru backwards", n, 7, padding_mask(n, 5));
+  check_layer_gradients<bidirectional<lstm<2, return_sequences<true>>>, shape<5, 2>, B>("masked bidirectional lstm", n, 7,
+                                                                                         padding_mask(n, 5));
   check_layer_gradients<gru<3, return_sequences<true>>, shape<5, 2>, B>("masked gru return_sequences", n, 7,
                                                                         padding_mask(n, 5));
   check_layer_gradients<global_average_pooling1d<>, shape<5, 3>, B>("masked global_average_pooling1d", n, 7,

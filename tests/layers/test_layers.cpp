@@ -248,6 +248,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(go_backwards_is_the_layer_on_the_reversed_steps, B
   check.template operator()<gru<4, go_backwards<true>, return_sequences<true>>, gru<4, return_sequences<true>>>("gru sequences");
 }
 
+// bidirectional<L>: L's output beside that of L going backwards (the second half of the weights), whose
+// sequence is put back in the input's order.
+BOOST_AUTO_TEST_CASE_TEMPLATE(bidirectional_is_its_two_layers_side_by_side, B, backends) {
+  constexpr std::size_t T = 4, F = 3, U = 2, n = 2;
+  using Forwards = lstm<U, return_sequences<true>>;
+  using Backwards = lstm<U, return_sequences<true>, go_backwards<true>>;
+  using L = bind_t<bidirectional<Forwards>, shape<T, F>>;
+  static_assert(std::is_same_v<L::output_shape, shape<T, 2 * U>>);
+  rng r(8);
+  std::vector<float> p(param_count_v<L>);
+  L{}.initialize(p, r);
+  const std::size_t half = p.size() / 2;
+  const auto x = dtrain_test::random_vector(n * T * F, r);
+  const auto y = run_forward<bidirectional<Forwards>, shape<T, F>, B>(x, n, p);
+  const auto f = run_forward<Forwards, shape<T, F>, B>(x, n, std::vector<float>(p.begin(), p.begin() + half));
+  const auto b = run_forward<Backwards, shape<T, F>, B>(x, n, std::vector<float>(p.begin() + half, p.end()));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t j = 0; j < U; ++j) {
+        BOOST_TEST(y[(i * T + t) * 2 * U + j] == f[(i * T + t) * U + j]);
+        BOOST_TEST(y[(i * T + t) * 2 * U + U + j] == b[(i * T + T - 1 - t) * U + j]);
+      }
+}
+
 // In training, dropout<Rate> zeroes attention probabilities (a zeroed one leaves out its value, the
 // kept ones are scaled by 1 / (1 - Rate)): the output changes, by the seed's mask, the same on every backend.
 BOOST_AUTO_TEST_CASE_TEMPLATE(attention_dropout_drops_probabilities_in_training, B, backends) {
