@@ -15,23 +15,8 @@
 #include "dtrain/backend/cpu/isa.hpp"
 #include "dtrain/backend/cpu/reductions.hpp"
 
-#define DTRAIN_ISA baseline
-#define DTRAIN_ISA_TARGET
-#include "dtrain/backend/cpu/activations_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#if DTRAIN_CPU_AVX
-#define DTRAIN_ISA avx2
-#define DTRAIN_ISA_TARGET DTRAIN_AVX2
-#include "dtrain/backend/cpu/activations_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#define DTRAIN_ISA avx512
-#define DTRAIN_ISA_TARGET DTRAIN_AVX512
-#include "dtrain/backend/cpu/activations_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#endif
+#define DTRAIN_ISA_FILE "dtrain/backend/cpu/activations_isa.hpp"
+#include "dtrain/backend/cpu/each_isa.hpp"
 
 namespace dtrain::detail {
 

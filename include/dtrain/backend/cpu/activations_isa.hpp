@@ -1,8 +1,8 @@
 /// \file
 /// The cpu backend's transcendental activations (backend/cpu/activations.hpp), written once for every
-/// instruction set: activations.hpp includes this file once per set, the baseline too, with `DTRAIN_ISA`
-/// naming the set's namespace (backend/cpu/isa.hpp) and `DTRAIN_ISA_TARGET` its target attribute (empty
-/// for the baseline). The loops call no library function: exp is Cephes' expf (range reduction by ln 2,
+/// instruction set: activations.hpp includes this file once per set (each_isa.hpp), the baseline too,
+/// with `DTRAIN_ISA` naming the set's namespace (backend/cpu/isa.hpp) and `DTRAIN_ISA_TARGET` its target
+/// attribute (empty for the baseline). The loops call no library function: exp is Cephes' expf (range reduction by ln 2,
 /// a degree-5 polynomial, the exponent set by bits) and erf Abramowitz and Stegun's 7.1.26 (absolute
 /// error at most 1.5e-7), so the compiler turns each loop into the set's vector instructions. An element
 /// may differ from libm's, and from another set's, in its last bits (a set with FMA contracts products).

@@ -20,23 +20,8 @@ namespace dtrain::detail {
 enum class sgd_kind { plain, momentum, nesterov };
 }  // namespace dtrain::detail
 
-#define DTRAIN_ISA baseline
-#define DTRAIN_ISA_TARGET
-#include "dtrain/backend/cpu/updates_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#if DTRAIN_CPU_AVX
-#define DTRAIN_ISA avx2
-#define DTRAIN_ISA_TARGET DTRAIN_AVX2
-#include "dtrain/backend/cpu/updates_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#define DTRAIN_ISA avx512
-#define DTRAIN_ISA_TARGET DTRAIN_AVX512
-#include "dtrain/backend/cpu/updates_isa.hpp"
-#undef DTRAIN_ISA
-#undef DTRAIN_ISA_TARGET
-#endif
+#define DTRAIN_ISA_FILE "dtrain/backend/cpu/updates_isa.hpp"
+#include "dtrain/backend/cpu/each_isa.hpp"
 
 namespace dtrain::detail {
 

@@ -1,8 +1,8 @@
 /// \file
 /// The optimizers' update rules (backend/cpu/updates.hpp), written once for every instruction set:
-/// updates.hpp includes this file once per set, the baseline too, with `DTRAIN_ISA` naming the set's
-/// namespace (backend/cpu/isa.hpp) and `DTRAIN_ISA_TARGET` its target attribute (empty for the
-/// baseline). `run` applies a rule to [begin, end): whole vectors, then one float at a time; both compute an
+/// updates.hpp includes this file once per set (each_isa.hpp), the baseline too, with `DTRAIN_ISA`
+/// naming the set's namespace (backend/cpu/isa.hpp) and `DTRAIN_ISA_TARGET` its target attribute (empty
+/// for the baseline). `run` applies a rule to [begin, end): whole vectors, then one float at a time; both compute an
 /// element by the same IEEE operations in the same order, each product rounded on its own (`exact`), so
 /// every set, every split and the scalar formula of `op::sgd`, `op::adam` and `op::rmsprop` give the same
 /// bits. On its own (without those macros) this file defines nothing. No include guard, by design.
